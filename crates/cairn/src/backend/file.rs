@@ -1,0 +1,423 @@
+//! The file backend: one JSON-lines file per session in one directory.
+//!
+//! Layout (see `docs/FORMAT.md`, "Store layout"): `<dir>/<id>.jsonl` is the
+//! log, `<dir>/<id>.lock` the writer lock (holding the writer's pid), and
+//! `<dir>/<id>.jsonl.torn-<time>` any torn tail cut at open. The catalog, a
+//! listing cache, is `<dir>/../catalog.json`.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+
+use super::{Access, Backend, Log, Opened, RawLine, Stamp, TornTail, Visitor};
+use crate::error::{AppendError, Damage, OpenError, ReadError, StoreError};
+use crate::frame;
+use crate::id::SessionId;
+use crate::vfs::{self, OpenMode, StdVfs, Vfs, VfsFile};
+
+/// Sessions as JSON-lines files in one directory.
+#[derive(Debug, Clone)]
+pub struct FileBackend {
+    dir: PathBuf,
+    catalog: PathBuf,
+    vfs: Arc<dyn Vfs>,
+}
+
+const READ_CHUNK: usize = 1 << 20;
+
+impl FileBackend {
+    /// Sessions in `dir` on the real file system; the catalog is kept in
+    /// `catalog.json` beside `dir`.
+    pub fn new(dir: impl Into<PathBuf>) -> FileBackend {
+        FileBackend::with_vfs(dir, Arc::new(StdVfs))
+    }
+
+    /// Sessions in `dir` through the given I/O seam (for fault-injection tests).
+    pub fn with_vfs(dir: impl Into<PathBuf>, vfs: Arc<dyn Vfs>) -> FileBackend {
+        let dir = dir.into();
+        let catalog = dir.parent().map_or_else(|| dir.join("catalog.json"), |p| p.join("catalog.json"));
+        FileBackend { dir, catalog, vfs }
+    }
+
+    /// The directory holding the session files.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The path of a session's log file.
+    pub fn path(&self, id: &SessionId) -> PathBuf {
+        self.dir.join(format!("{id}.jsonl"))
+    }
+
+    fn lock_path(&self, id: &SessionId) -> PathBuf {
+        self.dir.join(format!("{id}.lock"))
+    }
+
+    /// Takes the writer lock of a session, writing our pid into the lock file.
+    fn lock(&self, id: &SessionId) -> Result<Arc<dyn VfsFile>, OpenError> {
+        let path = self.lock_path(id);
+        let io_err = |action, source| OpenError::Io { action, location: path.display().to_string(), source };
+        let f = self.vfs.open(&path, OpenMode::CreateOrOpen).map_err(|e| io_err("open lock file", e))?;
+        if !f.try_lock().map_err(|e| io_err("lock", e))? {
+            let mut buf = [0u8; 32];
+            let n = f.read_at(&mut buf, 0).unwrap_or(0);
+            let holder = std::str::from_utf8(&buf[..n]).ok().and_then(|s| s.trim().parse().ok());
+            return Err(OpenError::InUse { session: id.to_string(), holder });
+        }
+        let pid = format!("{}\n", std::process::id());
+        // The pid is a courtesy for error messages; failing to write it is harmless.
+        let _ = f.set_len(0).and_then(|()| f.write_all_at(pid.as_bytes(), 0));
+        Ok(f)
+    }
+}
+
+impl Backend for FileBackend {
+    fn describe(&self) -> String {
+        self.dir.display().to_string()
+    }
+
+    fn location(&self, id: &SessionId) -> String {
+        self.path(id).display().to_string()
+    }
+
+    fn create(&self, id: &SessionId, header: &[u8]) -> Result<Box<dyn Log>, OpenError> {
+        let path = self.path(id);
+        let location = path.display().to_string();
+        let io_err = |action, source| OpenError::Io { action, location: location.clone(), source };
+        self.vfs.create_dir_all(&self.dir).map_err(|e| io_err("create the directory of", e))?;
+        let lock = self.lock(id)?;
+        let file = match self.vfs.open(&path, OpenMode::CreateNew) {
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                return Err(OpenError::AlreadyExists { session: id.to_string(), location: self.describe() });
+            }
+            r => r.map_err(|e| io_err("create", e))?,
+        };
+        file.write_all_at(header, 0).map_err(|e| io_err("write the header of", e))?;
+        file.sync_data().map_err(|e| io_err("sync", e))?;
+        self.vfs.sync_dir(&self.dir).map_err(|e| io_err("sync the directory of", e))?;
+        Ok(Box::new(FileLog::new(location, file, Some(lock), vec![0], header.len() as u64)))
+    }
+
+    fn open(
+        &self,
+        id: &SessionId,
+        access: Access,
+        visit: &mut Visitor<'_>,
+    ) -> Result<Opened, OpenError> {
+        let path = self.path(id);
+        let location = path.display().to_string();
+        let io_err = |action, source| OpenError::Io { action, location: location.clone(), source };
+        match self.vfs.metadata(&path) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(OpenError::NotFound { session: id.to_string(), location: self.describe() });
+            }
+            Err(e) => return Err(io_err("inspect", e)),
+            Ok(m) if m.is_symlink || !m.is_file => {
+                return Err(OpenError::NotASession {
+                    location,
+                    problem: "it is not a regular file (cairn does not follow symlinks in its store)".into(),
+                });
+            }
+            Ok(_) => {}
+        }
+        let lock = match access {
+            Access::Write => Some(self.lock(id)?),
+            Access::Read => None,
+        };
+        let mode = if lock.is_some() { OpenMode::ReadWrite } else { OpenMode::Read };
+        let file = self.vfs.open(&path, mode).map_err(|e| io_err("open", e))?;
+        let scan = scan(&*file, &location, visit)?;
+        let mut torn = None;
+        if let Some(bad) = scan.bad {
+            let len = scan.file_len - bad.offset;
+            let mut tail = TornTail { offset: bad.offset, len, saved_to: None, cut: false, problem: bad.problem };
+            if lock.is_some() {
+                let saved = self.save_torn(&path, &*file, bad.offset, len).map_err(|e| io_err("save the torn tail of", e))?;
+                file.set_len(bad.offset).map_err(|e| io_err("cut the torn tail of", e))?;
+                file.sync_data().map_err(|e| io_err("sync", e))?;
+                tail.saved_to = Some(saved.display().to_string());
+                tail.cut = true;
+            }
+            torn = Some(tail);
+        }
+        let log = FileLog::new(location, file, lock, scan.offsets, scan.end);
+        Ok(Opened { log: Box::new(log), torn })
+    }
+
+    fn list(&self) -> Result<Vec<SessionId>, StoreError> {
+        let names = match self.vfs.read_dir(&self.dir) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            r => r.map_err(|source| StoreError::Io { action: "list", location: self.describe(), source })?,
+        };
+        Ok(names
+            .iter()
+            .filter_map(|n| n.strip_suffix(".jsonl"))
+            .filter_map(|n| SessionId::parse(n).ok())
+            .collect())
+    }
+
+    fn stamp(&self, id: &SessionId) -> Result<Stamp, StoreError> {
+        match self.vfs.metadata(&self.path(id)) {
+            Ok(m) => Ok(Stamp { len: m.len, modified_ns: m.modified_ns }),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                Err(StoreError::NoSuchSession { query: id.to_string(), store: self.describe() })
+            }
+            Err(source) => Err(StoreError::Io { action: "inspect", location: self.location(id), source }),
+        }
+    }
+
+    fn writer_active(&self, id: &SessionId) -> bool {
+        let Ok(f) = self.vfs.open(&self.lock_path(id), OpenMode::Read) else {
+            return false;
+        };
+        // Taking the lock and dropping it at once: if we could take it, nobody holds it.
+        matches!(f.try_lock(), Ok(false))
+    }
+
+    fn remove(&self, id: &SessionId) -> Result<(), StoreError> {
+        let path = self.path(id);
+        if self.vfs.metadata(&path).is_err() {
+            return Err(StoreError::NoSuchSession { query: id.to_string(), store: self.describe() });
+        }
+        let lock = self.lock(id)?;
+        self.vfs
+            .remove_file(&path)
+            .map_err(|source| StoreError::Io { action: "remove", location: path.display().to_string(), source })?;
+        let _ = self.vfs.remove_file(&self.lock_path(id));
+        drop(lock);
+        self.vfs
+            .sync_dir(&self.dir)
+            .map_err(|source| StoreError::Io { action: "sync", location: self.describe(), source })
+    }
+
+    fn load_catalog(&self) -> Option<Vec<u8>> {
+        vfs::read_all(&*self.vfs, &self.catalog).ok()
+    }
+
+    fn save_catalog(&self, bytes: &[u8]) {
+        let _ = vfs::write_atomic(&*self.vfs, &self.catalog, bytes);
+    }
+}
+
+impl FileBackend {
+    fn save_torn(&self, path: &Path, file: &dyn VfsFile, offset: u64, len: u64) -> io::Result<PathBuf> {
+        let mut bytes = vec![0u8; usize::try_from(len).map_err(io::Error::other)?];
+        read_exact_at(file, &mut bytes, offset)?;
+        let stamp: String = crate::time::now_rfc3339().chars().filter(|c| !matches!(c, '-' | ':')).collect();
+        let mut target = PathBuf::from(format!("{}.torn-{stamp}", path.display()));
+        let mut n = 1;
+        while self.vfs.metadata(&target).is_ok() {
+            target = PathBuf::from(format!("{}.torn-{stamp}-{n}", path.display()));
+            n += 1;
+        }
+        let f = self.vfs.open(&target, OpenMode::CreateNew)?;
+        f.write_all_at(&bytes, 0)?;
+        f.sync_data()?;
+        self.vfs.sync_dir(&self.dir)?;
+        Ok(target)
+    }
+}
+
+fn read_exact_at(file: &dyn VfsFile, buf: &mut [u8], offset: u64) -> io::Result<()> {
+    let mut done = 0;
+    while done < buf.len() {
+        let n = file.read_at(&mut buf[done..], offset + done as u64)?;
+        if n == 0 {
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "the file is shorter than expected"));
+        }
+        done += n;
+    }
+    Ok(())
+}
+
+struct Bad {
+    offset: u64,
+    index: u64,
+    problem: String,
+}
+
+struct Scan {
+    offsets: Vec<u64>,
+    end: u64,
+    file_len: u64,
+    bad: Option<Bad>,
+}
+
+/// Reads the file in chunks, checking each line's framing. Intact lines are
+/// handed to `visit` until the first damaged one; after that, any intact line
+/// means damage in the middle (a hard error), and only damaged lines to the
+/// end of the file make a torn tail.
+fn scan(file: &dyn VfsFile, location: &str, visit: &mut Visitor<'_>) -> Result<Scan, OpenError> {
+    let io_err = |source| OpenError::Io { action: "read", location: location.to_owned(), source };
+    let file_len = file.len().map_err(io_err)?;
+    let mut offsets = Vec::new();
+    let mut bad: Option<Bad> = None;
+    let mut carry: Vec<u8> = Vec::new();
+    let mut chunk = vec![0u8; READ_CHUNK];
+    let mut pos: u64 = 0; // file offset of carry[0]
+    let mut read_off: u64 = 0;
+    let mut index: u64 = 0;
+    let mut end: u64 = 0;
+    loop {
+        let n = if read_off < file_len { file.read_at(&mut chunk, read_off).map_err(io_err)? } else { 0 };
+        let eof = n == 0;
+        read_off += n as u64;
+        let data: &[u8] = if carry.is_empty() { &chunk[..n] } else {
+            carry.extend_from_slice(&chunk[..n]);
+            &carry
+        };
+        let mut start = 0usize;
+        while let Some(nl) = data[start..].iter().position(|b| *b == b'\n') {
+            let line = &data[start..start + nl + 1];
+            let offset = pos + start as u64;
+            match frame::check(line) {
+                Ok(()) => {
+                    if let Some(b) = &bad {
+                        return Err(damaged(location, b.index, b.offset, format!(
+                            "{}, and intact records follow it, so it is not a torn tail", b.problem
+                        )));
+                    }
+                    visit(RawLine { index, offset, bytes: line })?;
+                    offsets.push(offset);
+                    index += 1;
+                    end = offset + line.len() as u64;
+                }
+                Err(d) => {
+                    if bad.is_none() {
+                        bad = Some(Bad { offset, index, problem: d.to_string() });
+                    }
+                }
+            }
+            start += nl + 1;
+        }
+        let rest = data[start..].to_vec();
+        pos += start as u64;
+        if eof {
+            if !rest.is_empty() && bad.is_none() {
+                bad = Some(Bad { offset: pos, index, problem: frame::FrameDamage::Incomplete.to_string() });
+            }
+            break;
+        }
+        carry = rest;
+    }
+    if offsets.is_empty() {
+        let problem = match &bad {
+            None => "the file is empty".to_owned(),
+            Some(b) => format!("its header (line 1) is unreadable: {}", b.problem),
+        };
+        return Err(OpenError::NotASession { location: location.to_owned(), problem });
+    }
+    Ok(Scan { offsets, end, file_len, bad })
+}
+
+fn damaged(location: &str, index: u64, offset: u64, problem: String) -> OpenError {
+    OpenError::Damaged(Box::new(Damage { location: location.to_owned(), line: index + 1, offset, problem }))
+}
+
+/// An open session file.
+#[derive(Debug)]
+struct FileLog {
+    location: String,
+    file: Arc<dyn VfsFile>,
+    lock: Option<Arc<dyn VfsFile>>,
+    /// Offsets of every line; the end of the last is `end`.
+    index: RwLock<Index>,
+    /// Set by the first failed write or sync; refuses writes afterwards.
+    poisoned: Mutex<Option<String>>,
+}
+
+#[derive(Debug)]
+struct Index {
+    offsets: Vec<u64>,
+    end: u64,
+}
+
+impl FileLog {
+    fn new(location: String, file: Arc<dyn VfsFile>, lock: Option<Arc<dyn VfsFile>>, offsets: Vec<u64>, end: u64) -> FileLog {
+        FileLog {
+            location,
+            file,
+            lock,
+            index: RwLock::new(Index { offsets, end }),
+            poisoned: Mutex::new(None),
+        }
+    }
+
+    fn check_writable(&self) -> Result<(), AppendError> {
+        if self.lock.is_none() {
+            return Err(AppendError::ReadOnly { session: self.location.clone() });
+        }
+        if let Some(cause) = self.poisoned.lock().unwrap_or_else(PoisonError::into_inner).as_ref() {
+            return Err(AppendError::Poisoned { session: self.location.clone(), cause: cause.clone() });
+        }
+        Ok(())
+    }
+
+    fn poison(&self, action: &'static str, source: io::Error) -> AppendError {
+        let mut p = self.poisoned.lock().unwrap_or_else(PoisonError::into_inner);
+        if p.is_none() {
+            *p = Some(format!("{action} failed: {source}"));
+        }
+        AppendError::Io { action, location: self.location.clone(), source }
+    }
+}
+
+impl Log for FileLog {
+    fn location(&self) -> &str {
+        &self.location
+    }
+
+    fn len(&self) -> u64 {
+        self.index.read().unwrap_or_else(PoisonError::into_inner).offsets.len() as u64
+    }
+
+    fn read(&self, seq: u64) -> Result<Vec<u8>, ReadError> {
+        let (start, end) = {
+            let idx = self.index.read().unwrap_or_else(PoisonError::into_inner);
+            let i = usize::try_from(seq).map_err(|_| ReadError::NoSuchRecord(seq))?;
+            let start = *idx.offsets.get(i).ok_or(ReadError::NoSuchRecord(seq))?;
+            (start, idx.offsets.get(i + 1).copied().unwrap_or(idx.end))
+        };
+        let mut buf = vec![0u8; (end - start) as usize];
+        read_exact_at(&*self.file, &mut buf, start)
+            .map_err(|source| ReadError::Io { location: self.location.clone(), source })?;
+        frame::check(&buf).map_err(|d| {
+            ReadError::Damaged(Box::new(Damage {
+                location: self.location.clone(),
+                line: seq + 1,
+                offset: start,
+                problem: format!("{d} (it verified when the session was opened: the file changed underneath)"),
+            }))
+        })?;
+        Ok(buf)
+    }
+
+    fn append(&self, lines: &[Vec<u8>]) -> Result<(), AppendError> {
+        self.check_writable()?;
+        let mut idx = self.index.write().unwrap_or_else(PoisonError::into_inner);
+        let total: usize = lines.iter().map(Vec::len).sum();
+        let mut buf = Vec::with_capacity(total);
+        let mut offsets = Vec::with_capacity(lines.len());
+        for l in lines {
+            offsets.push(idx.end + buf.len() as u64);
+            buf.extend_from_slice(l);
+        }
+        self.file.write_all_at(&buf, idx.end).map_err(|e| self.poison("write", e))?;
+        idx.end += buf.len() as u64;
+        idx.offsets.extend(offsets);
+        Ok(())
+    }
+
+    fn sync(&self) -> Result<(), AppendError> {
+        self.check_writable()?;
+        self.file.sync_data().map_err(|e| self.poison("sync", e))
+    }
+
+    fn is_writer(&self) -> bool {
+        self.lock.is_some()
+    }
+
+    fn byte_len(&self) -> u64 {
+        self.index.read().unwrap_or_else(PoisonError::into_inner).end
+    }
+}

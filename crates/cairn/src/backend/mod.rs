@@ -1,0 +1,179 @@
+//! The storage seam: a [`Backend`] holds many sessions, each a [`Log`] of
+//! framed lines (the same bytes whatever the backend). The core decodes lines
+//! and enforces every invariant; a backend stores, locks and syncs.
+//!
+//! Implementations: [`FileBackend`] (one JSON-lines file per session, the
+//! embedded default) and [`MemoryBackend`] (tests and ephemeral hosts).
+
+mod file;
+mod memory;
+
+use std::fmt;
+
+pub use file::FileBackend;
+pub use memory::MemoryBackend;
+
+use crate::error::{AppendError, OpenError, ReadError, StoreError};
+use crate::id::SessionId;
+
+/// Whether an open may write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Takes the session's writer lock and repairs a torn tail.
+    Write,
+    /// Takes no lock, never repairs, and ignores an incomplete tail.
+    Read,
+}
+
+/// One stored line handed to the open-time visitor.
+#[derive(Debug, Clone, Copy)]
+pub struct RawLine<'a> {
+    /// Position in the log, from 0 (the record's `seq` if intact).
+    pub index: u64,
+    /// Byte offset of the line (0 where the backend has no offsets).
+    pub offset: u64,
+    /// The line, newline included, with its checksum already verified.
+    pub bytes: &'a [u8],
+}
+
+/// A torn tail found at open.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TornTail {
+    /// Byte offset where the torn bytes began (the log's new length).
+    pub offset: u64,
+    /// How many bytes were torn.
+    pub len: u64,
+    /// Where the cut bytes were saved (writers only; readers cut nothing).
+    pub saved_to: Option<String>,
+    /// Whether the bytes were cut from the log (writers) or only ignored (readers).
+    pub cut: bool,
+    /// Why the first torn line is not a record.
+    pub problem: String,
+}
+
+/// What [`Backend::open`] returns.
+#[derive(Debug)]
+pub struct Opened {
+    /// The session's log.
+    pub log: Box<dyn Log>,
+    /// The torn tail that was cut (writers) or ignored (readers), if any.
+    pub torn: Option<TornTail>,
+}
+
+/// Cheap facts about a stored session, used to validate cached listings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Stamp {
+    /// Size of the log (bytes for files).
+    pub len: u64,
+    /// Modification time in nanoseconds (0 where unknown).
+    pub modified_ns: u128,
+}
+
+/// The visitor [`Backend::open`] calls for each intact line, in order.
+pub type Visitor<'v> = dyn FnMut(RawLine<'_>) -> Result<(), OpenError> + 'v;
+
+/// Storage for many sessions.
+pub trait Backend: Send + Sync + fmt::Debug {
+    /// A description of the store for messages, e.g. its directory.
+    fn describe(&self) -> String;
+
+    /// Where a session lives, for messages (its file path, for files).
+    fn location(&self, id: &SessionId) -> String;
+
+    /// Creates a session whose first line is `header`, durably (the header and
+    /// the session's existence survive power loss when this returns), and
+    /// returns it open for writing with its writer lock held.
+    ///
+    /// # Errors
+    ///
+    /// [`OpenError::AlreadyExists`], or I/O errors.
+    fn create(&self, id: &SessionId, header: &[u8]) -> Result<Box<dyn Log>, OpenError>;
+
+    /// Opens a session, calling `visit` for each intact line in order. With
+    /// [`Access::Write`] the writer lock is taken and a torn tail is cut (and
+    /// saved); with [`Access::Read`] nothing is locked or changed.
+    ///
+    /// # Errors
+    ///
+    /// [`OpenError::NotFound`], [`OpenError::InUse`], [`OpenError::Damaged`]
+    /// for damage anywhere but the tail, errors returned by `visit`, or I/O errors.
+    fn open(&self, id: &SessionId, access: Access, visit: &mut Visitor<'_>)
+    -> Result<Opened, OpenError>;
+
+    /// The ids of all sessions, in no particular order.
+    ///
+    /// # Errors
+    ///
+    /// I/O errors reading the store.
+    fn list(&self) -> Result<Vec<SessionId>, StoreError>;
+
+    /// Cheap facts that change whenever the session's log changes.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::NoSuchSession`] or I/O errors.
+    fn stamp(&self, id: &SessionId) -> Result<Stamp, StoreError>;
+
+    /// Whether a writer currently holds the session.
+    fn writer_active(&self, id: &SessionId) -> bool;
+
+    /// Removes a session.
+    ///
+    /// # Errors
+    ///
+    /// [`OpenError::InUse`] (as [`StoreError::Open`]) when a writer holds it,
+    /// [`StoreError::NoSuchSession`], or I/O errors.
+    fn remove(&self, id: &SessionId) -> Result<(), StoreError>;
+
+    /// Loads the listing cache, if the backend keeps one and it exists.
+    fn load_catalog(&self) -> Option<Vec<u8>>;
+
+    /// Replaces the listing cache (best effort: it is only a cache).
+    fn save_catalog(&self, bytes: &[u8]);
+}
+
+/// One session's log: framed lines, appended in order.
+pub trait Log: Send + Sync + fmt::Debug {
+    /// Where the log lives, for messages.
+    fn location(&self) -> &str;
+
+    /// Number of lines (records).
+    fn len(&self) -> u64;
+
+    /// Whether the log has no records (never true for an opened session).
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Reads line `seq` (newline included), verifying its checksum.
+    ///
+    /// # Errors
+    ///
+    /// [`ReadError::NoSuchRecord`], [`ReadError::Damaged`] if it no longer
+    /// verifies, or I/O errors.
+    fn read(&self, seq: u64) -> Result<Vec<u8>, ReadError>;
+
+    /// Writes complete lines at the end. They are visible to readers that
+    /// open afterwards but durable only after [`Log::sync`] (or at once, for
+    /// backends whose writes are durable).
+    ///
+    /// # Errors
+    ///
+    /// [`AppendError::ReadOnly`], [`AppendError::Poisoned`], or
+    /// [`AppendError::Io`], which poisons the log.
+    fn append(&self, lines: &[Vec<u8>]) -> Result<(), AppendError>;
+
+    /// Makes every line written so far durable. May run concurrently with
+    /// [`Log::append`]; covers at least the lines written before it was called.
+    ///
+    /// # Errors
+    ///
+    /// [`AppendError::Poisoned`] or [`AppendError::Io`], which poisons the log.
+    fn sync(&self) -> Result<(), AppendError>;
+
+    /// Whether this handle holds the writer lock.
+    fn is_writer(&self) -> bool;
+
+    /// Size of the log in bytes (lines, newlines included).
+    fn byte_len(&self) -> u64;
+}

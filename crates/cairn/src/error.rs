@@ -1,0 +1,273 @@
+//! Typed errors, one enum per operation family. Every message says what is
+//! wrong and, where there is one, what to do about it.
+
+use std::io;
+
+use crate::id::InvalidId;
+
+/// Damage found in a stored session: where it is and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Damage {
+    /// The session file (or database and session) that holds it.
+    pub location: String,
+    /// 1-based line (record `seq` + 1 where seq is intact).
+    pub line: u64,
+    /// Byte offset of the line's first byte (0 for backends without offsets).
+    pub offset: u64,
+    /// What is wrong.
+    pub problem: String,
+}
+
+impl std::fmt::Display for Damage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} is damaged at line {} (byte offset {}): {}. The file was left untouched; \
+             `cairn fsck` reports every problem and `cairn fsck --salvage OUT` writes a repaired copy",
+            self.location, self.line, self.offset, self.problem
+        )
+    }
+}
+
+/// Errors creating or opening a session.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OpenError {
+    /// No session by that id or path.
+    #[error("no session {session} in {location}; `cairn ls` lists the sessions there")]
+    NotFound {
+        /// The session asked for.
+        session: String,
+        /// Where it was looked for.
+        location: String,
+    },
+    /// A session with that id already exists.
+    #[error("session {session} already exists in {location}")]
+    AlreadyExists {
+        /// The session.
+        session: String,
+        /// Where.
+        location: String,
+    },
+    /// Another writer holds the session.
+    #[error(
+        "session {session} is in use by {}; wait for it to finish, or open it read-only",
+        holder.map_or_else(|| "another process".to_owned(), |p| format!("process {p}"))
+    )]
+    InUse {
+        /// The session.
+        session: String,
+        /// The holder's process id, when known.
+        holder: Option<u32>,
+    },
+    /// A record other than a torn last one is damaged.
+    #[error("{0}")]
+    Damaged(Box<Damage>),
+    /// The session was written by a newer format version.
+    #[error(
+        "{location} uses record format version {found}, but this cairn reads versions up to {supported}; \
+         upgrade cairn to open it (the file was not changed)"
+    )]
+    NewerFormat {
+        /// The session file.
+        location: String,
+        /// The version in its header.
+        found: u32,
+        /// The newest version this build reads.
+        supported: u32,
+    },
+    /// The path or id cannot name a session.
+    #[error("{0}")]
+    InvalidId(#[from] InvalidId),
+    /// The file is not a session (empty, or its first record is not a header).
+    #[error("{location} is not a cairn session: {problem} (the file was not changed)")]
+    NotASession {
+        /// The file.
+        location: String,
+        /// Why.
+        problem: String,
+    },
+    /// An I/O error.
+    #[error("cannot {action} {location}: {source}")]
+    Io {
+        /// What was being done ("open", "read", "lock", …).
+        action: &'static str,
+        /// The file or directory.
+        location: String,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// Errors appending to a session (entries, checkouts, operation records, sync).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AppendError {
+    /// An earlier write or sync failed; the handle refuses further writes.
+    #[error(
+        "session {session} refuses writes after an earlier I/O failure ({cause}); reopen it: \
+         acknowledged records are safe and any torn tail is cut on reopen"
+    )]
+    Poisoned {
+        /// The session.
+        session: String,
+        /// The failure that poisoned the handle.
+        cause: String,
+    },
+    /// The session was opened read-only.
+    #[error("session {session} is open read-only; open it for writing to append")]
+    ReadOnly {
+        /// The session.
+        session: String,
+    },
+    /// The record breaks an invariant; nothing was written.
+    #[error("{0}; nothing was written")]
+    Invalid(#[from] Invalid),
+    /// A write or sync failed; the handle is now poisoned.
+    #[error("cannot {action} {location}: {source}; the session refuses further writes until reopened")]
+    Io {
+        /// "write" or "sync".
+        action: &'static str,
+        /// The session file.
+        location: String,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// Reading a record needed to update the context failed.
+    #[error(transparent)]
+    Read(#[from] ReadError),
+}
+
+/// A record rejected at append time.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Invalid {
+    /// The parent is not an entry of the session.
+    #[error("parent {0} is not an entry of this session")]
+    MissingParent(String),
+    /// The id is already used.
+    #[error("entry id {0} is already used in this session")]
+    DuplicateId(String),
+    /// The id was preallocated for another record.
+    #[error("entry id {0} is reserved for {1}")]
+    Reserved(String, String),
+    /// A tool result answers no open call on the branch.
+    #[error("tool result for call {0:?} answers no tool call on the current branch")]
+    NoSuchCall(String),
+    /// A tool result answers a call that already has one.
+    #[error("tool call {0:?} already has a result on the current branch")]
+    AlreadyAnswered(String),
+    /// A compaction's `first_kept` is not on the branch.
+    #[error("compaction keeps from {0}, which is not on the current branch")]
+    FirstKeptOffBranch(String),
+    /// A compaction would separate a tool call from its result.
+    #[error("compaction keeping from {first_kept} would separate tool call {call_id:?} from its result; keep from the call instead")]
+    SplitsToolCall {
+        /// The proposed first kept entry.
+        first_kept: String,
+        /// The call that would be separated.
+        call_id: String,
+    },
+    /// A label's target is not an entry, or its name is not valid.
+    #[error("label {name:?}: {problem}")]
+    Label {
+        /// The label name.
+        name: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// An id does not follow the id rules.
+    #[error("{0}")]
+    Id(#[from] InvalidId),
+    /// The record has a shape this version refuses to write.
+    #[error("{0}")]
+    Other(String),
+}
+
+/// Errors reading records of an open session.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReadError {
+    /// A record no longer reads back as it did at open.
+    #[error("{0}")]
+    Damaged(Box<Damage>),
+    /// An I/O error.
+    #[error("cannot read {location}: {source}")]
+    Io {
+        /// The session file.
+        location: String,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// No record with that seq.
+    #[error("session has no record {0}")]
+    NoSuchRecord(u64),
+}
+
+/// Errors resolving an entry reference (id, unique id prefix or label).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LookupError {
+    /// Nothing matches.
+    #[error("no entry, label or id prefix {0:?} in this session; `cairn tree` shows the entries")]
+    NotFound(String),
+    /// More than one entry id starts with the prefix.
+    #[error("entry prefix {query:?} is ambiguous: it matches {}; type more characters", candidates.join(", "))]
+    Ambiguous {
+        /// The prefix.
+        query: String,
+        /// The matching ids (at most 10).
+        candidates: Vec<String>,
+    },
+}
+
+/// Errors of store-wide operations: resolving, listing, removing, forking.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// No session matches.
+    #[error("no session matches {query:?} in {store}; `cairn ls` lists them")]
+    NoSuchSession {
+        /// What was asked for.
+        query: String,
+        /// The store.
+        store: String,
+    },
+    /// More than one session id starts with the prefix.
+    #[error("session prefix {query:?} is ambiguous: it matches {}; type more characters", candidates.join(", "))]
+    Ambiguous {
+        /// The prefix.
+        query: String,
+        /// The matching ids (at most 10).
+        candidates: Vec<String>,
+    },
+    /// The store has no sessions (for "most recent").
+    #[error("the store {0} has no sessions yet; `cairn new` creates one")]
+    Empty(String),
+    /// Opening a session failed.
+    #[error(transparent)]
+    Open(#[from] OpenError),
+    /// Appending failed.
+    #[error(transparent)]
+    Append(#[from] AppendError),
+    /// Reading failed.
+    #[error(transparent)]
+    Read(#[from] ReadError),
+    /// An entry reference did not resolve.
+    #[error(transparent)]
+    Lookup(#[from] LookupError),
+    /// An I/O error on the store itself.
+    #[error("cannot {action} {location}: {source}")]
+    Io {
+        /// What was being done.
+        action: &'static str,
+        /// The file or directory.
+        location: String,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+}

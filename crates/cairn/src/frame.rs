@@ -1,0 +1,486 @@
+//! Framing: one record as one line of JSON, with a CRC32C that detects a torn
+//! or flipped line. Byte-exact rules are in `docs/FORMAT.md` ("Framing").
+//!
+//! A line is
+//! `{"seq":N,"ts":"…","kind":"…"[,"ignorable":true][,"id":"…","parent":…],"data":…,"crc":"xxxxxxxx"}\n`
+//! and the checksum is CRC32C (Castagnoli) over every byte of the line before
+//! the 18-byte trailer `,"crc":"xxxxxxxx"}` (so from the opening `{` up to the
+//! end of the `data` value), written as 8 lower-case hex digits.
+
+use std::borrow::Cow;
+
+use serde::Deserialize;
+use serde::de::Deserializer;
+use serde_json::value::RawValue;
+
+use crate::id::EntryId;
+use crate::record::{
+    ApprovalRequested, ApprovalResolved, Checkout, Compaction, Custom, Entry, EntryBody, Header,
+    InputQueued, Label, Message, ModelAttempted, OpFinished, OpRecord, OpStarted, SessionInfo,
+    Settings, ToolDispatched, Unknown, UsageSettled, AppStateChange,
+};
+
+/// Length of the trailer `,"crc":"xxxxxxxx"}` (without the newline).
+pub const TRAILER_LEN: usize = 18;
+const TRAILER_PREFIX: &[u8] = b",\"crc\":\"";
+
+/// The record kinds that are tree entries.
+pub const ENTRY_KINDS: &[&str] = &[
+    "message",
+    "app_state",
+    "compaction",
+    "checkout",
+    "settings",
+    "label",
+    "session_info",
+    "custom",
+];
+
+/// The record kinds of the operation journal.
+pub const OP_KINDS: &[&str] = &[
+    "op_started",
+    "model_attempted",
+    "usage_settled",
+    "approval_requested",
+    "approval_resolved",
+    "tool_dispatched",
+    "input_queued",
+    "op_finished",
+];
+
+/// Why a line's framing is not intact (the line is torn or damaged).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum FrameDamage {
+    /// The line does not end with a newline: it was not completely written.
+    #[error("the line is incomplete (no newline at its end)")]
+    Incomplete,
+    /// The line does not end with a well-formed `,"crc":"xxxxxxxx"}` trailer.
+    #[error("the line has no valid checksum trailer")]
+    NoTrailer,
+    /// The stored checksum does not match the line's bytes.
+    #[error("checksum mismatch (stored {stored:08x}, computed {computed:08x})")]
+    Checksum {
+        /// The checksum written in the line.
+        stored: u32,
+        /// The checksum of the bytes as read.
+        computed: u32,
+    },
+}
+
+/// Checks a line's framing: `line` must include its trailing newline.
+///
+/// # Errors
+///
+/// [`FrameDamage`] when the newline, the trailer or the checksum is wrong.
+pub fn check(line: &[u8]) -> Result<(), FrameDamage> {
+    let Some(body) = line.strip_suffix(b"\n") else {
+        return Err(FrameDamage::Incomplete);
+    };
+    check_body(body)
+}
+
+/// Like [`check`], for a line without its newline.
+///
+/// # Errors
+///
+/// [`FrameDamage`] when the trailer or the checksum is wrong.
+pub fn check_body(body: &[u8]) -> Result<(), FrameDamage> {
+    if body.len() < TRAILER_LEN + 2 {
+        return Err(FrameDamage::NoTrailer);
+    }
+    let (covered, trailer) = body.split_at(body.len() - TRAILER_LEN);
+    if !trailer.starts_with(TRAILER_PREFIX) || !trailer.ends_with(b"\"}") {
+        return Err(FrameDamage::NoTrailer);
+    }
+    let hex = &trailer[TRAILER_PREFIX.len()..TRAILER_PREFIX.len() + 8];
+    let stored = parse_hex(hex).ok_or(FrameDamage::NoTrailer)?;
+    let computed = crc32c::crc32c(covered);
+    if stored != computed {
+        return Err(FrameDamage::Checksum { stored, computed });
+    }
+    Ok(())
+}
+
+fn parse_hex(hex: &[u8]) -> Option<u32> {
+    let mut v = 0u32;
+    for &c in hex {
+        let d = match c {
+            b'0'..=b'9' => c - b'0',
+            b'a'..=b'f' => c - b'a' + 10,
+            _ => return None,
+        };
+        v = (v << 4) | u32::from(d);
+    }
+    Some(v)
+}
+
+/// The framing fields of one line, with `data` left undecoded.
+#[derive(Debug, Deserialize)]
+pub struct Frame<'a> {
+    /// Position in the session, contiguous from 0.
+    pub seq: u64,
+    /// When the record was written.
+    #[serde(borrow)]
+    pub ts: Cow<'a, str>,
+    /// The record kind.
+    #[serde(borrow)]
+    pub kind: Cow<'a, str>,
+    /// Whether a reader that does not know `kind` may skip the record.
+    #[serde(default)]
+    pub ignorable: bool,
+    /// Entry id (entries only).
+    #[serde(default)]
+    pub id: Option<EntryId>,
+    /// Parent entry id: absent for non-entries, `null` for a root entry.
+    #[serde(default, deserialize_with = "present")]
+    pub parent: Option<Option<EntryId>>,
+    /// The kind-specific payload.
+    #[serde(borrow)]
+    pub data: &'a RawValue,
+}
+
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<EntryId>>, D::Error> {
+    Option::<EntryId>::deserialize(d).map(Some)
+}
+
+/// What class of record a frame holds, known without decoding its data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Class {
+    /// Record 0.
+    Header,
+    /// A tree entry (including ignorable unknown kinds with an id).
+    Entry,
+    /// An operation-journal record (including ignorable unknown kinds without an id).
+    Op,
+}
+
+/// Why a line whose framing is intact cannot be read as a record.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DecodeError {
+    /// The line is not the JSON object the format requires.
+    #[error("the record is not valid: {0}")]
+    Json(String),
+    /// The kind is not known to this version and the record is not marked ignorable.
+    #[error(
+        "unknown record kind {0:?}; it was written by a newer or different program and is not marked \"ignorable\": upgrade cairn to read it"
+    )]
+    UnknownKind(String),
+    /// An entry kind without `id` or `parent`, or a non-entry kind with them.
+    #[error("record kind {kind:?} {problem}")]
+    Shape {
+        /// The kind.
+        kind: String,
+        /// What is wrong.
+        problem: &'static str,
+    },
+}
+
+impl Frame<'_> {
+    /// Parses the framing fields of a line whose checksum was checked.
+    ///
+    /// # Errors
+    ///
+    /// [`DecodeError::Json`] when the line is not a JSON object with the
+    /// required fields.
+    pub fn parse(line: &[u8]) -> Result<Frame<'_>, DecodeError> {
+        serde_json::from_slice(line).map_err(|e| DecodeError::Json(e.to_string()))
+    }
+
+    /// The class of the record, checking that entry kinds carry `id` and
+    /// `parent` and that others don't.
+    ///
+    /// # Errors
+    ///
+    /// [`DecodeError::UnknownKind`] for an unknown kind not marked ignorable;
+    /// [`DecodeError::Shape`] when `id`/`parent` presence does not fit the kind.
+    pub fn class(&self) -> Result<Class, DecodeError> {
+        let kind = self.kind.as_ref();
+        let shape = |problem| DecodeError::Shape { kind: kind.to_owned(), problem };
+        let has_entry_fields = match (&self.id, &self.parent) {
+            (Some(_), Some(_)) => true,
+            (None, None) => false,
+            _ => return Err(shape("must have both \"id\" and \"parent\" or neither")),
+        };
+        let class = if kind == "header" {
+            Class::Header
+        } else if ENTRY_KINDS.contains(&kind) {
+            Class::Entry
+        } else if OP_KINDS.contains(&kind) {
+            Class::Op
+        } else if self.ignorable {
+            if has_entry_fields { Class::Entry } else { Class::Op }
+        } else {
+            return Err(DecodeError::UnknownKind(kind.to_owned()));
+        };
+        match (class, has_entry_fields) {
+            (Class::Entry, false) => Err(shape("is an entry and needs \"id\" and \"parent\"")),
+            (Class::Header | Class::Op, true) => Err(shape("is not an entry and must not have \"id\" or \"parent\"")),
+            _ => Ok(class),
+        }
+    }
+}
+
+/// A decoded record body.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Body {
+    /// Record 0.
+    Header(Header),
+    /// A tree entry.
+    Entry(Entry),
+    /// An operation-journal record.
+    Op(OpRecord),
+}
+
+fn data<T: for<'de> Deserialize<'de>>(frame: &Frame<'_>) -> Result<T, DecodeError> {
+    serde_json::from_str(frame.data.get())
+        .map_err(|e| DecodeError::Json(format!("{} data: {e}", frame.kind)))
+}
+
+/// Decodes the body of a parsed frame.
+///
+/// # Errors
+///
+/// As [`Frame::class`], and [`DecodeError::Json`] when `data` does not fit the kind.
+pub fn decode_body(frame: &Frame<'_>) -> Result<Body, DecodeError> {
+    let class = frame.class()?;
+    let kind = frame.kind.as_ref();
+    Ok(match class {
+        Class::Header => Body::Header(data(frame)?),
+        Class::Entry => {
+            let body = match kind {
+                "message" => EntryBody::Message(data::<Message>(frame)?),
+                "app_state" => EntryBody::AppState(data::<AppStateChange>(frame)?),
+                "compaction" => EntryBody::Compaction(data::<Compaction>(frame)?),
+                "checkout" => EntryBody::Checkout(data::<Checkout>(frame)?),
+                "settings" => EntryBody::Settings(data::<Settings>(frame)?),
+                "label" => EntryBody::Label(data::<Label>(frame)?),
+                "session_info" => EntryBody::SessionInfo(data::<SessionInfo>(frame)?),
+                "custom" => EntryBody::Custom(data::<Custom>(frame)?),
+                _ => EntryBody::Ignored(Unknown { kind: kind.to_owned(), data: data(frame)? }),
+            };
+            let (Some(id), Some(parent)) = (frame.id.clone(), frame.parent.clone()) else {
+                return Err(DecodeError::Shape { kind: kind.to_owned(), problem: "lacks id" });
+            };
+            Body::Entry(Entry { id, parent, body })
+        }
+        Class::Op => Body::Op(match kind {
+            "op_started" => OpRecord::OpStarted(data::<OpStarted>(frame)?),
+            "model_attempted" => OpRecord::ModelAttempted(data::<ModelAttempted>(frame)?),
+            "usage_settled" => OpRecord::UsageSettled(data::<UsageSettled>(frame)?),
+            "approval_requested" => OpRecord::ApprovalRequested(data::<ApprovalRequested>(frame)?),
+            "approval_resolved" => OpRecord::ApprovalResolved(data::<ApprovalResolved>(frame)?),
+            "tool_dispatched" => OpRecord::ToolDispatched(data::<ToolDispatched>(frame)?),
+            "input_queued" => OpRecord::InputQueued(data::<InputQueued>(frame)?),
+            "op_finished" => OpRecord::OpFinished(data::<OpFinished>(frame)?),
+            _ => OpRecord::Ignored(Unknown { kind: kind.to_owned(), data: data(frame)? }),
+        }),
+    })
+}
+
+fn entry_data(body: &EntryBody) -> Result<String, serde_json::Error> {
+    match body {
+        EntryBody::Message(m) => serde_json::to_string(m),
+        EntryBody::AppState(a) => serde_json::to_string(a),
+        EntryBody::Compaction(c) => serde_json::to_string(c),
+        EntryBody::Checkout(c) => serde_json::to_string(c),
+        EntryBody::Settings(s) => serde_json::to_string(s),
+        EntryBody::Label(l) => serde_json::to_string(l),
+        EntryBody::SessionInfo(s) => serde_json::to_string(s),
+        EntryBody::Custom(c) => serde_json::to_string(c),
+        EntryBody::Ignored(u) => serde_json::to_string(&u.data),
+    }
+}
+
+fn op_data(op: &OpRecord) -> Result<String, serde_json::Error> {
+    match op {
+        OpRecord::OpStarted(r) => serde_json::to_string(r),
+        OpRecord::ModelAttempted(r) => serde_json::to_string(r),
+        OpRecord::UsageSettled(r) => serde_json::to_string(r),
+        OpRecord::ApprovalRequested(r) => serde_json::to_string(r),
+        OpRecord::ApprovalResolved(r) => serde_json::to_string(r),
+        OpRecord::ToolDispatched(r) => serde_json::to_string(r),
+        OpRecord::InputQueued(r) => serde_json::to_string(r),
+        OpRecord::OpFinished(r) => serde_json::to_string(r),
+        OpRecord::Ignored(u) => serde_json::to_string(&u.data),
+    }
+}
+
+/// Encodes one record as a complete line, newline included.
+pub fn encode(seq: u64, ts: &str, body: &Body) -> Vec<u8> {
+    match body {
+        Body::Header(h) => encode_parts(seq, ts, "header", false, None, serde_json::to_string(h)),
+        Body::Entry(e) => encode_entry(seq, ts, e),
+        Body::Op(op) => encode_op(seq, ts, op),
+    }
+}
+
+/// Encodes an entry record.
+pub fn encode_entry(seq: u64, ts: &str, e: &Entry) -> Vec<u8> {
+    let ignorable = matches!(e.body, EntryBody::Ignored(_));
+    let ids = Some((&e.id, e.parent.as_ref()));
+    encode_parts(seq, ts, e.body.kind(), ignorable, ids, entry_data(&e.body))
+}
+
+/// Encodes an operation-journal record.
+pub fn encode_op(seq: u64, ts: &str, op: &OpRecord) -> Vec<u8> {
+    let ignorable = matches!(op, OpRecord::Ignored(_));
+    encode_parts(seq, ts, op.kind(), ignorable, None, op_data(op))
+}
+
+fn encode_parts(
+    seq: u64,
+    ts: &str,
+    kind: &str,
+    ignorable: bool,
+    ids: Option<(&EntryId, Option<&EntryId>)>,
+    data: Result<String, serde_json::Error>,
+) -> Vec<u8> {
+    // Serializing cairn's own types cannot fail: every map key is a string.
+    let data = data.unwrap_or_else(|_| "null".to_owned());
+    let mut line = Vec::with_capacity(data.len() + 128);
+    line.extend_from_slice(b"{\"seq\":");
+    line.extend_from_slice(seq.to_string().as_bytes());
+    line.extend_from_slice(b",\"ts\":");
+    push_json_str(&mut line, ts);
+    line.extend_from_slice(b",\"kind\":");
+    push_json_str(&mut line, kind);
+    if ignorable {
+        line.extend_from_slice(b",\"ignorable\":true");
+    }
+    if let Some((id, parent)) = ids {
+        line.extend_from_slice(b",\"id\":");
+        push_json_str(&mut line, id.as_str());
+        line.extend_from_slice(b",\"parent\":");
+        match parent {
+            Some(p) => push_json_str(&mut line, p.as_str()),
+            None => line.extend_from_slice(b"null"),
+        }
+    }
+    line.extend_from_slice(b",\"data\":");
+    line.extend_from_slice(data.as_bytes());
+    seal(&mut line);
+    line
+}
+
+/// Appends the checksum trailer and newline to the covered bytes in `line`.
+pub fn seal(line: &mut Vec<u8>) {
+    let crc = crc32c::crc32c(line);
+    line.extend_from_slice(TRAILER_PREFIX);
+    line.extend_from_slice(format!("{crc:08x}").as_bytes());
+    line.extend_from_slice(b"\"}\n");
+}
+
+fn push_json_str(out: &mut Vec<u8>, s: &str) {
+    // Writing a str into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut *out, s);
+}
+
+/// Parses, checks and decodes a whole line (newline included).
+///
+/// # Errors
+///
+/// A [`LineError`] saying whether the framing or the content is wrong.
+pub fn decode_line(line: &[u8]) -> Result<(u64, String, Body), LineError> {
+    check(line).map_err(LineError::Frame)?;
+    let frame = Frame::parse(line).map_err(LineError::Decode)?;
+    let body = decode_body(&frame).map_err(LineError::Decode)?;
+    Ok((frame.seq, frame.ts.into_owned(), body))
+}
+
+/// A line that could not be decoded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LineError {
+    /// The framing is damaged.
+    #[error(transparent)]
+    Frame(FrameDamage),
+    /// The framing is intact but the content is not a valid record.
+    #[error(transparent)]
+    Decode(DecodeError),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{Block, Role};
+    use serde_json::json;
+
+    fn msg_entry() -> Body {
+        Body::Entry(Entry {
+            id: EntryId::parse("a1b2c3d4").unwrap(),
+            parent: None,
+            body: EntryBody::Message(Message::text(Role::User, "hello \"world\"\n")),
+        })
+    }
+
+    #[test]
+    fn encoded_line_round_trips_and_is_plain_json() {
+        let line = encode(3, "2026-11-30T00:00:00.000Z", &msg_entry());
+        let v: serde_json::Value = serde_json::from_slice(&line).unwrap();
+        assert_eq!(v["seq"], 3);
+        assert_eq!(v["kind"], "message");
+        assert_eq!(v["parent"], serde_json::Value::Null);
+        assert_eq!(v["data"]["content"][0]["text"], "hello \"world\"\n");
+        let (seq, ts, body) = decode_line(&line).unwrap();
+        assert_eq!((seq, ts.as_str()), (3, "2026-11-30T00:00:00.000Z"));
+        assert_eq!(body, msg_entry());
+        assert_eq!(line.iter().filter(|b| **b == b'\n').count(), 1);
+    }
+
+    #[test]
+    fn checksum_covers_everything_before_the_trailer() {
+        let line = encode(0, "t", &msg_entry());
+        let covered = &line[..line.len() - 1 - TRAILER_LEN];
+        let crc = format!("{:08x}", crc32c::crc32c(covered));
+        assert!(line.ends_with(format!(",\"crc\":\"{crc}\"}}\n").as_bytes()));
+    }
+
+    #[test]
+    fn every_flipped_bit_is_detected() {
+        let line = encode(7, "2026-11-30T00:00:00.000Z", &msg_entry());
+        for i in 0..line.len() - 1 {
+            for bit in 0..8 {
+                let mut bad = line.clone();
+                bad[i] ^= 1 << bit;
+                assert!(decode_line(&bad).is_err(), "flip at byte {i} bit {bit} went unnoticed");
+            }
+        }
+    }
+
+    #[test]
+    fn unknown_kind_needs_ignorable() {
+        let mut line = br#"{"seq":1,"ts":"t","kind":"x.future","data":{"a":1}"#.to_vec();
+        seal(&mut line);
+        assert!(matches!(decode_line(&line), Err(LineError::Decode(DecodeError::UnknownKind(k))) if k == "x.future"));
+        let mut line = br#"{"seq":1,"ts":"t","kind":"x.future","ignorable":true,"data":{"a":1}"#.to_vec();
+        seal(&mut line);
+        let (_, _, body) = decode_line(&line).unwrap();
+        assert!(matches!(body, Body::Op(OpRecord::Ignored(u)) if u.data == json!({"a":1})));
+    }
+
+    #[test]
+    fn entry_kinds_need_id_and_parent() {
+        let mut line = br#"{"seq":1,"ts":"t","kind":"message","data":{"role":"user","content":[]}"#.to_vec();
+        seal(&mut line);
+        assert!(matches!(decode_line(&line), Err(LineError::Decode(DecodeError::Shape { .. }))));
+    }
+
+    #[test]
+    fn tool_blocks_round_trip() {
+        let m = Message {
+            role: Role::Assistant,
+            content: vec![
+                Block::Thinking { thinking: "hm".into(), signature: None },
+                Block::ToolCall { call_id: "c1".into(), name: "bash".into(), arguments: json!({"cmd":"ls"}) },
+            ],
+            usage: None,
+            model: Some("m".into()),
+            stop_reason: Some("tool_use".into()),
+        };
+        let body = Body::Entry(Entry { id: EntryId::parse("x").unwrap(), parent: None, body: EntryBody::Message(m) });
+        let line = encode(1, "t", &body);
+        assert_eq!(decode_line(&line).unwrap().2, body);
+    }
+}

@@ -1,0 +1,52 @@
+//! cairn: a durable session engine for AI agents.
+//!
+//! A session is an append-only log of records; the log is the single source
+//! of truth and everything else — the messages the model sees, the app state,
+//! the settings, the labels — is a pure function of it ([`Context`]).
+//!
+//! ```
+//! use cairn::{Access, EntryBody, Message, NewSession, Role, Store};
+//! use cairn::backend::MemoryBackend;
+//! use std::sync::Arc;
+//!
+//! let store = Store::with_backend(Arc::new(MemoryBackend::new()));
+//! let session = store.create(NewSession::default())?;
+//! let hello = session.append(EntryBody::Message(Message::text(Role::User, "hello")))?;
+//! session.append(EntryBody::Message(Message::text(Role::Assistant, "hi!")))?;
+//! // Rewind to the first message: the reply is no longer in the context,
+//! // but it is still in the log and reachable by another checkout.
+//! session.checkout(hello.id.as_ref(), None)?;
+//! assert_eq!(session.context().messages().len(), 1);
+//! drop(session);
+//! let id = store.list()?[0].id.clone();
+//! let again = store.open(&id, Access::Read)?;
+//! assert_eq!(again.context().messages().len(), 1);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+pub mod backend;
+mod commit;
+pub mod error;
+pub mod frame;
+mod id;
+mod projection;
+pub mod record;
+mod session;
+mod store;
+mod time;
+mod tree;
+pub mod vfs;
+
+pub use backend::{Access, Backend, FileBackend, MemoryBackend};
+pub use commit::Durability;
+pub use error::{AppendError, Damage, Invalid, LookupError, OpenError, ReadError, StoreError};
+pub use frame::Body;
+pub use id::{EntryId, InvalidId, SessionId};
+pub use projection::{ActiveCompaction, Context, ContextMessage, Source, apply_state, merge_patch};
+pub use record::{
+    AppStateChange, Block, Checkout, Compaction, Custom, EffectClass, Entry, EntryBody, Header,
+    Label, Lineage, Message, OpRecord, Role, SessionInfo, Settings, Usage,
+};
+pub use session::{Appended, NewEntry, NewSession, NodeInfo, OpenReport, Parent, Record, Session, WRITER};
+pub use store::{SessionSummary, Store, excerpt, locate_path, summary_of};
+pub use time::{format_millis, now_rfc3339, parse_millis};

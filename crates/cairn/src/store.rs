@@ -1,0 +1,330 @@
+//! The session store: many sessions behind one [`Backend`], resolved by id,
+//! unique id prefix or path; listing through a catalog that is only a cache;
+//! fork.
+//!
+//! The catalog maps each session to a summary and the [`Stamp`] of the log it
+//! was computed from. Listing compares stamps with the backend: a session whose
+//! stamp changed (or that the catalog lacks) is re-read read-only; sessions the
+//! backend no longer has are dropped; a catalog that does not parse is
+//! ignored. So a deleted, stale or corrupted catalog is rebuilt, never trusted,
+//! and processes writing different sessions at once can only make it stale.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::backend::{Access, Backend, FileBackend, Stamp};
+use crate::error::{OpenError, StoreError};
+use crate::id::{self, EntryId, SessionId};
+use crate::record::{EntryBody, ForkOrigin, Lineage};
+use crate::session::{NewEntry, NewSession, Parent, Session};
+
+/// What a listing shows of a session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionSummary {
+    /// The session.
+    pub id: SessionId,
+    /// Its title, if any.
+    pub title: Option<String>,
+    /// When it was created.
+    pub created: String,
+    /// When its last record was written.
+    pub updated: String,
+    /// Number of entries.
+    pub entries: u64,
+    /// Number of records, header included.
+    pub records: u64,
+    /// The first user message, cut to 80 characters.
+    pub first_message: Option<String>,
+    /// The session it was forked from, if any.
+    pub forked_from: Option<SessionId>,
+}
+
+/// Longest first-message excerpt in a summary, in characters.
+pub const FIRST_MESSAGE_CHARS: usize = 80;
+
+const CATALOG_VERSION: u32 = 1;
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Catalog {
+    version: u32,
+    sessions: BTreeMap<String, CatalogEntry>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct CatalogEntry {
+    stamp: Stamp,
+    summary: SessionSummary,
+}
+
+/// Many sessions behind one backend.
+#[derive(Debug, Clone)]
+pub struct Store {
+    backend: Arc<dyn Backend>,
+}
+
+impl Store {
+    /// A store of session files under `home` (sessions in `home/sessions/`,
+    /// the catalog in `home/catalog.json`). Nothing is created until a session is.
+    pub fn open_dir(home: impl AsRef<Path>) -> Store {
+        Store::with_backend(Arc::new(FileBackend::new(home.as_ref().join("sessions"))))
+    }
+
+    /// A store over any backend.
+    pub fn with_backend(backend: Arc<dyn Backend>) -> Store {
+        Store { backend }
+    }
+
+    /// The default home: `$CAIRN_HOME`, else `$XDG_DATA_HOME/cairn`, else
+    /// `~/.local/share/cairn`.
+    pub fn default_home() -> Option<PathBuf> {
+        if let Some(h) = std::env::var_os("CAIRN_HOME").filter(|h| !h.is_empty()) {
+            return Some(PathBuf::from(h));
+        }
+        if let Some(x) = std::env::var_os("XDG_DATA_HOME").filter(|h| !h.is_empty()) {
+            return Some(PathBuf::from(x).join("cairn"));
+        }
+        std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share/cairn"))
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &Arc<dyn Backend> {
+        &self.backend
+    }
+
+    /// Creates a session.
+    ///
+    /// # Errors
+    ///
+    /// As [`Session::create`].
+    pub fn create(&self, opts: NewSession) -> Result<Session, OpenError> {
+        Session::create(&*self.backend, opts)
+    }
+
+    /// Opens a session by id.
+    ///
+    /// # Errors
+    ///
+    /// As [`Session::open`].
+    pub fn open(&self, id: &SessionId, access: Access) -> Result<Session, OpenError> {
+        Session::open(&*self.backend, id, access)
+    }
+
+    /// Resolves a full id or a unique id prefix.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::NoSuchSession`], [`StoreError::Ambiguous`], or I/O errors.
+    pub fn resolve(&self, query: &str) -> Result<SessionId, StoreError> {
+        let q = query.to_ascii_lowercase();
+        if !id::is_session_id_prefix(&q) {
+            return Err(self.no_such(query));
+        }
+        let mut found: Vec<SessionId> =
+            self.backend.list()?.into_iter().filter(|id| id.as_str().starts_with(&q)).collect();
+        found.sort();
+        match found.len() {
+            0 => Err(self.no_such(query)),
+            1 => Ok(found.remove(0)),
+            n => {
+                let mut candidates: Vec<String> = found.iter().take(10).map(ToString::to_string).collect();
+                if n > 10 {
+                    candidates.push(format!("and {} more", n - 10));
+                }
+                Err(StoreError::Ambiguous { query: query.to_owned(), candidates })
+            }
+        }
+    }
+
+    fn no_such(&self, query: &str) -> StoreError {
+        StoreError::NoSuchSession { query: query.to_owned(), store: self.backend.describe() }
+    }
+
+    /// The most recently updated session (for `--continue`).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Empty`] when there is none, or as [`Store::list`].
+    pub fn latest(&self) -> Result<SessionId, StoreError> {
+        self.list()?
+            .into_iter()
+            .next()
+            .map(|s| s.id)
+            .ok_or_else(|| StoreError::Empty(self.backend.describe()))
+    }
+
+    /// Lists every session, most recently updated first, through the catalog.
+    ///
+    /// # Errors
+    ///
+    /// I/O errors listing the store. A session that cannot be read is listed
+    /// with what its id tells (creation time) and no title, rather than hiding
+    /// the others.
+    pub fn list(&self) -> Result<Vec<SessionSummary>, StoreError> {
+        let ids = self.backend.list()?;
+        let mut catalog: Catalog = self
+            .backend
+            .load_catalog()
+            .and_then(|b| serde_json::from_slice::<Catalog>(&b).ok())
+            .filter(|c| c.version == CATALOG_VERSION)
+            .unwrap_or_default();
+        let mut changed = catalog.sessions.len() != ids.len();
+        let mut out = Vec::with_capacity(ids.len());
+        let mut fresh = BTreeMap::new();
+        for id in ids {
+            let Ok(stamp) = self.backend.stamp(&id) else { continue };
+            let cached = catalog.sessions.remove(id.as_str()).filter(|c| c.stamp == stamp && c.summary.id == id);
+            let entry = match cached {
+                Some(c) => c,
+                None => {
+                    changed = true;
+                    match self.summarize(&id) {
+                        Some(summary) => CatalogEntry { stamp, summary },
+                        None => {
+                            out.push(unreadable_summary(&id));
+                            continue;
+                        }
+                    }
+                }
+            };
+            out.push(entry.summary.clone());
+            fresh.insert(id.to_string(), entry);
+        }
+        changed |= !catalog.sessions.is_empty();
+        if changed {
+            let c = Catalog { version: CATALOG_VERSION, sessions: fresh };
+            if let Ok(bytes) = serde_json::to_vec(&c) {
+                self.backend.save_catalog(&bytes);
+            }
+        }
+        out.sort_by(|a, b| b.updated.cmp(&a.updated).then_with(|| b.id.cmp(&a.id)));
+        Ok(out)
+    }
+
+    fn summarize(&self, id: &SessionId) -> Option<SessionSummary> {
+        let s = Session::open(&*self.backend, id, Access::Read).ok()?;
+        summary_of(&s).ok()
+    }
+
+    /// Removes a session.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::NoSuchSession`], in use, or I/O errors.
+    pub fn remove(&self, id: &SessionId) -> Result<(), StoreError> {
+        self.backend.remove(id)
+    }
+
+    /// Forks `source` at `at` into a new session holding the branch from the
+    /// root to `at` (`None`: an empty branch), with the same ids, times and
+    /// initial state, and a header naming the source session and entry. The
+    /// source is untouched. Labels whose target is not copied are dropped;
+    /// operation records are not copied (they belong to the source's runs).
+    ///
+    /// # Errors
+    ///
+    /// Open, read or append errors; the partial fork is removed on failure.
+    pub fn fork(&self, source: &Session, at: Option<&EntryId>, title: Option<String>) -> Result<Session, StoreError> {
+        let entries = source.branch_entries(at)?;
+        let h = source.header();
+        let fork = self.create(NewSession {
+            id: None,
+            title: title.or_else(|| source.title()),
+            cwd: h.cwd.clone(),
+            app_state: Some(h.app_state.clone()),
+            lineage: Lineage {
+                forked_from: Some(ForkOrigin { session: source.id().clone(), entry: at.cloned() }),
+                parent: h.lineage.parent.clone(),
+            },
+        })?;
+        fork.set_durability(crate::Durability::Buffered);
+        let copied: std::collections::HashSet<&EntryId> = entries.iter().map(|(e, _)| &e.id).collect();
+        let mut parent: Option<EntryId> = None;
+        let result = (|| {
+            for (e, ts) in &entries {
+                if let EntryBody::Label(l) = &e.body
+                    && l.target.as_ref().is_some_and(|t| !copied.contains(t))
+                {
+                    continue;
+                }
+                let new = NewEntry {
+                    id: Some(e.id.clone()),
+                    parent: parent.clone().map_or(Parent::Root, Parent::Entry),
+                    body: e.body.clone(),
+                };
+                fork.append_entry_at(new, Some(ts.clone()))?;
+                parent = Some(e.id.clone());
+            }
+            fork.sync()
+        })();
+        if let Err(e) = result {
+            let id = fork.id().clone();
+            drop(fork);
+            let _ = self.backend.remove(&id);
+            return Err(e.into());
+        }
+        fork.set_durability(crate::Durability::default());
+        Ok(fork)
+    }
+}
+
+/// The listing summary of an open session.
+///
+/// # Errors
+///
+/// A read error finding the first user message.
+pub fn summary_of(s: &Session) -> Result<SessionSummary, crate::error::ReadError> {
+    let first = s.first_user_message()?.map(|t| excerpt(&t, FIRST_MESSAGE_CHARS));
+    Ok(SessionSummary {
+        id: s.id().clone(),
+        title: s.title(),
+        created: s.header().created.clone(),
+        updated: s.updated(),
+        entries: s.entry_count() as u64,
+        records: s.len(),
+        first_message: first,
+        forked_from: s.header().lineage.forked_from.as_ref().map(|f| f.session.clone()),
+    })
+}
+
+fn unreadable_summary(id: &SessionId) -> SessionSummary {
+    let created = crate::time::format_millis(id.millis() as i64);
+    SessionSummary {
+        id: id.clone(),
+        title: Some("(unreadable: run `cairn fsck`)".into()),
+        created: created.clone(),
+        updated: created,
+        entries: 0,
+        records: 0,
+        first_message: None,
+        forked_from: None,
+    }
+}
+
+/// The first line of `text`, whitespace collapsed, cut to `max` characters
+/// (with `…` when cut).
+pub fn excerpt(text: &str, max: usize) -> String {
+    let collapsed = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if collapsed.chars().count() <= max {
+        return collapsed;
+    }
+    let mut out: String = collapsed.chars().take(max.saturating_sub(1)).collect();
+    out.push('…');
+    out
+}
+
+/// A store and session id for a session file given by path.
+///
+/// # Errors
+///
+/// [`OpenError::NotASession`] when the file name is not `<session id>.jsonl`.
+pub fn locate_path(path: &Path) -> Result<(Store, SessionId), OpenError> {
+    let not = |problem: &str| OpenError::NotASession { location: path.display().to_string(), problem: problem.into() };
+    let name = path.file_name().and_then(|n| n.to_str()).ok_or_else(|| not("it has no file name"))?;
+    let stem = name.strip_suffix(".jsonl").ok_or_else(|| not("a session file is named <session id>.jsonl"))?;
+    let id = SessionId::parse(stem).map_err(|_| not("a session file is named <session id>.jsonl"))?;
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    Ok((Store::with_backend(Arc::new(FileBackend::new(dir))), id))
+}

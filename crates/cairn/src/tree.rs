@@ -1,0 +1,155 @@
+//! The entry tree, as an index built from the frames alone (no payloads):
+//! ids, parents, depths and kinds, in append order. Lookup by id, by unique
+//! id prefix, children, and the path from a root to any entry.
+
+use std::collections::HashMap;
+
+use crate::error::LookupError;
+use crate::id::EntryId;
+
+/// Entry kinds as a compact tag, known from the frame without decoding data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Kind {
+    Message,
+    AppState,
+    Compaction,
+    Checkout,
+    Settings,
+    Label,
+    SessionInfo,
+    Custom,
+    Ignored,
+}
+
+impl Kind {
+    pub(crate) fn from_name(kind: &str) -> Kind {
+        match kind {
+            "message" => Kind::Message,
+            "app_state" => Kind::AppState,
+            "compaction" => Kind::Compaction,
+            "checkout" => Kind::Checkout,
+            "settings" => Kind::Settings,
+            "label" => Kind::Label,
+            "session_info" => Kind::SessionInfo,
+            "custom" => Kind::Custom,
+            _ => Kind::Ignored,
+        }
+    }
+}
+
+/// One entry in the index.
+#[derive(Debug, Clone)]
+pub(crate) struct Node {
+    pub seq: u64,
+    pub id: EntryId,
+    pub parent: Option<u32>,
+    /// Number of ancestors (0 for a root).
+    pub depth: u32,
+    pub kind: Kind,
+}
+
+/// Every entry of a session, in append order.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Tree {
+    nodes: Vec<Node>,
+    by_id: HashMap<EntryId, u32>,
+}
+
+/// Why an entry cannot join the tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Reject {
+    MissingParent,
+    DuplicateId,
+}
+
+impl Tree {
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub fn node(&self, n: u32) -> &Node {
+        &self.nodes[n as usize]
+    }
+
+    pub fn nodes(&self) -> &[Node] {
+        &self.nodes
+    }
+
+    pub fn get(&self, id: &EntryId) -> Option<u32> {
+        self.by_id.get(id).copied()
+    }
+
+    pub fn get_str(&self, id: &str) -> Option<u32> {
+        EntryId::parse(id).ok().and_then(|id| self.get(&id))
+    }
+
+    /// The entry appended last.
+    pub fn last(&self) -> Option<u32> {
+        (!self.nodes.is_empty()).then(|| self.nodes.len() as u32 - 1)
+    }
+
+    /// Checks that an entry could be inserted.
+    pub fn check(&self, id: &EntryId, parent: Option<&EntryId>) -> Result<Option<u32>, Reject> {
+        if self.by_id.contains_key(id) {
+            return Err(Reject::DuplicateId);
+        }
+        match parent {
+            None => Ok(None),
+            Some(p) => self.get(p).map(Some).ok_or(Reject::MissingParent),
+        }
+    }
+
+    /// Adds an entry; its parent must already be in the tree.
+    pub fn insert(&mut self, seq: u64, id: EntryId, parent: Option<&EntryId>, kind: Kind) -> Result<u32, Reject> {
+        let parent = self.check(&id, parent)?;
+        let depth = parent.map_or(0, |p| self.nodes[p as usize].depth + 1);
+        let n = self.nodes.len() as u32;
+        self.by_id.insert(id.clone(), n);
+        self.nodes.push(Node { seq, id, parent, depth, kind });
+        Ok(n)
+    }
+
+    /// The path from the root to `n`, inclusive, as node numbers.
+    pub fn path_to(&self, n: Option<u32>) -> Vec<u32> {
+        let mut path = Vec::new();
+        let mut cur = n;
+        while let Some(c) = cur {
+            path.push(c);
+            cur = self.nodes[c as usize].parent;
+        }
+        path.reverse();
+        path
+    }
+
+    /// The children of `n` (roots for `None`), in append order.
+    pub fn children(&self, n: Option<u32>) -> Vec<u32> {
+        (0..self.nodes.len() as u32).filter(|&c| self.nodes[c as usize].parent == n).collect()
+    }
+
+    /// Resolves a full id or a unique id prefix.
+    pub fn resolve_prefix(&self, query: &str) -> Result<u32, LookupError> {
+        if let Some(n) = self.get_str(query) {
+            return Ok(n);
+        }
+        let mut found: Vec<u32> = Vec::new();
+        if !query.is_empty() {
+            for (i, node) in self.nodes.iter().enumerate() {
+                if node.id.as_str().starts_with(query) {
+                    found.push(i as u32);
+                }
+            }
+        }
+        match found.as_slice() {
+            [] => Err(LookupError::NotFound(query.to_owned())),
+            [one] => Ok(*one),
+            many => {
+                let mut candidates: Vec<String> =
+                    many.iter().take(10).map(|&n| self.nodes[n as usize].id.to_string()).collect();
+                if many.len() > 10 {
+                    candidates.push(format!("and {} more", many.len() - 10));
+                }
+                Err(LookupError::Ambiguous { query: query.to_owned(), candidates })
+            }
+        }
+    }
+}
