@@ -438,6 +438,12 @@ mod tests {
     }
 
     #[test]
+    fn checksum_is_crc32c_as_documented() {
+        // docs/FORMAT.md gives this check value so other readers can verify their CRC.
+        assert_eq!(crc32c::crc32c(b"123456789"), 0xe306_9283);
+    }
+
+    #[test]
     fn every_flipped_bit_is_detected() {
         let line = encode(7, "2026-11-30T00:00:00.000Z", &msg_entry());
         for i in 0..line.len() - 1 {

@@ -28,6 +28,7 @@ pub mod backend;
 mod commit;
 pub mod error;
 pub mod frame;
+pub mod fsck;
 mod id;
 mod projection;
 pub mod record;

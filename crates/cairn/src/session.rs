@@ -186,7 +186,14 @@ impl Session {
             lineage: opts.lineage,
             writer: WRITER.to_owned(),
         };
-        let line = frame::encode(0, &created, &Body::Header(header.clone()));
+        Session::create_with_header(backend, header, created)
+    }
+
+    /// Creates a session whose header record is `header`, written at `ts`.
+    pub(crate) fn create_with_header(backend: &dyn Backend, header: Header, ts: String) -> Result<Session, OpenError> {
+        let id = header.session.clone();
+        let line = frame::encode(0, &ts, &Body::Header(header.clone()));
+        let created = ts;
         let log = backend.create(&id, &line)?;
         Ok(Session {
             inner: Mutex::new(Inner {
@@ -629,11 +636,15 @@ impl Session {
     ///
     /// [`AppendError::ReadOnly`], [`AppendError::Poisoned`], [`AppendError::Io`].
     pub fn append_op(&self, op: OpRecord) -> Result<Appended, AppendError> {
+        self.append_op_at(op, None)
+    }
+
+    pub(crate) fn append_op_at(&self, op: OpRecord, ts: Option<String>) -> Result<Appended, AppendError> {
         let durability = self.durability();
         let mut g = lock(&self.inner);
         self.check_writable()?;
         let seq = g.next_seq;
-        let ts = crate::time::now_rfc3339();
+        let ts = ts.unwrap_or_else(crate::time::now_rfc3339);
         let kind = op.kind().to_owned();
         let line = frame::encode_op(seq, &ts, &op);
         self.log.append(std::slice::from_ref(&line))?;
