@@ -265,7 +265,7 @@ impl<'a> Replay<'a> {
             match body {
                 Body::Header(_) => self.problem(l, Some(frame.seq), Severity::Invalid, "a second header".into()),
                 Body::Op(op) => {
-                    if let Err(e) = session.append_op_at(op, ts) {
+                    if let Err(e) = session.append_op_at(op, ts, None) {
                         return Err(fatal(e, self.path));
                     }
                 }
@@ -291,7 +291,7 @@ impl<'a> Replay<'a> {
                         parent: parent.clone().map_or(Parent::Root, Parent::Entry),
                         body: e.body,
                     };
-                    match session.append_entry_at(new, ts) {
+                    match session.append_entry_at(new, ts, None) {
                         Ok(_) => {
                             kept.insert(id.clone());
                             self.entries += 1;

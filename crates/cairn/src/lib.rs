@@ -30,9 +30,12 @@ pub mod error;
 pub mod frame;
 pub mod fsck;
 mod id;
+pub mod journal;
+mod operation;
 mod projection;
 pub mod record;
 mod session;
+pub mod steps;
 mod store;
 mod time;
 mod tree;
@@ -43,11 +46,13 @@ pub use commit::Durability;
 pub use error::{AppendError, Damage, Invalid, LookupError, OpenError, ReadError, StoreError};
 pub use frame::Body;
 pub use id::{EntryId, InvalidId, SessionId};
+pub use journal::{OpPhase, PendingCall, Status, Verdict};
+pub use operation::{ModelTicket, Operation, Policy, RecoveryReport, ToolOutput, ToolRunner, ToolTicket, recover};
 pub use projection::{ActiveCompaction, Context, ContextMessage, Source, apply_state, merge_patch};
 pub use record::{
     AppStateChange, Block, Checkout, Compaction, Custom, EffectClass, Entry, EntryBody, Header,
-    Label, Lineage, Message, OpRecord, Role, SessionInfo, Settings, Usage,
+    Label, Lineage, Message, OpRecord, Outcome, Role, SessionInfo, Settings, Usage,
 };
 pub use session::{Appended, NewEntry, NewSession, NodeInfo, OpenReport, Parent, Record, Session, WRITER};
-pub use store::{SessionSummary, Store, excerpt, locate_path, summary_of};
+pub use store::{SessionSummary, Store, child_reference, excerpt, locate_path, summary_of};
 pub use time::{format_millis, now_rfc3339, parse_millis};

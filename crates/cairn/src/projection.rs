@@ -331,6 +331,11 @@ impl Projector {
         self.path.last().copied()
     }
 
+    /// Whether a tool call is in the context: `Some(answered)`, or `None`.
+    pub fn call_state(&self, call_id: &str) -> Option<bool> {
+        self.calls.get(call_id).map(|c| c.answered.is_some())
+    }
+
     pub fn set_labels(&mut self, labels: BTreeMap<String, EntryId>) {
         Arc::make_mut(&mut self.ctx).labels = labels;
     }

@@ -11,6 +11,7 @@ use crate::commit::{Durability, GroupCommit};
 use crate::error::{AppendError, Damage, Invalid, LookupError, OpenError, ReadError};
 use crate::frame::{self, Body, Class, Frame};
 use crate::id::{self, EntryId, SessionId};
+use crate::journal::OpFold;
 use crate::projection::{CheckError, Context, EntrySource, Projector};
 use crate::record::{
     Checkout, Entry, EntryBody, FORMAT_VERSION, Header, Label, Lineage, OpRecord, Role,
@@ -132,6 +133,8 @@ struct Inner {
     last_ts: String,
     /// Seqs and kinds of operation-journal records.
     ops: Vec<(u64, String)>,
+    /// The operation journal folded up to the last operation.
+    fold: OpFold,
 }
 
 /// Reads entries through the log for the projector.
@@ -204,6 +207,7 @@ impl Session {
                 next_seq: 1,
                 last_ts: created,
                 ops: Vec::new(),
+                fold: OpFold::default(),
             }),
             id,
             header,
@@ -327,10 +331,11 @@ impl Session {
             }
         }
         proj.set_labels(labels.clone());
+        let fold = fold_last_operation(&*log, &ops).map_err(read_err)?;
         Ok(Session {
             id: id.clone(),
             header,
-            inner: Mutex::new(Inner { tree, proj, labels, title, next_seq: records, last_ts, ops }),
+            inner: Mutex::new(Inner { tree, proj, labels, title, next_seq: records, last_ts, ops, fold }),
             log,
             commit: GroupCommit::new(records),
             durability: Mutex::new(Durability::default()),
@@ -483,6 +488,25 @@ impl Session {
         self.log.read(seq)
     }
 
+    /// The numbered steps of the session, derived from every operation
+    /// record and message (reads them all).
+    ///
+    /// # Errors
+    ///
+    /// [`ReadError`] when a record cannot be read.
+    pub fn steps(&self) -> Result<Vec<crate::steps::Step>, ReadError> {
+        let seqs: Vec<u64> = {
+            let inner = lock(&self.inner);
+            let mut seqs: Vec<u64> = inner.ops.iter().map(|(s, _)| *s).collect();
+            seqs.extend(inner.tree.nodes().iter().filter(|n| n.kind == Kind::Message).map(|n| n.seq));
+            seqs
+        };
+        let mut seqs = seqs;
+        seqs.sort_unstable();
+        let records = seqs.into_iter().map(|s| self.record(s)).collect::<Result<Vec<_>, _>>()?;
+        Ok(crate::steps::derive(&records))
+    }
+
     /// Reads and decodes one entry.
     ///
     /// # Errors
@@ -556,11 +580,16 @@ impl Session {
     /// [`AppendError::Invalid`] for a failed check, [`AppendError::ReadOnly`],
     /// [`AppendError::Poisoned`], [`AppendError::Io`] (which poisons the handle).
     pub fn append_entry(&self, new: NewEntry) -> Result<Appended, AppendError> {
-        self.append_entry_at(new, None)
+        self.append_entry_at(new, None, None)
     }
 
-    pub(crate) fn append_entry_at(&self, new: NewEntry, ts: Option<String>) -> Result<Appended, AppendError> {
-        let durability = self.durability();
+    pub(crate) fn append_entry_at(
+        &self,
+        new: NewEntry,
+        ts: Option<String>,
+        durability: Option<Durability>,
+    ) -> Result<Appended, AppendError> {
+        let durability = durability.unwrap_or_else(|| self.durability());
         let mut g = lock(&self.inner);
         self.check_writable()?;
         let inner = &mut *g;
@@ -592,6 +621,7 @@ impl Session {
             }
             _ => {}
         }
+        inner.fold.check_entry(&entry)?;
         let old_leaf = inner.proj.leaf();
         let reader = Reader { log: &*self.log, tree: &inner.tree };
         inner.proj.move_to(&inner.tree, parent_node, &reader)?;
@@ -617,6 +647,7 @@ impl Session {
         };
         let reader = Reader { log: &*self.log, tree: &inner.tree };
         inner.proj.push(&inner.tree, node, &entry, &reader)?;
+        inner.fold.apply_entry(&entry);
         match &entry.body {
             EntryBody::Label(l) => {
                 apply_label(&mut inner.labels, l.clone());
@@ -636,13 +667,27 @@ impl Session {
     ///
     /// [`AppendError::ReadOnly`], [`AppendError::Poisoned`], [`AppendError::Io`].
     pub fn append_op(&self, op: OpRecord) -> Result<Appended, AppendError> {
-        self.append_op_at(op, None)
+        let durability = match op {
+            // T1 is on disk before the tool starts, whatever the session's mode.
+            OpRecord::ToolDispatched(_) => Some(Durability::Sync),
+            _ => None,
+        };
+        self.append_op_at(op, None, durability)
     }
 
-    pub(crate) fn append_op_at(&self, op: OpRecord, ts: Option<String>) -> Result<Appended, AppendError> {
-        let durability = self.durability();
+    pub(crate) fn append_op_at(
+        &self,
+        op: OpRecord,
+        ts: Option<String>,
+        durability: Option<Durability>,
+    ) -> Result<Appended, AppendError> {
+        let durability = durability.unwrap_or_else(|| self.durability());
         let mut g = lock(&self.inner);
         self.check_writable()?;
+        {
+            let inner = &*g;
+            inner.fold.check_op(&op, &inner.tree, &inner.proj)?;
+        }
         let seq = g.next_seq;
         let ts = ts.unwrap_or_else(crate::time::now_rfc3339);
         let kind = op.kind().to_owned();
@@ -651,6 +696,7 @@ impl Session {
         g.next_seq += 1;
         g.last_ts = ts;
         g.ops.push((seq, kind));
+        g.fold.apply_op(&op);
         self.finish_write(g, seq + 1, durability)?;
         Ok(Appended { seq, id: None })
     }
@@ -692,6 +738,36 @@ impl Session {
         self.commit.wait_durable(&*self.log, upto)
     }
 
+    pub(crate) fn with_fold<T>(&self, f: impl FnOnce(&OpFold) -> T) -> T {
+        f(&lock(&self.inner).fold)
+    }
+
+    pub(crate) fn open_operation_id(&self) -> Option<String> {
+        self.with_fold(|f| f.open().map(|p| p.id.clone()))
+    }
+
+    /// A new entry id, unused and unreserved.
+    pub(crate) fn fresh_entry_id(&self) -> EntryId {
+        let inner = lock(&self.inner);
+        loop {
+            let id = EntryId::random();
+            let reserved = inner.fold.open().is_some_and(|p| {
+                p.attempts.iter().any(|a| a.entry == id) || p.dispatched.iter().any(|d| d.record.result_entry == id)
+            });
+            if inner.tree.get(&id).is_none() && !reserved {
+                return id;
+            }
+        }
+    }
+
+    /// The name and arguments of an unanswered tool call in the context.
+    pub(crate) fn find_call(&self, call_id: &str) -> Option<(String, Value)> {
+        let ctx = self.context();
+        ctx.messages().iter().rev().find_map(|m| {
+            m.message().tool_calls().find(|(id, _, _)| *id == call_id).map(|(_, name, args)| (name.to_owned(), args.clone()))
+        })
+    }
+
     fn check_writable(&self) -> Result<(), AppendError> {
         if !self.log.is_writer() {
             return Err(AppendError::ReadOnly { session: self.id.to_string() });
@@ -721,6 +797,19 @@ impl Session {
             }
         }
     }
+}
+
+/// Folds the operation journal from the last `op_started` on: only the last
+/// operation decides the verdict and status, so resume reads no more than it.
+fn fold_last_operation(log: &dyn Log, ops: &[(u64, String)]) -> Result<OpFold, ReadError> {
+    let mut fold = OpFold::default();
+    let start = ops.iter().rev().find(|(_, k)| k == "op_started").map(|(s, _)| *s);
+    if let Some(start) = start {
+        for seq in start..log.len() {
+            fold.apply(&read_record(log, seq)?.body);
+        }
+    }
+    Ok(fold)
 }
 
 enum HeaderProblem {

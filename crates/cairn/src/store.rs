@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 use crate::backend::{Access, Backend, FileBackend, Stamp};
 use crate::error::{OpenError, StoreError};
 use crate::id::{self, EntryId, SessionId};
+use crate::journal::{OpPhase, Status};
 use crate::record::{EntryBody, ForkOrigin, Lineage};
 use crate::session::{NewEntry, NewSession, Parent, Session};
 
@@ -40,6 +41,13 @@ pub struct SessionSummary {
     pub first_message: Option<String>,
     /// The session it was forked from, if any.
     pub forked_from: Option<SessionId>,
+    /// The session it was spawned by, if it is a subagent.
+    #[serde(default)]
+    pub parent: Option<SessionId>,
+    /// The log-derived state of its last operation.
+    pub phase: OpPhase,
+    /// Its status: the phase, and whether a writer holds it right now.
+    pub status: Status,
 }
 
 /// Longest first-message excerpt in a summary, in characters.
@@ -189,7 +197,9 @@ impl Store {
                     }
                 }
             };
-            out.push(entry.summary.clone());
+            let mut summary = entry.summary.clone();
+            summary.status = summary.phase.status(self.backend.writer_active(&id));
+            out.push(summary);
             fresh.insert(id.to_string(), entry);
         }
         changed |= !catalog.sessions.is_empty();
@@ -206,6 +216,42 @@ impl Store {
     fn summarize(&self, id: &SessionId) -> Option<SessionSummary> {
         let s = Session::open(&*self.backend, id, Access::Read).ok()?;
         summary_of(&s).ok()
+    }
+
+    /// The status of a session: its last operation's phase, and whether a
+    /// writer (in any process) holds it.
+    ///
+    /// # Errors
+    ///
+    /// As [`Session::open`] (read-only).
+    pub fn status(&self, id: &SessionId) -> Result<Status, OpenError> {
+        let s = Session::open(&*self.backend, id, Access::Read)?;
+        Ok(s.phase().status(self.backend.writer_active(id)))
+    }
+
+    /// Creates a subagent session spawned by tool call `call_id` of `parent`:
+    /// its header names the parent session, the call and the delegation
+    /// depth (the parent's plus one). Refused beyond `max_depth`. Put
+    /// [`child_reference`] in the parent's tool result.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Append`] with [`crate::Invalid::Other`] when the depth
+    /// would exceed `max_depth`; as [`Session::create`].
+    pub fn spawn_child(&self, parent: &Session, call_id: &str, title: Option<String>, max_depth: u32) -> Result<Session, StoreError> {
+        let depth = parent.header().lineage.parent.as_ref().map_or(0, |p| p.depth) + 1;
+        if depth > max_depth {
+            return Err(crate::AppendError::from(crate::Invalid::Other(format!(
+                "spawning from session {} would reach delegation depth {depth}, beyond the maximum {max_depth}",
+                parent.id()
+            )))
+            .into());
+        }
+        let lineage = Lineage {
+            forked_from: None,
+            parent: Some(crate::record::SpawnOrigin { session: parent.id().clone(), call_id: call_id.to_owned(), depth }),
+        };
+        Ok(self.create(NewSession { title, cwd: parent.header().cwd.clone(), lineage, ..Default::default() })?)
     }
 
     /// Removes a session.
@@ -254,7 +300,7 @@ impl Store {
                     parent: parent.clone().map_or(Parent::Root, Parent::Entry),
                     body: e.body.clone(),
                 };
-                fork.append_entry_at(new, Some(ts.clone()))?;
+                fork.append_entry_at(new, Some(ts.clone()), Some(crate::Durability::Buffered))?;
                 parent = Some(e.id.clone());
             }
             fork.sync()
@@ -267,6 +313,16 @@ impl Store {
         }
         fork.set_durability(crate::Durability::default());
         Ok(fork)
+    }
+}
+
+/// The block a parent's tool result carries to reference a child session.
+pub fn child_reference(child: &SessionId) -> crate::record::Block {
+    crate::record::Block::Blob {
+        uri: format!("cairn:session/{child}"),
+        media_type: Some("application/vnd.cairn.session".into()),
+        size: None,
+        sha256: None,
     }
 }
 
@@ -286,6 +342,9 @@ pub fn summary_of(s: &Session) -> Result<SessionSummary, crate::error::ReadError
         records: s.len(),
         first_message: first,
         forked_from: s.header().lineage.forked_from.as_ref().map(|f| f.session.clone()),
+        parent: s.header().lineage.parent.as_ref().map(|p| p.session.clone()),
+        phase: s.phase(),
+        status: s.phase().status(s.is_writer()),
     })
 }
 
@@ -300,6 +359,9 @@ fn unreadable_summary(id: &SessionId) -> SessionSummary {
         records: 0,
         first_message: None,
         forked_from: None,
+        parent: None,
+        phase: OpPhase::None,
+        status: Status::Init,
     }
 }
 

@@ -1,0 +1,578 @@
+//! The operation journal as a pure fold: what the last operation did, the
+//! recovery [`Verdict`] (DESIGN.md section 3), and the session [`Status`].
+//!
+//! Everything here is a function of decoded records — no I/O — so it is
+//! deterministic and property-testable. The session feeds it the records of
+//! its last operation at open and every record it appends afterwards.
+
+use std::collections::HashSet;
+
+use serde::Serialize;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::error::Invalid;
+use crate::frame::Body;
+use crate::projection::Projector;
+use crate::tree::Tree;
+use crate::id::{EntryId, SessionId};
+use crate::record::{EffectClass, Entry, EntryBody, OpRecord, Outcome, Role, ToolDispatched};
+
+/// Code of a tool result recorded when a tool started but its outcome is unknown.
+pub const TOOL_OUTCOME_UNKNOWN: &str = "TOOL_OUTCOME_UNKNOWN";
+/// Code of a tool result recorded for a call that never started.
+pub const TOOL_NOT_STARTED: &str = "TOOL_NOT_STARTED";
+
+/// The idempotency key of a tool call: the same for the same session,
+/// operation and call id, after any number of restarts. Pass it downstream
+/// (e.g. as an `Idempotency-Key` HTTP header) so a re-run is recognised.
+///
+/// It is `ik-` followed by the first 32 hex digits of SHA-256 over the UTF-8
+/// bytes of `session`, `op` and `call_id`, each followed by a 0x00 byte.
+pub fn idempotency_key(session: &SessionId, op: &str, call_id: &str) -> String {
+    let mut h = Sha256::new();
+    for part in [session.as_str(), op, call_id] {
+        h.update(part.as_bytes());
+        h.update([0u8]);
+    }
+    let digest = h.finalize();
+    let mut out = String::with_capacity(35);
+    out.push_str("ik-");
+    for b in &digest[..16] {
+        out.push_str(&format!("{b:02x}"));
+    }
+    out
+}
+
+/// SHA-256 (hex) of the canonical JSON of a tool's arguments: object keys
+/// sorted, no whitespace.
+pub fn args_hash(arguments: &Value) -> String {
+    let mut canonical = Vec::new();
+    write_canonical(arguments, &mut canonical);
+    let digest = Sha256::digest(&canonical);
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn write_canonical(v: &Value, out: &mut Vec<u8>) {
+    match v {
+        Value::Object(m) => {
+            let mut keys: Vec<&String> = m.keys().collect();
+            keys.sort();
+            out.push(b'{');
+            for (i, k) in keys.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                let _ = serde_json::to_writer(&mut *out, k);
+                out.push(b':');
+                write_canonical(&m[*k], out);
+            }
+            out.push(b'}');
+        }
+        Value::Array(a) => {
+            out.push(b'[');
+            for (i, x) in a.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_canonical(x, out);
+            }
+            out.push(b']');
+        }
+        other => {
+            let _ = serde_json::to_writer(&mut *out, other);
+        }
+    }
+}
+
+/// A tool call that was dispatched (T1 is on disk) but has no result (no T2).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PendingCall {
+    /// The call.
+    pub call_id: String,
+    /// The tool.
+    pub tool: String,
+    /// Hash of its arguments.
+    pub args_hash: String,
+    /// Its effect class.
+    pub effect: EffectClass,
+    /// Its idempotency key.
+    pub key: String,
+    /// The preallocated id of its result entry.
+    pub result_entry: EntryId,
+}
+
+impl From<&ToolDispatched> for PendingCall {
+    fn from(t: &ToolDispatched) -> PendingCall {
+        PendingCall {
+            call_id: t.call_id.clone(),
+            tool: t.tool.clone(),
+            args_hash: t.args_hash.clone(),
+            effect: t.effect,
+            key: t.key.clone(),
+            result_entry: t.result_entry.clone(),
+        }
+    }
+}
+
+/// A tool call requested by the model that never started.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NotStarted {
+    /// The call.
+    pub call_id: String,
+    /// The tool.
+    pub tool: String,
+    /// Its arguments.
+    pub arguments: Value,
+}
+
+/// An approval that was asked for and never answered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PendingApproval {
+    /// The call awaiting approval.
+    pub call_id: String,
+    /// The tool.
+    pub tool: String,
+}
+
+/// What the log says about the last operation, and the right next step.
+/// Variants are checked in this order of precedence.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "verdict", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Verdict {
+    /// Tools were dispatched and have no result: they may have run. Never
+    /// re-run blindly (see each call's effect class).
+    IndeterminateTool {
+        /// The operation.
+        op: String,
+        /// The calls, in dispatch order.
+        calls: Vec<PendingCall>,
+    },
+    /// The operation finished: nothing to do.
+    Finished {
+        /// The operation.
+        op: String,
+        /// How it ended.
+        outcome: Outcome,
+    },
+    /// A human was asked to approve and never answered: ask again.
+    AwaitingApproval {
+        /// The operation.
+        op: String,
+        /// The unanswered approvals.
+        calls: Vec<PendingApproval>,
+    },
+    /// A provider request was made and its assistant entry is missing: retry;
+    /// nothing external happened.
+    ProviderInterrupted {
+        /// The operation.
+        op: String,
+        /// The interrupted attempt number.
+        attempt: u32,
+        /// The id that attempt's assistant entry would have used.
+        entry: EntryId,
+    },
+    /// The last assistant message has tool calls that were never dispatched:
+    /// they never started; run them (or close them as not started).
+    ToolsNotStarted {
+        /// The operation.
+        op: String,
+        /// The calls.
+        calls: Vec<NotStarted>,
+    },
+    /// Nothing is pending: continue the loop (or there is no operation yet).
+    Ready {
+        /// The last operation, if any.
+        op: Option<String>,
+    },
+}
+
+impl Verdict {
+    /// The verdict's name as in DESIGN.md.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Verdict::IndeterminateTool { .. } => "IndeterminateTool",
+            Verdict::Finished { .. } => "Finished",
+            Verdict::AwaitingApproval { .. } => "AwaitingApproval",
+            Verdict::ProviderInterrupted { .. } => "ProviderInterrupted",
+            Verdict::ToolsNotStarted { .. } => "ToolsNotStarted",
+            Verdict::Ready { .. } => "Ready",
+        }
+    }
+}
+
+/// The session's status, derived from the log and the writer lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// No operation yet.
+    Init,
+    /// An operation is open and a writer holds the session.
+    Running,
+    /// An operation is open and nobody holds the session: the process died.
+    Interrupted,
+    /// The last operation awaits a human's approval.
+    Paused,
+    /// The last operation completed.
+    Succeeded,
+    /// The last operation failed, was aborted or hit its step limit.
+    Failed,
+}
+
+impl Status {
+    /// Lower-case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Init => "init",
+            Status::Running => "running",
+            Status::Interrupted => "interrupted",
+            Status::Paused => "paused",
+            Status::Succeeded => "succeeded",
+            Status::Failed => "failed",
+        }
+    }
+}
+
+/// The log-derived part of the status (the lock decides Running vs Interrupted).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OpPhase {
+    /// No operation yet.
+    None,
+    /// An operation is open.
+    Open,
+    /// The open operation awaits approval.
+    AwaitingApproval,
+    /// The last operation finished so.
+    Finished(Outcome),
+}
+
+impl OpPhase {
+    /// The status, given whether a writer holds the session.
+    pub fn status(self, writer_active: bool) -> Status {
+        match self {
+            OpPhase::None => Status::Init,
+            OpPhase::AwaitingApproval => Status::Paused,
+            OpPhase::Open if writer_active => Status::Running,
+            OpPhase::Open => Status::Interrupted,
+            OpPhase::Finished(Outcome::Completed) => Status::Succeeded,
+            OpPhase::Finished(Outcome::Failed | Outcome::Aborted | Outcome::MaxSteps) => Status::Failed,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Attempt {
+    pub attempt: u32,
+    pub entry: EntryId,
+    pub fulfilled: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Dispatch {
+    pub record: ToolDispatched,
+    pub answered: bool,
+}
+
+/// The progress of one operation, folded from its records.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct OpProgress {
+    pub id: String,
+    pub finished: Option<Outcome>,
+    pub attempts: Vec<Attempt>,
+    pub approvals: Vec<(PendingApproval, Option<bool>)>,
+    pub dispatched: Vec<Dispatch>,
+    /// Tool calls of the last assistant message of the operation.
+    pub last_calls: Vec<NotStarted>,
+    /// Calls answered by tool results during the operation.
+    pub answered: HashSet<String>,
+}
+
+/// The fold over records that tracks the last operation.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct OpFold {
+    pub last: Option<OpProgress>,
+}
+
+impl OpFold {
+    pub fn apply(&mut self, body: &Body) {
+        match body {
+            Body::Header(_) => {}
+            Body::Op(op) => self.apply_op(op),
+            Body::Entry(e) => self.apply_entry(e),
+        }
+    }
+
+    pub fn apply_op(&mut self, op: &OpRecord) {
+        if let OpRecord::OpStarted(s) = op {
+            self.last = Some(OpProgress {
+                id: s.op.clone(),
+                finished: None,
+                attempts: Vec::new(),
+                approvals: Vec::new(),
+                dispatched: Vec::new(),
+                last_calls: Vec::new(),
+                answered: HashSet::new(),
+            });
+            return;
+        }
+        let Some(p) = self.last.as_mut() else { return };
+        match op {
+            OpRecord::OpStarted(_) | OpRecord::UsageSettled(_) | OpRecord::InputQueued(_) | OpRecord::Ignored(_) => {}
+            OpRecord::ModelAttempted(m) if m.op == p.id => {
+                p.attempts.push(Attempt { attempt: m.attempt, entry: m.entry.clone(), fulfilled: false });
+            }
+            OpRecord::ApprovalRequested(a) if a.op == p.id => {
+                p.approvals.retain(|(x, _)| x.call_id != a.call_id);
+                p.approvals.push((PendingApproval { call_id: a.call_id.clone(), tool: a.tool.clone() }, None));
+            }
+            OpRecord::ApprovalResolved(a) if a.op == p.id => {
+                for (x, answer) in &mut p.approvals {
+                    if x.call_id == a.call_id {
+                        *answer = Some(a.approved);
+                    }
+                }
+            }
+            OpRecord::ToolDispatched(t) if t.op == p.id => {
+                let answered = p.answered.contains(&t.call_id);
+                p.dispatched.retain(|d| d.record.call_id != t.call_id);
+                p.dispatched.push(Dispatch { record: t.clone(), answered });
+            }
+            OpRecord::OpFinished(f) if f.op == p.id => p.finished = Some(f.outcome),
+            OpRecord::ModelAttempted(_)
+            | OpRecord::ApprovalRequested(_)
+            | OpRecord::ApprovalResolved(_)
+            | OpRecord::ToolDispatched(_)
+            | OpRecord::OpFinished(_) => {}
+        }
+    }
+
+    pub fn apply_entry(&mut self, e: &Entry) {
+        let Some(p) = self.last.as_mut() else { return };
+        if p.finished.is_some() {
+            return;
+        }
+        let EntryBody::Message(m) = &e.body else { return };
+        for a in &mut p.attempts {
+            if a.entry == e.id {
+                a.fulfilled = true;
+            }
+        }
+        for call_id in m.tool_results() {
+            p.answered.insert(call_id.to_owned());
+            for d in &mut p.dispatched {
+                if d.record.call_id == call_id {
+                    d.answered = true;
+                }
+            }
+        }
+        if m.role == Role::Assistant {
+            p.last_calls = m
+                .tool_calls()
+                .map(|(call_id, tool, arguments)| NotStarted {
+                    call_id: call_id.to_owned(),
+                    tool: tool.to_owned(),
+                    arguments: arguments.clone(),
+                })
+                .collect();
+        }
+    }
+
+    /// The verdict for the last operation.
+    pub fn verdict(&self) -> Verdict {
+        let Some(p) = &self.last else { return Verdict::Ready { op: None } };
+        let op = p.id.clone();
+        let pending: Vec<PendingCall> =
+            p.dispatched.iter().filter(|d| !d.answered).map(|d| PendingCall::from(&d.record)).collect();
+        if !pending.is_empty() {
+            return Verdict::IndeterminateTool { op, calls: pending };
+        }
+        if let Some(outcome) = p.finished {
+            return Verdict::Finished { op, outcome };
+        }
+        let waiting: Vec<PendingApproval> =
+            p.approvals.iter().filter(|(_, a)| a.is_none()).map(|(x, _)| x.clone()).collect();
+        if !waiting.is_empty() {
+            return Verdict::AwaitingApproval { op, calls: waiting };
+        }
+        if let Some(a) = p.attempts.last().filter(|a| !a.fulfilled) {
+            return Verdict::ProviderInterrupted { op, attempt: a.attempt, entry: a.entry.clone() };
+        }
+        let dispatched: HashSet<&str> = p.dispatched.iter().map(|d| d.record.call_id.as_str()).collect();
+        let not_started: Vec<NotStarted> = p
+            .last_calls
+            .iter()
+            .filter(|c| !dispatched.contains(c.call_id.as_str()) && !p.answered.contains(&c.call_id))
+            .cloned()
+            .collect();
+        if !not_started.is_empty() {
+            return Verdict::ToolsNotStarted { op, calls: not_started };
+        }
+        Verdict::Ready { op: Some(op) }
+    }
+
+    /// The log-derived phase of the last operation.
+    pub fn phase(&self) -> OpPhase {
+        match &self.last {
+            None => OpPhase::None,
+            Some(p) => match p.finished {
+                Some(o) => OpPhase::Finished(o),
+                None if p.approvals.iter().any(|(_, a)| a.is_none()) => OpPhase::AwaitingApproval,
+                None => OpPhase::Open,
+            },
+        }
+    }
+
+    /// The open (unfinished) operation, if any.
+    pub fn open(&self) -> Option<&OpProgress> {
+        self.last.as_ref().filter(|p| p.finished.is_none())
+    }
+}
+
+impl OpFold {
+    /// Checks an entry against the open operation: preallocated ids are used
+    /// by the records they were allocated for, and only by them.
+    pub fn check_entry(&self, e: &Entry) -> Result<(), Invalid> {
+        let Some(p) = self.open() else { return Ok(()) };
+        let message = match &e.body {
+            EntryBody::Message(m) => Some(m),
+            _ => None,
+        };
+        for a in p.attempts.iter().filter(|a| !a.fulfilled) {
+            let is_assistant = message.is_some_and(|m| m.role == Role::Assistant);
+            if a.entry == e.id && !is_assistant {
+                return Err(Invalid::Reserved(e.id.to_string(), format!("the assistant reply of model attempt {}", a.attempt)));
+            }
+        }
+        if let Some(a) = p.attempts.last().filter(|a| !a.fulfilled)
+            && message.is_some_and(|m| m.role == Role::Assistant)
+            && a.entry != e.id
+        {
+            return Err(Invalid::Other(format!(
+                "the assistant entry of model attempt {} must use its preallocated id {}, not {}",
+                a.attempt, a.entry, e.id
+            )));
+        }
+        for d in p.dispatched.iter().filter(|d| !d.answered) {
+            let answers = message.is_some_and(|m| m.tool_results().any(|c| c == d.record.call_id));
+            if d.record.result_entry == e.id && !answers {
+                return Err(Invalid::Reserved(e.id.to_string(), format!("the result of tool call {:?}", d.record.call_id)));
+            }
+            if answers && d.record.result_entry != e.id {
+                return Err(Invalid::Other(format!(
+                    "the result of dispatched tool call {:?} must use its preallocated id {}, not {}",
+                    d.record.call_id, d.record.result_entry, e.id
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks an operation record against the journal so far and the branch.
+    pub fn check_op(&self, op: &OpRecord, tree: &Tree, proj: &Projector) -> Result<(), Invalid> {
+        let open = self.open();
+        let other = |s: String| Err(Invalid::Other(s));
+        let op_id = match op {
+            OpRecord::OpStarted(s) => {
+                if let Some(p) = open {
+                    return other(format!("operation {} is still open: finish it (or recover the session) before starting another", p.id));
+                }
+                if self.last.as_ref().is_some_and(|l| l.id == s.op) {
+                    return other(format!("operation id {} is already used", s.op));
+                }
+                if let Some(input) = &s.input
+                    && tree.get(input).is_none()
+                {
+                    return Err(Invalid::MissingParent(input.to_string()));
+                }
+                return Ok(());
+            }
+            OpRecord::Ignored(_) => return Ok(()),
+            OpRecord::ModelAttempted(r) => &r.op,
+            OpRecord::UsageSettled(r) => &r.op,
+            OpRecord::ApprovalRequested(r) => &r.op,
+            OpRecord::ApprovalResolved(r) => &r.op,
+            OpRecord::ToolDispatched(r) => &r.op,
+            OpRecord::InputQueued(r) => &r.op,
+            OpRecord::OpFinished(r) => &r.op,
+        };
+        let Some(p) = open.filter(|p| &p.id == op_id) else {
+            return other(format!("operation {op_id} is not the open operation; start it first"));
+        };
+        let reserved = |id: &EntryId| {
+            tree.get(id).is_some()
+                || p.attempts.iter().any(|a| &a.entry == id)
+                || p.dispatched.iter().any(|d| &d.record.result_entry == id)
+        };
+        match op {
+            OpRecord::ModelAttempted(m) => {
+                if reserved(&m.entry) {
+                    return other(format!("entry id {} is already used or reserved", m.entry));
+                }
+            }
+            OpRecord::ToolDispatched(t) => {
+                match proj.call_state(&t.call_id) {
+                    None => return other(format!("tool call {:?} is not on the current branch", t.call_id)),
+                    Some(true) => return other(format!("tool call {:?} already has a result", t.call_id)),
+                    Some(false) => {}
+                }
+                match p.dispatched.iter().find(|d| d.record.call_id == t.call_id) {
+                    // A re-run of an indeterminate call: same key, same result entry.
+                    Some(d) if !d.answered && d.record.key == t.key && d.record.result_entry == t.result_entry => {}
+                    Some(_) => return other(format!("tool call {:?} was already dispatched", t.call_id)),
+                    None if reserved(&t.result_entry) => {
+                        return other(format!("entry id {} is already used or reserved", t.result_entry));
+                    }
+                    None => {}
+                }
+            }
+            OpRecord::ApprovalResolved(a) => {
+                if !p.approvals.iter().any(|(x, _)| x.call_id == a.call_id) {
+                    return other(format!("no approval was requested for tool call {:?}", a.call_id));
+                }
+            }
+            OpRecord::OpStarted(_)
+            | OpRecord::UsageSettled(_)
+            | OpRecord::ApprovalRequested(_)
+            | OpRecord::InputQueued(_)
+            | OpRecord::OpFinished(_)
+            | OpRecord::Ignored(_) => {}
+        }
+        Ok(())
+    }
+}
+
+/// The recovery verdict of a sequence of records (a session's records in
+/// `seq` order, or any suffix starting at the last `op_started`). Pure.
+pub fn verdict<'a>(records: impl IntoIterator<Item = &'a Body>) -> Verdict {
+    let mut fold = OpFold::default();
+    for r in records {
+        fold.apply(r);
+    }
+    fold.verdict()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn idempotency_key_is_deterministic_and_distinct() {
+        let s = SessionId::parse("01jdzq5m8k0000000000000000").unwrap();
+        let a = idempotency_key(&s, "op-1", "call-1");
+        assert_eq!(a, idempotency_key(&s, "op-1", "call-1"));
+        assert_ne!(a, idempotency_key(&s, "op-1", "call-2"));
+        assert_ne!(a, idempotency_key(&s, "op-2", "call-1"));
+        assert_ne!(idempotency_key(&s, "op-1", "call-1x"), idempotency_key(&s, "op-1c", "all-1x"));
+        assert_eq!(a.len(), 35);
+        assert!(a.starts_with("ik-"));
+    }
+
+    #[test]
+    fn args_hash_ignores_key_order() {
+        assert_eq!(args_hash(&json!({"a":1,"b":[1,{"y":2,"x":1}]})), args_hash(&json!({"b":[1,{"x":1,"y":2}],"a":1})));
+        assert_ne!(args_hash(&json!({"a":1})), args_hash(&json!({"a":2})));
+    }
+}

@@ -1,0 +1,533 @@
+//! The API an agent loop drives, so that it cannot get the order wrong: an
+//! [`Operation`] announces model attempts (getting the id their assistant
+//! entry must use), dispatches tools (T1, durable before the tool may start)
+//! and records their results (T2) with the ticket dispatch returned. And
+//! recovery: resolving a [`Verdict`] by appending real entries.
+
+use serde_json::Value;
+
+use crate::commit::Durability;
+use crate::error::{AppendError, Invalid};
+use crate::id::EntryId;
+use crate::journal::{self, NotStarted, PendingApproval, PendingCall, Status, Verdict};
+use crate::record::{
+    ApprovalRequested, ApprovalResolved, Block, EffectClass, EntryBody, InputQueued, Message,
+    ModelAttempted, OpFinished, OpRecord, OpStarted, Outcome, Role, ToolDispatched, Usage,
+    UsageSettled,
+};
+use crate::session::{Appended, NewEntry, Parent, Session};
+
+/// The id the assistant entry of a model attempt must use. Not `Clone`: one
+/// attempt, one reply.
+#[derive(Debug, PartialEq, Eq)]
+pub struct ModelTicket {
+    op: String,
+    attempt: u32,
+    entry: EntryId,
+}
+
+impl ModelTicket {
+    /// The preallocated id of the assistant entry.
+    pub fn entry(&self) -> &EntryId {
+        &self.entry
+    }
+    /// The attempt number (from 1).
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+}
+
+/// Permission to run one tool call, returned once its T1 record is durable.
+/// Not `Clone`: one dispatch, one result.
+#[derive(Debug, PartialEq, Eq)]
+pub struct ToolTicket {
+    op: String,
+    call_id: String,
+    tool: String,
+    key: String,
+    effect: EffectClass,
+    result_entry: EntryId,
+}
+
+impl ToolTicket {
+    /// The call.
+    pub fn call_id(&self) -> &str {
+        &self.call_id
+    }
+    /// The tool.
+    pub fn tool(&self) -> &str {
+        &self.tool
+    }
+    /// The idempotency key to pass downstream.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+    /// The tool's effect class.
+    pub fn effect(&self) -> EffectClass {
+        self.effect
+    }
+    /// The id the result entry will use.
+    pub fn result_entry(&self) -> &EntryId {
+        &self.result_entry
+    }
+}
+
+/// What a tool returned.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolOutput {
+    /// Text, image or blob blocks.
+    pub content: Vec<Block>,
+    /// Whether the tool failed.
+    pub is_error: bool,
+    /// A machine-readable code, if any.
+    pub code: Option<String>,
+}
+
+impl ToolOutput {
+    /// A successful text result.
+    pub fn text(text: impl Into<String>) -> ToolOutput {
+        ToolOutput { content: vec![Block::Text { text: text.into() }], is_error: false, code: None }
+    }
+    /// A failed text result.
+    pub fn error(text: impl Into<String>) -> ToolOutput {
+        ToolOutput { content: vec![Block::Text { text: text.into() }], is_error: true, code: None }
+    }
+}
+
+/// An open operation of a session.
+#[derive(Debug)]
+pub struct Operation<'s> {
+    session: &'s Session,
+    id: String,
+}
+
+impl Session {
+    /// Starts an operation for `input` (a user message, appended at the leaf
+    /// first), recording `op_started`.
+    ///
+    /// # Errors
+    ///
+    /// Append errors; [`Invalid::Other`] if an operation is already open.
+    pub fn start_operation(&self, input: Message) -> Result<Operation<'_>, AppendError> {
+        if let Some(open) = self.open_operation_id() {
+            return Err(Invalid::Other(format!(
+                "operation {open} is still open: finish it (or recover the session) before starting another"
+            ))
+            .into());
+        }
+        let entry = self.append(EntryBody::Message(input))?;
+        let op = format!("op-{}", entry.seq + 1);
+        self.append_op(OpRecord::OpStarted(OpStarted { op: op.clone(), input: entry.id }))?;
+        Ok(Operation { session: self, id: op })
+    }
+
+    /// The open operation, to continue it (after a restart: resolve the
+    /// verdict first).
+    pub fn resume_operation(&self) -> Option<Operation<'_>> {
+        self.open_operation_id().map(|id| Operation { session: self, id })
+    }
+
+    /// The recovery verdict for the last operation: a pure function of the log.
+    pub fn verdict(&self) -> Verdict {
+        self.with_fold(journal::OpFold::verdict)
+    }
+
+    /// The log-derived phase of the last operation (see [`Session::status`]).
+    pub fn phase(&self) -> journal::OpPhase {
+        self.with_fold(journal::OpFold::phase)
+    }
+
+    /// The session's status as this handle sees it: a writer handle is the
+    /// live writer, so an open operation is `Running`; a read-only handle
+    /// cannot see the lock and reports `Interrupted` — use
+    /// [`crate::Store::status`] for the truth about other processes.
+    pub fn status(&self) -> Status {
+        self.phase().status(self.is_writer())
+    }
+}
+
+impl<'s> Operation<'s> {
+    /// The operation's id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The session.
+    pub fn session(&self) -> &'s Session {
+        self.session
+    }
+
+    /// Announces a provider request (`model_attempted`); the reply must be
+    /// recorded with [`Operation::record_assistant`] and this ticket.
+    ///
+    /// # Errors
+    ///
+    /// Append errors.
+    pub fn model_attempt(&self, provider: Option<&str>, model: Option<&str>) -> Result<ModelTicket, AppendError> {
+        let attempt = self.session.with_fold(|f| f.open().map_or(0, |p| p.attempts.len() as u32)) + 1;
+        let entry = self.session.fresh_entry_id();
+        self.session.append_op(OpRecord::ModelAttempted(ModelAttempted {
+            op: self.id.clone(),
+            attempt,
+            entry: entry.clone(),
+            provider: provider.map(str::to_owned),
+            model: model.map(str::to_owned),
+        }))?;
+        Ok(ModelTicket { op: self.id.clone(), attempt, entry })
+    }
+
+    /// Records the assistant's reply under the attempt's preallocated id.
+    ///
+    /// # Errors
+    ///
+    /// [`Invalid::Other`] if the message is not an assistant message or the
+    /// ticket is another operation's; append errors.
+    pub fn record_assistant(&self, ticket: ModelTicket, message: Message) -> Result<Appended, AppendError> {
+        self.own(&ticket.op)?;
+        if message.role != Role::Assistant {
+            return Err(Invalid::Other("a model attempt's reply is an assistant message".into()).into());
+        }
+        self.session.append_entry(NewEntry {
+            id: Some(ticket.entry),
+            parent: Parent::Leaf,
+            body: EntryBody::Message(message),
+        })
+    }
+
+    /// Records the usage of a completed model response.
+    ///
+    /// # Errors
+    ///
+    /// Append errors.
+    pub fn settle_usage(&self, entry: &EntryId, usage: Usage, latency_ms: Option<u64>) -> Result<(), AppendError> {
+        let r = UsageSettled { op: self.id.clone(), entry: entry.clone(), usage, latency_ms };
+        self.session.append_op(OpRecord::UsageSettled(r)).map(drop)
+    }
+
+    /// Records that a human is being asked to approve a tool call.
+    ///
+    /// # Errors
+    ///
+    /// Append errors.
+    pub fn request_approval(&self, call_id: &str, tool: &str) -> Result<(), AppendError> {
+        let r = ApprovalRequested { op: self.id.clone(), call_id: call_id.to_owned(), tool: tool.to_owned() };
+        self.session.append_op(OpRecord::ApprovalRequested(r)).map(drop)
+    }
+
+    /// Records the human's answer. A denied call still needs a result: see
+    /// [`Operation::deny`].
+    ///
+    /// # Errors
+    ///
+    /// [`Invalid::Other`] if no approval was requested for the call; append errors.
+    pub fn resolve_approval(&self, call_id: &str, approved: bool, by: Option<&str>) -> Result<(), AppendError> {
+        let r = ApprovalResolved {
+            op: self.id.clone(),
+            call_id: call_id.to_owned(),
+            approved,
+            by: by.map(str::to_owned),
+        };
+        self.session.append_op(OpRecord::ApprovalResolved(r)).map(drop)
+    }
+
+    /// Dispatches a tool call of the current branch (T1): returns only once
+    /// `tool_dispatched` is durable (fsynced), whatever the session's
+    /// durability. Only then may the tool start.
+    ///
+    /// # Errors
+    ///
+    /// [`Invalid::Other`] if the call is not an unanswered call on the branch
+    /// or was already dispatched; append errors.
+    pub fn dispatch_tool(&self, call_id: &str, effect: EffectClass) -> Result<ToolTicket, AppendError> {
+        let (tool, arguments) = self.session.find_call(call_id).ok_or_else(|| {
+            AppendError::from(Invalid::Other(format!("tool call {call_id:?} is not on the current branch")))
+        })?;
+        let key = journal::idempotency_key(self.session.id(), &self.id, call_id);
+        let result_entry = self.session.fresh_entry_id();
+        self.dispatch(call_id, &tool, &arguments, effect, key, result_entry)
+    }
+
+    fn dispatch(
+        &self,
+        call_id: &str,
+        tool: &str,
+        arguments: &Value,
+        effect: EffectClass,
+        key: String,
+        result_entry: EntryId,
+    ) -> Result<ToolTicket, AppendError> {
+        let t = ToolDispatched {
+            op: self.id.clone(),
+            call_id: call_id.to_owned(),
+            tool: tool.to_owned(),
+            args_hash: journal::args_hash(arguments),
+            effect,
+            key: key.clone(),
+            result_entry: result_entry.clone(),
+        };
+        self.session.append_op_at(OpRecord::ToolDispatched(t), None, Some(Durability::Sync))?;
+        Ok(ToolTicket { op: self.id.clone(), call_id: call_id.to_owned(), tool: tool.to_owned(), key, effect, result_entry })
+    }
+
+    /// Records a tool's result (T2) under its preallocated id; durable
+    /// (fsynced) before this returns.
+    ///
+    /// # Errors
+    ///
+    /// [`Invalid`] if the ticket is another operation's or its call already
+    /// has a result; append errors.
+    pub fn record_result(&self, ticket: ToolTicket, output: ToolOutput) -> Result<Appended, AppendError> {
+        self.record_result_with(ticket, output, Durability::Sync)
+    }
+
+    /// [`Operation::record_result`] with another durability for T2.
+    ///
+    /// # Errors
+    ///
+    /// As [`Operation::record_result`].
+    pub fn record_result_with(&self, ticket: ToolTicket, output: ToolOutput, d: Durability) -> Result<Appended, AppendError> {
+        self.own(&ticket.op)?;
+        self.append_result(Some(ticket.result_entry), &ticket.call_id, output, d)
+    }
+
+    fn append_result(&self, id: Option<EntryId>, call_id: &str, output: ToolOutput, d: Durability) -> Result<Appended, AppendError> {
+        let block = Block::ToolResult {
+            call_id: call_id.to_owned(),
+            content: output.content,
+            is_error: output.is_error,
+            code: output.code,
+        };
+        let message = Message { role: Role::Tool, content: vec![block], usage: None, model: None, stop_reason: None };
+        let new = NewEntry { id, parent: Parent::Leaf, body: EntryBody::Message(message) };
+        self.session.append_entry_at(new, None, Some(d))
+    }
+
+    /// Answers a call that was denied approval (or that the loop chose not
+    /// to run) with an error result saying why. The call must not have been
+    /// dispatched.
+    ///
+    /// # Errors
+    ///
+    /// Append errors.
+    pub fn deny(&self, call_id: &str, reason: &str) -> Result<Appended, AppendError> {
+        self.append_result(None, call_id, ToolOutput::error(reason), Durability::Sync)
+    }
+
+    /// Closes a call that never started with a `TOOL_NOT_STARTED` result.
+    ///
+    /// # Errors
+    ///
+    /// Append errors.
+    pub fn close_not_started(&self, call: &NotStarted) -> Result<Appended, AppendError> {
+        let mut out = ToolOutput::error(format!(
+            "The tool call {} ({}) never started: the agent stopped before running it. It had no effect; request it again if it is still needed.",
+            call.call_id, call.tool
+        ));
+        out.code = Some(journal::TOOL_NOT_STARTED.to_owned());
+        self.append_result(None, &call.call_id, out, Durability::Sync)
+    }
+
+    /// Re-dispatches an indeterminate call to run it again with the same
+    /// idempotency key and result entry. Only for `ReadOnly` and `Idempotent`
+    /// tools; a `SideEffect` call needs [`Operation::rerun_side_effect`].
+    ///
+    /// # Errors
+    ///
+    /// [`Invalid::Other`] for a `SideEffect` call or a call that is not
+    /// pending; append errors.
+    pub fn rerun(&self, call: &PendingCall) -> Result<ToolTicket, AppendError> {
+        if call.effect == EffectClass::SideEffect {
+            return Err(Invalid::Other(format!(
+                "tool call {:?} ({}) has side effects and may already have run: re-running it needs a person's decision (rerun_side_effect), or record the outcome as unknown",
+                call.call_id, call.tool
+            ))
+            .into());
+        }
+        self.redispatch(call)
+    }
+
+    /// Re-runs an indeterminate `SideEffect` call because a person decided
+    /// so; the decision is recorded (`approval_resolved` by `decided_by`).
+    ///
+    /// # Errors
+    ///
+    /// As [`Operation::rerun`], less the effect-class check.
+    pub fn rerun_side_effect(&self, call: &PendingCall, decided_by: &str) -> Result<ToolTicket, AppendError> {
+        self.request_approval(&call.call_id, &call.tool)?;
+        self.resolve_approval(&call.call_id, true, Some(decided_by))?;
+        self.redispatch(call)
+    }
+
+    fn redispatch(&self, call: &PendingCall) -> Result<ToolTicket, AppendError> {
+        let (tool, arguments) = self.session.find_call(&call.call_id).ok_or_else(|| {
+            AppendError::from(Invalid::Other(format!("tool call {:?} is not on the current branch", call.call_id)))
+        })?;
+        self.dispatch(&call.call_id, &tool, &arguments, call.effect, call.key.clone(), call.result_entry.clone())
+    }
+
+    /// Records that an indeterminate call's outcome is unknown: a tool result
+    /// with code `TOOL_OUTCOME_UNKNOWN` telling the model what it can do.
+    ///
+    /// # Errors
+    ///
+    /// Append errors.
+    pub fn record_unknown(&self, call: &PendingCall) -> Result<Appended, AppendError> {
+        let advice = match call.effect {
+            EffectClass::ReadOnly | EffectClass::Idempotent => "It is safe to run it again.",
+            EffectClass::SideEffect => {
+                "Do not assume it failed: check whether its effect happened before running it again."
+            }
+        };
+        let mut out = ToolOutput::error(format!(
+            "The tool call {} ({}) started but the agent stopped before its result was recorded, so its outcome is unknown. {advice}",
+            call.call_id, call.tool
+        ));
+        out.code = Some(journal::TOOL_OUTCOME_UNKNOWN.to_owned());
+        self.append_result(Some(call.result_entry.clone()), &call.call_id, out, Durability::Sync)
+    }
+
+    /// Records what a person says happened to an indeterminate call.
+    ///
+    /// # Errors
+    ///
+    /// Append errors.
+    pub fn provide_outcome(&self, call: &PendingCall, output: ToolOutput) -> Result<Appended, AppendError> {
+        self.append_result(Some(call.result_entry.clone()), &call.call_id, output, Durability::Sync)
+    }
+
+    /// Records input that arrived while the operation ran.
+    ///
+    /// # Errors
+    ///
+    /// Append errors.
+    pub fn queue_input(&self, text: &str) -> Result<(), AppendError> {
+        let r = InputQueued { op: self.id.clone(), text: text.to_owned() };
+        self.session.append_op(OpRecord::InputQueued(r)).map(drop)
+    }
+
+    /// Ends the operation.
+    ///
+    /// # Errors
+    ///
+    /// Append errors.
+    pub fn finish(self, outcome: Outcome, error: Option<String>) -> Result<(), AppendError> {
+        let r = OpFinished { op: self.id.clone(), outcome, error };
+        self.session.append_op(OpRecord::OpFinished(r)).map(drop)
+    }
+
+    fn own(&self, op: &str) -> Result<(), AppendError> {
+        if op != self.id {
+            return Err(Invalid::Other(format!("the ticket belongs to operation {op}, not {}", self.id)).into());
+        }
+        Ok(())
+    }
+}
+
+/// Runs tools for recovery: the host's tool implementations.
+pub trait ToolRunner {
+    /// The effect class the host declares for `tool`.
+    fn effect(&self, tool: &str) -> EffectClass;
+    /// Runs `tool` with `arguments`, passing `key` downstream as its
+    /// idempotency key.
+    fn run(&mut self, call_id: &str, tool: &str, arguments: &Value, key: &str) -> ToolOutput;
+}
+
+/// How [`recover`] resolves each verdict without asking anyone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Policy {
+    /// Re-run indeterminate `ReadOnly`/`Idempotent` calls (with their key)
+    /// when a runner is given; otherwise record them as unknown.
+    pub rerun_safe: bool,
+    /// Run calls that never started when a runner is given; otherwise close
+    /// them as `TOOL_NOT_STARTED`.
+    pub run_not_started: bool,
+    /// Deny approvals that were never answered (instead of leaving them).
+    pub deny_pending_approvals: bool,
+}
+
+impl Default for Policy {
+    /// Re-run what is safe, run what never started, deny unanswered approvals;
+    /// `SideEffect` calls are always recorded as unknown.
+    fn default() -> Policy {
+        Policy { rerun_safe: true, run_not_started: true, deny_pending_approvals: true }
+    }
+}
+
+/// What [`recover`] did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecoveryReport {
+    /// The verdict before recovery.
+    pub before: Verdict,
+    /// One line per action taken.
+    pub actions: Vec<String>,
+    /// The verdict after recovery.
+    pub after: Verdict,
+}
+
+/// Resolves the session's verdict under `policy`, appending real results so
+/// the context has no tool call without one. `ProviderInterrupted` and
+/// `Ready` need the agent loop (retry the model, continue): they are left
+/// as they are. Repeats until the verdict stops changing.
+///
+/// # Errors
+///
+/// Append errors.
+pub fn recover(session: &Session, policy: Policy, mut runner: Option<&mut dyn ToolRunner>) -> Result<RecoveryReport, AppendError> {
+    let before = session.verdict();
+    let mut actions = Vec::new();
+    for _ in 0..8 {
+        let verdict = session.verdict();
+        let Some(op) = session.resume_operation() else { break };
+        match &verdict {
+            Verdict::IndeterminateTool { calls, .. } => {
+                for call in calls {
+                    let safe = matches!(call.effect, EffectClass::ReadOnly | EffectClass::Idempotent);
+                    match runner.as_deref_mut() {
+                        Some(r) if safe && policy.rerun_safe => {
+                            let ticket = op.rerun(call)?;
+                            let args = session.find_call(&call.call_id).map(|(_, a)| a).unwrap_or(Value::Null);
+                            let out = r.run(&call.call_id, &call.tool, &args, ticket.key());
+                            op.record_result(ticket, out)?;
+                            actions.push(format!("re-ran {} ({}) with key {}", call.call_id, call.tool, call.key));
+                        }
+                        _ => {
+                            op.record_unknown(call)?;
+                            actions.push(format!("recorded {} ({}) as TOOL_OUTCOME_UNKNOWN", call.call_id, call.tool));
+                        }
+                    }
+                }
+            }
+            Verdict::AwaitingApproval { calls, .. } if policy.deny_pending_approvals => {
+                for PendingApproval { call_id, tool } in calls {
+                    op.resolve_approval(call_id, false, Some("cairn recover"))?;
+                    op.deny(call_id, "The approval prompt for this call was interrupted; the call was not run.")?;
+                    actions.push(format!("denied the unanswered approval of {call_id} ({tool})"));
+                }
+            }
+            Verdict::ToolsNotStarted { calls, .. } => {
+                for call in calls {
+                    match runner.as_deref_mut() {
+                        Some(r) if policy.run_not_started => {
+                            let ticket = op.dispatch_tool(&call.call_id, r.effect(&call.tool))?;
+                            let out = r.run(&call.call_id, &call.tool, &call.arguments, ticket.key());
+                            op.record_result(ticket, out)?;
+                            actions.push(format!("ran {} ({}), which had never started", call.call_id, call.tool));
+                        }
+                        _ => {
+                            op.close_not_started(call)?;
+                            actions.push(format!("closed {} ({}) as TOOL_NOT_STARTED", call.call_id, call.tool));
+                        }
+                    }
+                }
+            }
+            Verdict::AwaitingApproval { .. }
+            | Verdict::Finished { .. }
+            | Verdict::ProviderInterrupted { .. }
+            | Verdict::Ready { .. } => break,
+        }
+        if session.verdict() == verdict {
+            break;
+        }
+    }
+    Ok(RecoveryReport { before, actions, after: session.verdict() })
+}

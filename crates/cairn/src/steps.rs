@@ -1,0 +1,225 @@
+//! Steps: the numbered list of what happened (user inputs, model calls, tool
+//! calls), derived from the records — so numbers are stable across restarts.
+//! A tool step's parent is the model step whose reply requested the call.
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+
+use crate::frame::Body;
+use crate::id::EntryId;
+use crate::journal::{TOOL_NOT_STARTED, TOOL_OUTCOME_UNKNOWN};
+use crate::record::{Block, EntryBody, OpRecord, Role, Usage};
+use crate::session::Record;
+use crate::time;
+
+/// What a step is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepKind {
+    /// A user input that started an operation.
+    Input,
+    /// A model call.
+    Model,
+    /// A tool call.
+    Tool,
+}
+
+/// How a step ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepStatus {
+    /// It completed.
+    Ok,
+    /// It completed with an error (a tool error, a failed model call).
+    Error,
+    /// It has not completed and its operation is still open.
+    Running,
+    /// A model call whose reply never came (crash, interruption).
+    Interrupted,
+    /// A tool that started and whose outcome is unknown.
+    Unknown,
+    /// A tool call that never started (closed as such, or denied).
+    NotStarted,
+}
+
+/// One step.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Step {
+    /// 1-based number; displayed as `s0001`.
+    pub number: u32,
+    /// What it is.
+    pub kind: StepKind,
+    /// The input's text excerpt, the model's name, or the tool's name.
+    pub name: String,
+    /// How it ended.
+    pub status: StepStatus,
+    /// The operation it belongs to.
+    pub op: String,
+    /// When it started.
+    pub started: String,
+    /// How long it took, when it ended.
+    pub duration_ms: Option<u64>,
+    /// Tokens used (model steps).
+    pub usage: Option<Usage>,
+    /// The step that caused it (a tool step's model step).
+    pub parent: Option<u32>,
+    /// The tool call id (tool steps).
+    pub call_id: Option<String>,
+    /// The entry it produced (the input, the reply, the tool result).
+    pub entry: Option<EntryId>,
+}
+
+impl Step {
+    /// The step's label, `s0001`.
+    pub fn label(&self) -> String {
+        format!("s{:04}", self.number)
+    }
+}
+
+fn elapsed(from: &str, to: &str) -> Option<u64> {
+    let (a, b) = (time::parse_millis(from)?, time::parse_millis(to)?);
+    u64::try_from(b - a).ok()
+}
+
+/// Derives the steps from a session's records, in `seq` order. Pure.
+pub fn derive(records: &[Record]) -> Vec<Step> {
+    let mut steps: Vec<Step> = Vec::new();
+    let mut user_text: HashMap<EntryId, String> = HashMap::new();
+    let mut model_by_entry: HashMap<EntryId, usize> = HashMap::new();
+    let mut model_by_call: HashMap<String, u32> = HashMap::new();
+    let mut tool_by_call: HashMap<String, usize> = HashMap::new();
+    let mut open_ops: HashMap<String, bool> = HashMap::new();
+    let mut current_op = String::new();
+    for r in records {
+        match &r.body {
+            Body::Header(_) => {}
+            Body::Op(op) => match op {
+                OpRecord::OpStarted(s) => {
+                    current_op = s.op.clone();
+                    open_ops.insert(s.op.clone(), true);
+                    let name = s.input.as_ref().and_then(|i| user_text.get(i)).cloned().unwrap_or_default();
+                    push(&mut steps, StepKind::Input, name, StepStatus::Ok, &s.op, &r.ts, None, s.input.clone(), None);
+                }
+                OpRecord::ModelAttempted(m) => {
+                    let name = m.model.clone().unwrap_or_else(|| "model".into());
+                    push(&mut steps, StepKind::Model, name, StepStatus::Running, &m.op, &r.ts, None, Some(m.entry.clone()), None);
+                    model_by_entry.insert(m.entry.clone(), steps.len() - 1);
+                }
+                OpRecord::UsageSettled(u) => {
+                    if let Some(&i) = model_by_entry.get(&u.entry) {
+                        steps[i].usage = Some(u.usage.clone());
+                        if u.latency_ms.is_some() {
+                            steps[i].duration_ms = u.latency_ms;
+                        }
+                    }
+                }
+                OpRecord::ToolDispatched(t) => {
+                    let parent = model_by_call.get(&t.call_id).copied();
+                    push(&mut steps, StepKind::Tool, t.tool.clone(), StepStatus::Running, &t.op, &r.ts, parent, Some(t.result_entry.clone()), Some(t.call_id.clone()));
+                    tool_by_call.insert(t.call_id.clone(), steps.len() - 1);
+                }
+                OpRecord::OpFinished(f) => {
+                    open_ops.insert(f.op.clone(), false);
+                }
+                OpRecord::ApprovalRequested(_)
+                | OpRecord::ApprovalResolved(_)
+                | OpRecord::InputQueued(_)
+                | OpRecord::Ignored(_) => {}
+            },
+            Body::Entry(e) => {
+                let EntryBody::Message(m) = &e.body else { continue };
+                if m.role == Role::User {
+                    user_text.insert(e.id.clone(), crate::store::excerpt(&m.plain_text(), 60));
+                }
+                if let Some(&i) = model_by_entry.get(&e.id) {
+                    let s = &mut steps[i];
+                    s.status = if m.stop_reason.as_deref() == Some("interrupted") {
+                        StepStatus::Interrupted
+                    } else if m.stop_reason.as_deref() == Some("error") {
+                        StepStatus::Error
+                    } else {
+                        StepStatus::Ok
+                    };
+                    if s.duration_ms.is_none() {
+                        s.duration_ms = elapsed(&s.started, &r.ts);
+                    }
+                    if s.usage.is_none() {
+                        s.usage = m.usage.clone();
+                    }
+                    let number = s.number;
+                    for (call_id, _, _) in m.tool_calls() {
+                        model_by_call.insert(call_id.to_owned(), number);
+                    }
+                }
+                for b in &m.content {
+                    let Block::ToolResult { call_id, is_error, code, .. } = b else { continue };
+                    let status = match code.as_deref() {
+                        Some(TOOL_OUTCOME_UNKNOWN) => StepStatus::Unknown,
+                        Some(TOOL_NOT_STARTED) => StepStatus::NotStarted,
+                        _ if *is_error => StepStatus::Error,
+                        _ => StepStatus::Ok,
+                    };
+                    match tool_by_call.get(call_id).copied().filter(|&i| steps[i].status == StepStatus::Running) {
+                        Some(i) => {
+                            let s = &mut steps[i];
+                            s.status = status;
+                            s.duration_ms = elapsed(&s.started, &r.ts);
+                        }
+                        None => {
+                            // Answered without a dispatch: denied or never started.
+                            let parent = model_by_call.get(call_id).copied();
+                            let status = if status == StepStatus::Ok { StepStatus::Ok } else { StepStatus::NotStarted };
+                            push(&mut steps, StepKind::Tool, "(not run)".into(), status, &current_op, &r.ts, parent, Some(e.id.clone()), Some(call_id.clone()));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    // A model step still waiting once its operation ended, or once a later
+    // attempt was made, was interrupted.
+    let mut later_model_in_op: HashMap<String, bool> = HashMap::new();
+    for s in steps.iter_mut().rev() {
+        if s.kind != StepKind::Model {
+            continue;
+        }
+        let later = later_model_in_op.insert(s.op.clone(), true).unwrap_or(false);
+        if s.status == StepStatus::Running && (later || open_ops.get(&s.op) == Some(&false)) {
+            s.status = StepStatus::Interrupted;
+        }
+    }
+    for s in &mut steps {
+        if s.kind == StepKind::Tool && s.status == StepStatus::Running && open_ops.get(&s.op) == Some(&false) {
+            s.status = StepStatus::Unknown;
+        }
+    }
+    steps
+}
+
+#[allow(clippy::too_many_arguments)]
+fn push(
+    steps: &mut Vec<Step>,
+    kind: StepKind,
+    name: String,
+    status: StepStatus,
+    op: &str,
+    started: &str,
+    parent: Option<u32>,
+    entry: Option<EntryId>,
+    call_id: Option<String>,
+) {
+    steps.push(Step {
+        number: steps.len() as u32 + 1,
+        kind,
+        name,
+        status,
+        op: op.to_owned(),
+        started: started.to_owned(),
+        duration_ms: None,
+        usage: None,
+        parent,
+        call_id,
+        entry,
+    });
+}
