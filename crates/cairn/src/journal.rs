@@ -124,6 +124,8 @@ pub struct NotStarted {
     pub tool: String,
     /// Its arguments.
     pub arguments: Value,
+    /// A person denied it: recovery answers it as denied and never runs it.
+    pub denied: bool,
 }
 
 /// An approval that was asked for and never answered.
@@ -374,6 +376,7 @@ impl OpFold {
                     call_id: call_id.to_owned(),
                     tool: tool.to_owned(),
                     arguments: arguments.clone(),
+                    denied: false,
                 })
                 .collect();
         }
@@ -404,7 +407,10 @@ impl OpFold {
             .last_calls
             .iter()
             .filter(|c| !dispatched.contains(c.call_id.as_str()) && !p.answered.contains(&c.call_id))
-            .cloned()
+            .map(|c| NotStarted {
+                denied: p.approvals.iter().any(|(a, answer)| a.call_id == c.call_id && *answer == Some(false)),
+                ..c.clone()
+            })
             .collect();
         if !not_started.is_empty() {
             return Verdict::ToolsNotStarted { op, calls: not_started };

@@ -423,7 +423,9 @@ impl<'s> Operation<'s> {
     }
 }
 
-/// Runs tools for recovery: the host's tool implementations.
+/// Runs tools for recovery: the host's tool implementations. `run` is
+/// called for calls that never started (and re-runs of safe indeterminate
+/// ones); it must apply the host's own approval rules, as the loop would have.
 pub trait ToolRunner {
     /// The effect class the host declares for `tool`.
     fn effect(&self, tool: &str) -> EffectClass;
@@ -506,6 +508,11 @@ pub fn recover(session: &Session, policy: Policy, mut runner: Option<&mut dyn To
             }
             Verdict::ToolsNotStarted { calls, .. } => {
                 for call in calls {
+                    if call.denied {
+                        op.deny(&call.call_id, "A person denied this call; it was not run.")?;
+                        actions.push(format!("answered {} ({}) as denied, as a person decided", call.call_id, call.tool));
+                        continue;
+                    }
                     match runner.as_deref_mut() {
                         Some(r) if policy.run_not_started => {
                             let ticket = op.dispatch_tool(&call.call_id, r.effect(&call.tool))?;
