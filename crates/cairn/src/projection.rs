@@ -362,11 +362,80 @@ impl Projector {
         }
         let keep = cur.map_or(0, |c| tree.node(c).depth as usize + 1);
         self.truncate(tree, keep, src)?;
-        for &n in suffix.iter().rev() {
-            let e = src.entry(n)?;
-            self.push(tree, n, &e, src)?;
+        suffix.reverse();
+        self.extend(tree, &suffix, src)
+    }
+
+    /// Appends the nodes of `suffix` (a path continuing the branch) reading
+    /// only what the context needs: app-state and settings entries always;
+    /// message-producing entries only from the last compaction's kept range.
+    fn extend(&mut self, tree: &Tree, suffix: &[u32], src: &dyn EntrySource) -> Result<(), ReadError> {
+        if !suffix.iter().any(|&n| tree.node(n).kind == Kind::Compaction) {
+            for &n in suffix {
+                match tree.node(n).kind {
+                    Kind::Message | Kind::Checkout | Kind::Custom | Kind::AppState | Kind::Settings => {
+                        let e = src.entry(n)?;
+                        self.push(tree, n, &e, src)?;
+                    }
+                    Kind::Compaction | Kind::Label | Kind::SessionInfo | Kind::Ignored => self.push_quiet(tree, n),
+                }
+            }
+            return Ok(());
         }
-        Ok(())
+        // Bulk: fold state and settings, note compactions, then build the
+        // messages once from the newest compaction's kept range.
+        for &n in suffix {
+            let pos = self.path.len() as u32;
+            match tree.node(n).kind {
+                Kind::AppState | Kind::Settings => {
+                    let e = src.entry(n)?;
+                    self.path.push(n);
+                    self.fold_state(pos, n, &e);
+                }
+                Kind::Compaction => {
+                    self.path.push(n);
+                    self.compactions.push(pos);
+                }
+                Kind::Message | Kind::Checkout | Kind::Custom | Kind::Label | Kind::SessionInfo | Kind::Ignored => {
+                    self.path.push(n);
+                }
+            }
+        }
+        Arc::make_mut(&mut self.ctx).leaf = self.path.last().map(|&n| tree.node(n).id.clone());
+        self.rebuild_messages(tree, src)
+    }
+
+    /// Extends the branch by an entry that contributes nothing to the context.
+    fn push_quiet(&mut self, tree: &Tree, node: u32) {
+        self.path.push(node);
+        Arc::make_mut(&mut self.ctx).leaf = Some(tree.node(node).id.clone());
+    }
+
+    /// Folds an app-state or settings entry at `pos` into the context.
+    fn fold_state(&mut self, pos: u32, node: u32, entry: &Entry) {
+        match &entry.body {
+            EntryBody::AppState(change) => {
+                let ctx = Arc::make_mut(&mut self.ctx);
+                apply_state(&mut ctx.app_state, change);
+                let snapshot = (self.state_marks.len() + 1)
+                    .is_multiple_of(STATE_SNAPSHOT_EVERY)
+                    .then(|| Arc::new(ctx.app_state.clone()));
+                self.state_marks.push(Mark { pos, node, snapshot });
+            }
+            EntryBody::Settings(s) => {
+                let ctx = Arc::make_mut(&mut self.ctx);
+                merge_settings(&mut ctx.settings, &s.values);
+                let snapshot = Some(Arc::new(ctx.settings.clone()));
+                self.settings_marks.push(Mark { pos, node, snapshot });
+            }
+            EntryBody::Message(_)
+            | EntryBody::Compaction(_)
+            | EntryBody::Checkout(_)
+            | EntryBody::Label(_)
+            | EntryBody::SessionInfo(_)
+            | EntryBody::Custom(_)
+            | EntryBody::Ignored(_) => {}
+        }
     }
 
     fn truncate(&mut self, tree: &Tree, keep: usize, src: &dyn EntrySource) -> Result<(), ReadError> {
@@ -475,19 +544,7 @@ impl Projector {
         self.path.push(node);
         Arc::make_mut(&mut self.ctx).leaf = Some(entry.id.clone());
         match &entry.body {
-            EntryBody::AppState(change) => {
-                let ctx = Arc::make_mut(&mut self.ctx);
-                apply_state(&mut ctx.app_state, change);
-                let snapshot = (self.state_marks.len() + 1).is_multiple_of(STATE_SNAPSHOT_EVERY)
-                    .then(|| Arc::new(ctx.app_state.clone()));
-                self.state_marks.push(Mark { pos, node, snapshot });
-            }
-            EntryBody::Settings(s) => {
-                let ctx = Arc::make_mut(&mut self.ctx);
-                merge_settings(&mut ctx.settings, &s.values);
-                let snapshot = Some(Arc::new(ctx.settings.clone()));
-                self.settings_marks.push(Mark { pos, node, snapshot });
-            }
+            EntryBody::AppState(_) | EntryBody::Settings(_) => self.fold_state(pos, node, entry),
             EntryBody::Compaction(c) => {
                 self.compactions.push(pos);
                 let fk = match &c.first_kept {
