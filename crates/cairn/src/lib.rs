@@ -31,6 +31,7 @@ pub mod frame;
 pub mod fsck;
 mod id;
 pub mod journal;
+pub mod memory;
 mod operation;
 mod projection;
 pub mod record;
@@ -39,6 +40,7 @@ pub mod steps;
 mod store;
 mod time;
 mod tree;
+pub mod view;
 pub mod vfs;
 
 pub use backend::{Access, Backend, FileBackend, MemoryBackend};

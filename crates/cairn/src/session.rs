@@ -12,6 +12,7 @@ use crate::error::{AppendError, Damage, Invalid, LookupError, OpenError, ReadErr
 use crate::frame::{self, Body, Class, Frame};
 use crate::id::{self, EntryId, SessionId};
 use crate::journal::OpFold;
+use crate::memory::{MemoryConfig, MemoryTracker, SessionMemory};
 use crate::projection::{CheckError, Context, EntrySource, Projector};
 use crate::record::{
     Checkout, Entry, EntryBody, FORMAT_VERSION, Header, Label, Lineage, OpRecord, Role,
@@ -135,6 +136,8 @@ struct Inner {
     ops: Vec<(u64, String)>,
     /// The operation journal folded up to the last operation.
     fold: OpFold,
+    /// Session memory, once enabled.
+    memory: Option<MemoryTracker>,
 }
 
 /// Reads entries through the log for the projector.
@@ -156,7 +159,8 @@ impl EntrySource for Reader<'_> {
 fn read_record(log: &dyn Log, seq: u64) -> Result<Record, ReadError> {
     let line = log.read(seq)?;
     let damaged = |problem: String| {
-        ReadError::Damaged(Box::new(Damage { location: log.location().to_owned(), line: seq + 1, offset: 0, problem }))
+        let offset = log.offset(seq);
+        ReadError::Damaged(Box::new(Damage { location: log.location().to_owned(), line: seq + 1, offset, problem }))
     };
     let frame = Frame::parse(&line).map_err(|e| damaged(e.to_string()))?;
     let body = frame::decode_body(&frame).map_err(|e| damaged(e.to_string()))?;
@@ -208,6 +212,7 @@ impl Session {
                 last_ts: created,
                 ops: Vec::new(),
                 fold: OpFold::default(),
+                memory: None,
             }),
             id,
             header,
@@ -335,7 +340,7 @@ impl Session {
         Ok(Session {
             id: id.clone(),
             header,
-            inner: Mutex::new(Inner { tree, proj, labels, title, next_seq: records, last_ts, ops, fold }),
+            inner: Mutex::new(Inner { tree, proj, labels, title, next_seq: records, last_ts, ops, fold, memory: None }),
             log,
             commit: GroupCommit::new(records),
             durability: Mutex::new(Durability::default()),
@@ -375,6 +380,28 @@ impl Session {
     /// The current context. O(1): a shared snapshot that later appends do not change.
     pub fn context(&self) -> Arc<Context> {
         lock(&self.inner).proj.context()
+    }
+
+    /// Turns on session memory with `config`: derives it from the current
+    /// branch now (reading every entry on it), then keeps it up to date
+    /// incrementally on every append and checkout.
+    ///
+    /// # Errors
+    ///
+    /// [`ReadError`] when an entry of the branch cannot be read.
+    pub fn enable_memory(&self, config: MemoryConfig) -> Result<(), ReadError> {
+        let mut g = lock(&self.inner);
+        let inner = &mut *g;
+        let mut tracker = MemoryTracker::new(config);
+        let reader = Reader { log: &*self.log, tree: &inner.tree };
+        tracker.move_to(&inner.tree, inner.proj.leaf(), &reader)?;
+        inner.memory = Some(tracker);
+        Ok(())
+    }
+
+    /// The session memory of the current branch, if enabled.
+    pub fn memory(&self) -> Option<SessionMemory> {
+        lock(&self.inner).memory.as_ref().map(|m| m.memory().clone())
     }
 
     /// The leaf: the entry appended last (`None` before the first entry).
@@ -648,6 +675,14 @@ impl Session {
         let reader = Reader { log: &*self.log, tree: &inner.tree };
         inner.proj.push(&inner.tree, node, &entry, &reader)?;
         inner.fold.apply_entry(&entry);
+        if let Some(m) = inner.memory.as_mut() {
+            let parent = inner.tree.node(node).parent;
+            if parent == m.leaf() {
+                m.push(node, &entry);
+            } else {
+                m.move_to(&inner.tree, Some(node), &reader)?;
+            }
+        }
         match &entry.body {
             EntryBody::Label(l) => {
                 apply_label(&mut inner.labels, l.clone());
@@ -735,6 +770,10 @@ impl Session {
     pub fn sync(&self) -> Result<(), AppendError> {
         let upto = lock(&self.inner).next_seq;
         self.check_writable()?;
+        // Even with nothing left to sync, a handle whose write failed is dead.
+        if let Some(cause) = self.log.poisoned() {
+            return Err(AppendError::Poisoned { session: self.log.location().to_owned(), cause });
+        }
         self.commit.wait_durable(&*self.log, upto)
     }
 
