@@ -259,7 +259,10 @@ fn scan(file: &dyn VfsFile, location: &str, visit: &mut Visitor<'_>) -> Result<S
     let mut index: u64 = 0;
     let mut end: u64 = 0;
     loop {
-        let n = if read_off < file_len { file.read_at(&mut chunk, read_off).map_err(io_err)? } else { 0 };
+        // Never past the length measured above: a reader racing a writer's
+        // append would otherwise see a tail beyond `file_len`.
+        let want = file_len.saturating_sub(read_off).min(READ_CHUNK as u64) as usize;
+        let n = if want > 0 { file.read_at(&mut chunk[..want], read_off).map_err(io_err)? } else { 0 };
         let eof = n == 0;
         read_off += n as u64;
         let data: &[u8] = if carry.is_empty() { &chunk[..n] } else {
@@ -419,5 +422,14 @@ impl Log for FileLog {
 
     fn byte_len(&self) -> u64 {
         self.index.read().unwrap_or_else(PoisonError::into_inner).end
+    }
+
+    fn offset(&self, seq: u64) -> u64 {
+        let idx = self.index.read().unwrap_or_else(PoisonError::into_inner);
+        usize::try_from(seq).ok().and_then(|i| idx.offsets.get(i)).copied().unwrap_or(0)
+    }
+
+    fn poisoned(&self) -> Option<String> {
+        self.poisoned.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 }

@@ -176,4 +176,17 @@ pub trait Log: Send + Sync + fmt::Debug {
 
     /// Size of the log in bytes (lines, newlines included).
     fn byte_len(&self) -> u64;
+
+    /// Byte offset of line `seq`, for messages (0 where the backend has no
+    /// offsets or no such line).
+    fn offset(&self, seq: u64) -> u64 {
+        let _ = seq;
+        0
+    }
+
+    /// Why the log refuses writes, once a write or sync has failed (`None`
+    /// while healthy, and always for backends whose writes cannot fail).
+    fn poisoned(&self) -> Option<String> {
+        None
+    }
 }

@@ -1,0 +1,661 @@
+//! Shared helpers for cairn's integration tests: sample sessions on disk,
+//! line surgery (find lines, re-seal, change a `seq`), and I/O seams that plug
+//! under [`cairn::FileBackend`]:
+//!
+//! - [`FaultyVfs`] fails the N-th write or sync of a session log (EIO, ENOSPC,
+//!   or a short write that lands a prefix and then fails);
+//! - [`RecordingVfs`] logs every write and sync of a session log, in one
+//!   global order shared with the acknowledgements the test records;
+//! - [`RacingWriterVfs`] appends to a session file right after a reader has
+//!   measured it, as a concurrent writer would.
+//!
+//! Every seam only interferes with session logs (`*.jsonl`); lock files, the
+//! catalog and saved torn tails go straight to the real file system.
+
+// Each test binary that includes this module uses its own subset of it;
+// and this is test code, which clippy's `allow-expect-in-tests` does not reach.
+#![allow(dead_code, clippy::expect_used)]
+
+use std::fs;
+use std::io;
+use std::ops::Range;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+
+use cairn::frame::{self, TRAILER_LEN};
+use cairn::vfs::{Metadata, OpenMode, StdVfs, Vfs, VfsFile};
+use cairn::{AppStateChange, EntryBody, FileBackend, Message, Record, Role, SessionId, Store};
+use serde_json::json;
+
+// ---------------------------------------------------------------------------
+// Sample sessions and files
+// ---------------------------------------------------------------------------
+
+/// The directory holding the session files of a store home.
+pub fn sessions_dir(home: &Path) -> PathBuf {
+    home.join("sessions")
+}
+
+/// The path of a session's log file in a store home.
+pub fn session_path(home: &Path, id: &SessionId) -> PathBuf {
+    FileBackend::new(sessions_dir(home)).path(id)
+}
+
+/// A store of session files under `home` going through `vfs`.
+pub fn store_with_vfs(home: &Path, vfs: Arc<dyn Vfs>) -> Store {
+    Store::with_backend(Arc::new(FileBackend::with_vfs(sessions_dir(home), vfs)))
+}
+
+/// A session written by cairn itself, closed, with its bytes.
+pub struct Sample {
+    /// The store home (owns the temporary directory).
+    pub home: tempfile::TempDir,
+    /// The session.
+    pub id: SessionId,
+    /// Its log file.
+    pub path: PathBuf,
+    /// The log file's bytes.
+    pub bytes: Vec<u8>,
+}
+
+impl Sample {
+    /// A session of a header and four entries: two messages, an app-state
+    /// patch and a third message (the last line is a message).
+    pub fn new() -> Sample {
+        let home = tempfile::tempdir().expect("tempdir");
+        let store = Store::open_dir(home.path());
+        let session = store.create(cairn::NewSession::default()).expect("create");
+        session
+            .append(EntryBody::Message(Message::text(
+                Role::User,
+                "list the files",
+            )))
+            .expect("append");
+        session
+            .append(EntryBody::Message(Message::text(
+                Role::Assistant,
+                "Here they are: a, b, c.",
+            )))
+            .expect("append");
+        session
+            .append(EntryBody::AppState(AppStateChange::Patch(
+                json!({"todo": ["b"]}),
+            )))
+            .expect("append");
+        session
+            .append(EntryBody::Message(Message::text(
+                Role::User,
+                "now remove b",
+            )))
+            .expect("append");
+        let id = session.id().clone();
+        drop(session);
+        let path = session_path(home.path(), &id);
+        let bytes = fs::read(&path).expect("read sample");
+        Sample {
+            home,
+            id,
+            path,
+            bytes,
+        }
+    }
+
+    /// A store over the sample's home on the real file system.
+    pub fn store(&self) -> Store {
+        Store::open_dir(self.home.path())
+    }
+
+    /// The decoded records of the sample.
+    pub fn records(&self) -> Vec<Record> {
+        decode_all(&self.bytes)
+    }
+
+    /// The byte ranges of the sample's lines.
+    pub fn lines(&self) -> Vec<Range<usize>> {
+        line_spans(&self.bytes)
+    }
+
+    /// A fresh store home holding this session with its file replaced by `bytes`.
+    pub fn copy_with(&self, bytes: &[u8]) -> (tempfile::TempDir, PathBuf) {
+        let home = tempfile::tempdir().expect("tempdir");
+        let path = install(home.path(), &self.id, bytes);
+        (home, path)
+    }
+}
+
+/// Writes `bytes` as the log of session `id` in store home `home` (creating
+/// the sessions directory, mode 0700, and the file, mode 0600).
+pub fn install(home: &Path, id: &SessionId, bytes: &[u8]) -> PathBuf {
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(sessions_dir(home))
+        .expect("mkdir");
+    let path = session_path(home, id);
+    let mut o = fs::OpenOptions::new();
+    o.write(true).create(true).truncate(true).mode(0o600);
+    let mut f = o.open(&path).expect("open for install");
+    io::Write::write_all(&mut f, bytes).expect("install");
+    path
+}
+
+/// The byte ranges of the complete lines (newline included) in `bytes`; a
+/// trailing partial line is not included.
+pub fn line_spans(bytes: &[u8]) -> Vec<Range<usize>> {
+    let mut spans = Vec::new();
+    let mut start = 0;
+    for (i, b) in bytes.iter().enumerate() {
+        if *b == b'\n' {
+            spans.push(start..i + 1);
+            start = i + 1;
+        }
+    }
+    spans
+}
+
+/// Decodes every line of a well-formed log.
+pub fn decode_all(bytes: &[u8]) -> Vec<Record> {
+    line_spans(bytes)
+        .into_iter()
+        .map(|r| {
+            let (seq, ts, body) = frame::decode_line(&bytes[r]).expect("sample line decodes");
+            Record { seq, ts, body }
+        })
+        .collect()
+}
+
+/// The covered bytes of a sealed line: everything before the trailer.
+pub fn covered(line: &[u8]) -> &[u8] {
+    let body = line.strip_suffix(b"\n").expect("a complete line");
+    &body[..body.len() - TRAILER_LEN]
+}
+
+/// Seals covered bytes (from `{` to the end of the `data` value) into a line.
+pub fn sealed(covered: &[u8]) -> Vec<u8> {
+    let mut line = covered.to_vec();
+    frame::seal(&mut line);
+    line
+}
+
+/// `line` with its `seq` replaced, re-sealed so its checksum is valid.
+pub fn with_seq(line: &[u8], seq: u64) -> Vec<u8> {
+    let c = covered(line);
+    let rest_at = c
+        .iter()
+        .position(|b| *b == b',')
+        .expect("a field after seq");
+    assert!(c.starts_with(b"{\"seq\":"), "a line starts with its seq");
+    let mut out = format!("{{\"seq\":{seq}").into_bytes();
+    out.extend_from_slice(&c[rest_at..]);
+    sealed(&out)
+}
+
+/// `line` with `from` replaced by `to` (exactly once), re-sealed.
+pub fn replaced(line: &[u8], from: &str, to: &str) -> Vec<u8> {
+    let text = std::str::from_utf8(covered(line)).expect("utf-8 line");
+    assert_eq!(
+        text.matches(from).count(),
+        1,
+        "{from:?} occurs once in {text}"
+    );
+    sealed(text.replacen(from, to, 1).as_bytes())
+}
+
+/// The seq written at the start of a line or write buffer, if it holds one.
+pub fn leading_seq(buf: &[u8]) -> Option<u64> {
+    let rest = buf.strip_prefix(b"{\"seq\":")?;
+    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    std::str::from_utf8(&rest[..digits]).ok()?.parse().ok()
+}
+
+/// The saved torn tails (`*.torn-*`) in a directory, sorted.
+pub fn torn_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = match fs::read_dir(dir) {
+        Ok(rd) => rd
+            .map(|e| e.expect("dir entry").path())
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.contains(".torn-"))
+            })
+            .collect(),
+        Err(_) => Vec::new(),
+    };
+    out.sort();
+    out
+}
+
+fn is_session_log(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "jsonl")
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Delegates the directory operations of [`Vfs`] to [`StdVfs`].
+macro_rules! delegate_dir_ops {
+    () => {
+        fn create_dir_all(&self, path: &Path) -> io::Result<()> {
+            StdVfs.create_dir_all(path)
+        }
+        fn sync_dir(&self, path: &Path) -> io::Result<()> {
+            StdVfs.sync_dir(path)
+        }
+        fn read_dir(&self, path: &Path) -> io::Result<Vec<String>> {
+            StdVfs.read_dir(path)
+        }
+        fn metadata(&self, path: &Path) -> io::Result<Metadata> {
+            StdVfs.metadata(path)
+        }
+        fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+            StdVfs.rename(from, to)
+        }
+        fn remove_file(&self, path: &Path) -> io::Result<()> {
+            StdVfs.remove_file(path)
+        }
+    };
+}
+
+// ---------------------------------------------------------------------------
+// FaultyVfs
+// ---------------------------------------------------------------------------
+
+/// An injected I/O failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// `EIO`: the device reported an error.
+    Eio,
+    /// `ENOSPC`: the disk is full.
+    NoSpace,
+    /// A write that lands its first `n` bytes and then fails with `EIO`
+    /// (for a sync, the same as [`Fault::Eio`]).
+    Short(usize),
+}
+
+impl Fault {
+    /// The OS error number the fault reports.
+    pub fn errno(self) -> i32 {
+        match self {
+            Fault::Eio | Fault::Short(_) => 5,
+            Fault::NoSpace => 28,
+        }
+    }
+
+    fn error(self) -> io::Error {
+        io::Error::from_raw_os_error(self.errno())
+    }
+}
+
+#[derive(Debug, Default)]
+struct Plan {
+    /// Writes to let through before the next one fails, and how it fails.
+    write: Option<(u64, Fault)>,
+    /// Syncs to let through before the next one fails, and how it fails.
+    sync: Option<(u64, Fault)>,
+    /// Write calls on session logs so far (failed ones included).
+    writes: u64,
+    /// Sync calls on session logs so far (failed ones included).
+    syncs: u64,
+}
+
+/// Decrements a countdown; returns the fault when it fires (once).
+fn fires(slot: &mut Option<(u64, Fault)>) -> Option<Fault> {
+    let (left, fault) = slot.as_mut()?;
+    if *left > 1 {
+        *left -= 1;
+        return None;
+    }
+    let fault = *fault;
+    *slot = None;
+    Some(fault)
+}
+
+/// The real file system, except that the N-th write or sync of a session log
+/// (counted from when the fault is armed) fails once.
+#[derive(Debug, Default)]
+pub struct FaultyVfs {
+    plan: Arc<Mutex<Plan>>,
+}
+
+impl FaultyVfs {
+    /// A healthy file system with no fault armed.
+    pub fn new() -> Arc<FaultyVfs> {
+        Arc::new(FaultyVfs::default())
+    }
+
+    /// The `nth` write to a session log from now (1: the next one) fails with `fault`.
+    pub fn fail_write(&self, nth: u64, fault: Fault) {
+        assert!(nth >= 1);
+        lock(&self.plan).write = Some((nth, fault));
+    }
+
+    /// The `nth` sync of a session log from now (1: the next one) fails with `fault`.
+    pub fn fail_sync(&self, nth: u64, fault: Fault) {
+        assert!(nth >= 1);
+        lock(&self.plan).sync = Some((nth, fault));
+    }
+
+    /// Disarms any fault not yet fired.
+    pub fn clear(&self) {
+        let mut p = lock(&self.plan);
+        p.write = None;
+        p.sync = None;
+    }
+
+    /// Write calls that reached this file system for session logs.
+    pub fn writes(&self) -> u64 {
+        lock(&self.plan).writes
+    }
+
+    /// Sync calls that reached this file system for session logs.
+    pub fn syncs(&self) -> u64 {
+        lock(&self.plan).syncs
+    }
+}
+
+#[derive(Debug)]
+struct FaultyFile {
+    inner: Arc<dyn VfsFile>,
+    plan: Arc<Mutex<Plan>>,
+}
+
+impl VfsFile for FaultyFile {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        self.inner.read_at(buf, offset)
+    }
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        let fault = {
+            let mut p = lock(&self.plan);
+            p.writes += 1;
+            fires(&mut p.write)
+        };
+        match fault {
+            None => self.inner.write_all_at(buf, offset),
+            Some(Fault::Short(n)) => {
+                self.inner.write_all_at(&buf[..n.min(buf.len())], offset)?;
+                Err(Fault::Short(n).error())
+            }
+            Some(f) => Err(f.error()),
+        }
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        let fault = {
+            let mut p = lock(&self.plan);
+            p.syncs += 1;
+            fires(&mut p.sync)
+        };
+        match fault {
+            None => self.inner.sync_data(),
+            Some(f) => Err(f.error()),
+        }
+    }
+    fn len(&self) -> io::Result<u64> {
+        self.inner.len()
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.inner.set_len(len)
+    }
+    fn try_lock(&self) -> io::Result<bool> {
+        self.inner.try_lock()
+    }
+}
+
+impl Vfs for FaultyVfs {
+    fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Arc<dyn VfsFile>> {
+        let inner = StdVfs.open(path, mode)?;
+        if !is_session_log(path) {
+            return Ok(inner);
+        }
+        Ok(Arc::new(FaultyFile {
+            inner,
+            plan: Arc::clone(&self.plan),
+        }))
+    }
+    delegate_dir_ops!();
+}
+
+// ---------------------------------------------------------------------------
+// RecordingVfs
+// ---------------------------------------------------------------------------
+
+/// One event on a session log, or an acknowledgement recorded by the test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// A write returned; it began with record `seq` and ended at byte `end`.
+    Write {
+        /// The first record in the write.
+        seq: u64,
+        /// The file offset just past the written bytes.
+        end: u64,
+    },
+    /// A sync is about to start; the file was `len` bytes long.
+    SyncStart {
+        /// Pairs the start with its end.
+        sync: u64,
+        /// The file length when the sync started.
+        len: u64,
+    },
+    /// A sync returned successfully.
+    SyncEnd {
+        /// Pairs the end with its start.
+        sync: u64,
+    },
+    /// The test saw an append of record `seq` return.
+    Ack {
+        /// The acknowledged record.
+        seq: u64,
+    },
+}
+
+#[derive(Debug, Default)]
+struct Log {
+    events: Vec<Event>,
+    next_sync: u64,
+    /// The next sync waits until this many `Write` events are logged.
+    hold_sync_until_writes: Option<usize>,
+}
+
+/// The shared event log of a [`RecordingVfs`]. Events are appended under one
+/// mutex, so their positions are a single global order consistent with real
+/// time: if one event was logged before another began, it comes first.
+#[derive(Debug, Default)]
+pub struct Recorder {
+    log: Mutex<Log>,
+    changed: Condvar,
+}
+
+impl Recorder {
+    /// Records that an append of record `seq` returned to its caller.
+    pub fn ack(&self, seq: u64) {
+        self.push(Event::Ack { seq });
+    }
+
+    /// Every event so far, in order.
+    pub fn events(&self) -> Vec<Event> {
+        lock(&self.log).events.clone()
+    }
+
+    /// Forgets every event so far.
+    pub fn clear(&self) {
+        lock(&self.log).events.clear();
+    }
+
+    /// Makes the next sync wait, before it starts, until `writes` `Write`
+    /// events have been logged in total. A handshake, not a delay: it forces
+    /// other writers to write while a sync is pending.
+    pub fn hold_next_sync_until_writes(&self, writes: usize) {
+        lock(&self.log).hold_sync_until_writes = Some(writes);
+    }
+
+    fn push(&self, e: Event) {
+        lock(&self.log).events.push(e);
+        self.changed.notify_all();
+    }
+
+    fn writes(log: &Log) -> usize {
+        log.events
+            .iter()
+            .filter(|e| matches!(e, Event::Write { .. }))
+            .count()
+    }
+}
+
+/// The real file system, logging the writes and syncs of session logs.
+#[derive(Debug, Default)]
+pub struct RecordingVfs {
+    recorder: Arc<Recorder>,
+}
+
+impl RecordingVfs {
+    /// A recording file system and its event log.
+    pub fn new() -> (Arc<RecordingVfs>, Arc<Recorder>) {
+        let recorder = Arc::new(Recorder::default());
+        (
+            Arc::new(RecordingVfs {
+                recorder: Arc::clone(&recorder),
+            }),
+            recorder,
+        )
+    }
+}
+
+#[derive(Debug)]
+struct RecordingFile {
+    inner: Arc<dyn VfsFile>,
+    recorder: Arc<Recorder>,
+}
+
+impl VfsFile for RecordingFile {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        self.inner.read_at(buf, offset)
+    }
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.inner.write_all_at(buf, offset)?;
+        let seq = leading_seq(buf).expect("writes to a session log start with a record");
+        self.recorder.push(Event::Write {
+            seq,
+            end: offset + buf.len() as u64,
+        });
+        Ok(())
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        let sync = {
+            let mut log = lock(&self.recorder.log);
+            if let Some(n) = log.hold_sync_until_writes.take() {
+                while Recorder::writes(&log) < n {
+                    log = self
+                        .recorder
+                        .changed
+                        .wait(log)
+                        .unwrap_or_else(PoisonError::into_inner);
+                }
+            }
+            // Measured and logged under the lock: every write logged before
+            // this point has returned, so this sync covers it.
+            let len = self.inner.len()?;
+            let sync = log.next_sync;
+            log.next_sync += 1;
+            log.events.push(Event::SyncStart { sync, len });
+            sync
+        };
+        self.inner.sync_data()?;
+        self.recorder.push(Event::SyncEnd { sync });
+        Ok(())
+    }
+    fn len(&self) -> io::Result<u64> {
+        self.inner.len()
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.inner.set_len(len)
+    }
+    fn try_lock(&self) -> io::Result<bool> {
+        self.inner.try_lock()
+    }
+}
+
+impl Vfs for RecordingVfs {
+    fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Arc<dyn VfsFile>> {
+        let inner = StdVfs.open(path, mode)?;
+        if !is_session_log(path) {
+            return Ok(inner);
+        }
+        Ok(Arc::new(RecordingFile {
+            inner,
+            recorder: Arc::clone(&self.recorder),
+        }))
+    }
+    delegate_dir_ops!();
+}
+
+// ---------------------------------------------------------------------------
+// RacingWriterVfs
+// ---------------------------------------------------------------------------
+
+/// The real file system, except that the first time a reader measures a
+/// session log opened read-only, `extra` is appended to the file right after
+/// the measurement: what a writer appending at that moment does.
+#[derive(Debug)]
+pub struct RacingWriterVfs {
+    extra: Mutex<Option<Vec<u8>>>,
+}
+
+impl RacingWriterVfs {
+    /// Appends `extra` after the first read-only measurement of a session log.
+    pub fn new(extra: Vec<u8>) -> Arc<RacingWriterVfs> {
+        Arc::new(RacingWriterVfs {
+            extra: Mutex::new(Some(extra)),
+        })
+    }
+}
+
+#[derive(Debug)]
+struct RacingFile {
+    inner: Arc<dyn VfsFile>,
+    path: PathBuf,
+    /// Bytes still to append at the first measurement.
+    extra: Mutex<Option<Vec<u8>>>,
+}
+
+impl VfsFile for RacingFile {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        self.inner.read_at(buf, offset)
+    }
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.inner.write_all_at(buf, offset)
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        self.inner.sync_data()
+    }
+    fn len(&self) -> io::Result<u64> {
+        let len = self.inner.len()?;
+        if let Some(extra) = lock(&self.extra).take() {
+            let mut f = fs::OpenOptions::new().append(true).open(&self.path)?;
+            io::Write::write_all(&mut f, &extra)?;
+        }
+        Ok(len)
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.inner.set_len(len)
+    }
+    fn try_lock(&self) -> io::Result<bool> {
+        self.inner.try_lock()
+    }
+}
+
+impl Vfs for RacingWriterVfs {
+    fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Arc<dyn VfsFile>> {
+        let inner = StdVfs.open(path, mode)?;
+        if !is_session_log(path) || mode != OpenMode::Read {
+            return Ok(inner);
+        }
+        let extra = lock(&self.extra).take();
+        Ok(Arc::new(RacingFile {
+            inner,
+            path: path.to_path_buf(),
+            extra: Mutex::new(extra),
+        }))
+    }
+    delegate_dir_ops!();
+}
