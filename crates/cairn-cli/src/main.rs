@@ -1,3 +1,31 @@
-//! The `cairn` command-line tool.
+//! The `cairn` command-line tool: argument parsing, output and exit codes.
+//! The logic lives in the `cairn` library; this binary is glue.
+//!
+//! Exit codes: 0 ok; 1 the thing asked for is not so (fsck found damage);
+//! 2 usage or I/O error. A broken pipe exits quietly with 0.
 
-fn main() {}
+mod args;
+mod cmd;
+mod describe;
+mod report;
+mod shapes;
+mod target;
+mod term;
+mod treeview;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let cli = args::Cli::parse();
+    match cmd::run(cli) {
+        Ok(cmd::Status::Ok) => ExitCode::SUCCESS,
+        Ok(cmd::Status::NotSo) => ExitCode::from(1),
+        Err(e) if report::is_broken_pipe(&e) => ExitCode::SUCCESS,
+        Err(e) => {
+            report::print_error(&e);
+            ExitCode::from(2)
+        }
+    }
+}

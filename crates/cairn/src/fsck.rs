@@ -303,9 +303,7 @@ impl<'a> Replay<'a> {
                         }
                         Err(AppendError::Invalid(inv)) => {
                             self.problem(l, Some(frame.seq), Severity::Invalid, inv.to_string());
-                            if !dropped.contains_key(&id) {
-                                dropped.insert(id, parent);
-                            }
+                            dropped.entry(id).or_insert(parent);
                         }
                         Err(e) => return Err(fatal(e, self.path)),
                     }

@@ -198,7 +198,9 @@ impl Store {
                 }
             };
             let mut summary = entry.summary.clone();
-            summary.status = summary.phase.status(self.backend.writer_active(&id));
+            // Only an open operation needs the lock to tell Running from Interrupted.
+            let live = matches!(summary.phase, OpPhase::Open) && self.backend.writer_active(&id);
+            summary.status = summary.phase.status(live);
             out.push(summary);
             fresh.insert(id.to_string(), entry);
         }
@@ -266,8 +268,14 @@ impl Store {
     /// Forks `source` at `at` into a new session holding the branch from the
     /// root to `at` (`None`: an empty branch), with the same ids, times and
     /// initial state, and a header naming the source session and entry. The
-    /// source is untouched. Labels whose target is not copied are dropped;
-    /// operation records are not copied (they belong to the source's runs).
+    /// source is untouched. Labels whose target is not copied are dropped, and
+    /// so are removals of labels the fork does not have; a compaction that
+    /// kept from a dropped label keeps from the next copied entry instead
+    /// (the same messages: labels have none). Operation records are not
+    /// copied (they belong to the source's runs). An explicit `title` wins
+    /// over a `session_info` title copied from the branch: if one would
+    /// override it, a `session_info` entry with `title` is appended after the
+    /// copied branch.
     ///
     /// # Errors
     ///
@@ -277,7 +285,7 @@ impl Store {
         let h = source.header();
         let fork = self.create(NewSession {
             id: None,
-            title: title.or_else(|| source.title()),
+            title: title.clone().or_else(|| source.title()),
             cwd: h.cwd.clone(),
             app_state: Some(h.app_state.clone()),
             lineage: Lineage {
@@ -286,22 +294,57 @@ impl Store {
             },
         })?;
         fork.set_durability(crate::Durability::Buffered);
-        let copied: std::collections::HashSet<&EntryId> = entries.iter().map(|(e, _)| &e.id).collect();
+        // Entries copied so far; dropped labels, each with the copied entry
+        // that took its place (`None` while none has been copied after it).
+        let mut copied = std::collections::HashSet::<EntryId>::new();
+        let mut dropped = std::collections::HashMap::<EntryId, Option<EntryId>>::new();
+        let mut pending: Vec<EntryId> = Vec::new();
         let mut parent: Option<EntryId> = None;
         let result = (|| {
             for (e, ts) in &entries {
-                if let EntryBody::Label(l) = &e.body
-                    && l.target.as_ref().is_some_and(|t| !copied.contains(t))
-                {
-                    continue;
+                let mut body = e.body.clone();
+                match &mut body {
+                    EntryBody::Label(l) => {
+                        let kept = match &l.target {
+                            Some(t) => copied.contains(t),
+                            None => fork.labels().contains_key(&l.name),
+                        };
+                        if !kept {
+                            dropped.insert(e.id.clone(), None);
+                            pending.push(e.id.clone());
+                            continue;
+                        }
+                    }
+                    EntryBody::Compaction(c) => {
+                        if let Some(instead) = c.first_kept.as_ref().and_then(|k| dropped.get(k)) {
+                            c.first_kept = instead.clone();
+                        }
+                    }
+                    _ => {}
                 }
                 let new = NewEntry {
                     id: Some(e.id.clone()),
                     parent: parent.clone().map_or(Parent::Root, Parent::Entry),
-                    body: e.body.clone(),
+                    body,
                 };
                 fork.append_entry_at(new, Some(ts.clone()), Some(crate::Durability::Buffered))?;
+                for d in pending.drain(..) {
+                    dropped.insert(d, Some(e.id.clone()));
+                }
+                copied.insert(e.id.clone());
                 parent = Some(e.id.clone());
+            }
+            if let Some(t) = &title
+                && fork.title().as_ref() != Some(t)
+            {
+                let info = EntryBody::SessionInfo(crate::record::SessionInfo {
+                    title: Some(t.clone()),
+                });
+                fork.append_entry_at(
+                    NewEntry::at_leaf(info),
+                    None,
+                    Some(crate::Durability::Buffered),
+                )?;
             }
             fork.sync()
         })();
@@ -365,8 +408,8 @@ fn unreadable_summary(id: &SessionId) -> SessionSummary {
     }
 }
 
-/// The first line of `text`, whitespace collapsed, cut to `max` characters
-/// (with `…` when cut).
+/// `text` with every run of whitespace (newlines included) collapsed to one
+/// space, cut to `max` characters (with `…` when cut).
 pub fn excerpt(text: &str, max: usize) -> String {
     let collapsed = text.split_whitespace().collect::<Vec<_>>().join(" ");
     if collapsed.chars().count() <= max {

@@ -84,12 +84,15 @@ fn estimate_block(b: &Block) -> usize {
     }
 }
 
+/// The over-budget hook.
+type Hook<'h> = Box<dyn FnMut(&ModelView) + 'h>;
+
 /// Builds views; calls the over-budget hook when a view passes the budget.
 pub struct ViewBuilder<'h> {
     system: Option<String>,
     budget: Option<usize>,
     memory_role: Role,
-    on_over_budget: Option<Box<dyn FnMut(&ModelView) + 'h>>,
+    on_over_budget: Option<Hook<'h>>,
 }
 
 impl std::fmt::Debug for ViewBuilder<'_> {

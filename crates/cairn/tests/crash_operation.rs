@@ -7,6 +7,8 @@
 //! after recovery with the default policy the charge happened at most once
 //! and every tool call in the context has a result.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

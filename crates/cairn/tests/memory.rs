@@ -4,6 +4,8 @@
 //! and stays under its bound (golden test); the view puts memory right after
 //! the system prompt and reports when it passes its budget.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::sync::Arc;
 
 use cairn::backend::MemoryBackend;

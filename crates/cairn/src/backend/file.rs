@@ -24,6 +24,8 @@ pub struct FileBackend {
 }
 
 const READ_CHUNK: usize = 1 << 20;
+/// Extra attempts at the writer lock before reporting "in use".
+const LOCK_RETRIES: usize = 4;
 
 impl FileBackend {
     /// Sessions in `dir` on the real file system; the catalog is kept in
@@ -58,7 +60,17 @@ impl FileBackend {
         let path = self.lock_path(id);
         let io_err = |action, source| OpenError::Io { action, location: path.display().to_string(), source };
         let f = self.vfs.open(&path, OpenMode::CreateOrOpen).map_err(|e| io_err("open lock file", e))?;
-        if !f.try_lock().map_err(|e| io_err("lock", e))? {
+        // `writer_active` probes by taking the lock for an instant; a few
+        // short retries keep such a probe from looking like a writer.
+        let mut locked = f.try_lock().map_err(|e| io_err("lock", e))?;
+        for _ in 0..LOCK_RETRIES {
+            if locked {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+            locked = f.try_lock().map_err(|e| io_err("lock", e))?;
+        }
+        if !locked {
             let mut buf = [0u8; 32];
             let n = f.read_at(&mut buf, 0).unwrap_or(0);
             let holder = std::str::from_utf8(&buf[..n]).ok().and_then(|s| s.trim().parse().ok());

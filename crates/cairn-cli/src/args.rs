@@ -1,0 +1,314 @@
+//! The command line, as clap derive types. Every subcommand carries an
+//! example in its `after_help`.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+const MAIN_EXAMPLES: &str = "\
+Examples:
+  cairn demo                          # a guided tour in the default store
+  id=$(cairn new --title 'bug hunt')
+  echo '{\"kind\":\"message\",\"data\":{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"hi\"}]}}' \\
+    | cairn append $id
+  cairn ls
+  cairn tree --last
+
+Sessions are named by full id, unique id prefix, path to a .jsonl file, or --last.
+Exit status: 0 ok, 1 the thing asked for is not so (fsck found damage),
+2 usage or I/O error. The store is --store DIR, else $CAIRN_HOME, else
+$XDG_DATA_HOME/cairn, else ~/.local/share/cairn.";
+
+/// cairn: a durable session engine for AI agents.
+///
+/// Each session is an append-only log; the context a model sees, the app
+/// state, settings and labels are computed from it. Read commands never
+/// change a session and work while another process writes it.
+#[derive(Debug, Parser)]
+#[command(name = "cairn", version, after_help = MAIN_EXAMPLES, max_term_width = 100)]
+pub struct Cli {
+    /// The store directory (sessions live in DIR/sessions).
+    #[arg(long, global = true, env = "CAIRN_HOME", value_name = "DIR")]
+    pub store: Option<PathBuf>,
+
+    /// When to colour human output.
+    #[arg(long, global = true, value_enum, default_value_t = ColorChoice::Auto, value_name = "WHEN")]
+    pub color: ColorChoice,
+
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// When to colour output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ColorChoice {
+    /// When stdout is a terminal and NO_COLOR is not set.
+    Auto,
+    /// Always.
+    Always,
+    /// Never.
+    Never,
+}
+
+/// The session a command works on.
+#[derive(Debug, Clone, Args)]
+pub struct SessionArg {
+    /// The session: full id, unique id prefix, or path to a .jsonl file.
+    #[arg(value_name = "SESSION")]
+    pub session: Option<String>,
+
+    /// Use the most recently updated session instead of naming one.
+    #[arg(long)]
+    pub last: bool,
+}
+
+/// Durability of acknowledged appends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DurabilityArg {
+    /// fdatasync before each acknowledgement: survives power loss.
+    Sync,
+    /// Group commit: as safe as sync, syncs shared between concurrent writers.
+    Group,
+    /// Written to the OS before each acknowledgement (survives kill -9, not
+    /// power loss); one sync at the end of input.
+    Buffered,
+}
+
+/// Export formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// A Markdown transcript of the current branch.
+    Md,
+    /// Every entry as JSON, with the session's metadata.
+    Json,
+    /// A self-contained HTML page: the conversation and the tree as SVG.
+    Html,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create a session and print its id.
+    #[command(
+        after_help = "Example:\n  cairn new --title 'comic storyboard' --state '{\"panel\":0}'"
+    )]
+    New {
+        /// A title.
+        #[arg(long)]
+        title: Option<String>,
+        /// The initial application state, as JSON.
+        #[arg(long, value_name = "JSON")]
+        state: Option<String>,
+    },
+
+    /// Append records read as JSON lines from stdin; acknowledge each on stdout.
+    ///
+    /// Each input line is one record: {"kind": K, "data": {...}} with
+    /// optional "id" (entries), "parent" (an entry id, label or unique
+    /// prefix; null for a new root; default the leaf) and "ignorable"
+    /// (for kinds this version does not know). Entry kinds: message,
+    /// app_state, compaction, checkout, settings, label, session_info,
+    /// custom. Operation-journal kinds (op_started, tool_dispatched, …) take
+    /// no id or parent. After each record is appended under the chosen
+    /// durability, one line {"seq":N,"id":"…"} is printed and flushed ("id"
+    /// is null for operation records). Blank lines are skipped. At the first
+    /// invalid line cairn stops with an error naming the line; every record
+    /// before it stays appended.
+    #[command(after_help = "\
+Example:
+  printf '%s\\n' \\
+    '{\"kind\":\"message\",\"id\":\"q1\",\"data\":{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"hi\"}]}}' \\
+    '{\"kind\":\"app_state\",\"data\":{\"patch\":{\"mood\":\"curious\"}}}' \\
+    | cairn append 01jx
+  {\"seq\":1,\"id\":\"q1\"}
+  {\"seq\":2,\"id\":\"7c1e09ab\"}")]
+    Append {
+        #[command(flatten)]
+        target: SessionArg,
+        /// What an acknowledgement guarantees.
+        #[arg(long, value_enum, default_value_t = DurabilityArg::Sync)]
+        durability: DurabilityArg,
+    },
+
+    /// List sessions, most recently updated first.
+    #[command(after_help = "Examples:\n  cairn ls\n  cairn ls --all --json | jq -r '.[].id'")]
+    Ls {
+        /// Show every session (default: the 20 most recent).
+        #[arg(long)]
+        all: bool,
+        /// Print JSON (an array; see the README for the shape).
+        #[arg(long)]
+        json: bool,
+    },
+
+    /// Show a session: its metadata and the current context.
+    #[command(
+        after_help = "Examples:\n  cairn show 01jx\n  cairn show --last --json | jq .context.app_state"
+    )]
+    Show {
+        #[command(flatten)]
+        target: SessionArg,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+
+    /// Print the current context as the model sees it.
+    ///
+    /// The messages (with roles and content blocks), the app state, the
+    /// settings, the labels and the compaction in force.
+    #[command(
+        after_help = "Examples:\n  cairn context 01jx\n  cairn context --last --json | jq '.messages | length'"
+    )]
+    Context {
+        #[command(flatten)]
+        target: SessionArg,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+
+    /// Draw the whole tree of entries: branches, leaf, labels, checkouts.
+    #[command(after_help = "Examples:\n  cairn tree 01jx\n  cairn tree --last --ascii")]
+    Tree {
+        #[command(flatten)]
+        target: SessionArg,
+        /// Draw with ASCII instead of box-drawing characters.
+        #[arg(long)]
+        ascii: bool,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+
+    /// Print the raw records, pretty or as the stored JSON lines.
+    #[command(
+        after_help = "Examples:\n  cairn log 01jx --from 10\n  cairn log 01jx --json | head -1"
+    )]
+    Log {
+        #[command(flatten)]
+        target: SessionArg,
+        /// Start at this record (0 is the header).
+        #[arg(long, value_name = "SEQ", default_value_t = 0)]
+        from: u64,
+        /// Print the stored JSON lines verbatim.
+        #[arg(long)]
+        json: bool,
+    },
+
+    /// Move the leaf to an entry; print the new context.
+    ///
+    /// ENTRY is an entry id, a unique id prefix, a label, or `root` (also
+    /// `none`) for before the first entry. Nothing is deleted: the old
+    /// branch stays in the log and can be checked out again.
+    #[command(
+        visible_alias = "rewind",
+        override_usage = "cairn checkout [OPTIONS] <SESSION|--last> <ENTRY>",
+        after_help = "Examples:\n  cairn checkout 01jx panel-1\n  cairn rewind --last 3fa9 --summary 'tried the side plot; dropped it'"
+    )]
+    Checkout {
+        #[command(flatten)]
+        target: SessionArg,
+        /// The entry to move to (after SESSION, or alone with --last).
+        #[arg(value_name = "ENTRY")]
+        rest: Vec<String>,
+        /// A summary of the branch left behind, shown to the model.
+        #[arg(long)]
+        summary: Option<String>,
+    },
+
+    /// Copy the branch up to an entry into a new session; print its id.
+    #[command(
+        override_usage = "cairn fork [OPTIONS] <SESSION|--last> <ENTRY>",
+        after_help = "Example:\n  cairn fork 01jx panel-1 --title 'storyboard, take two'"
+    )]
+    Fork {
+        #[command(flatten)]
+        target: SessionArg,
+        /// The last entry to copy (id, prefix, label, or `root`).
+        #[arg(value_name = "ENTRY")]
+        rest: Vec<String>,
+        /// The new session's title (default: the source's).
+        #[arg(long)]
+        title: Option<String>,
+    },
+
+    /// Set a label on an entry, remove one with --delete, or list them.
+    ///
+    /// `cairn label SESSION ENTRY NAME` sets, `cairn label SESSION NAME
+    /// --delete` removes, `cairn label SESSION` lists. Labels work wherever
+    /// an entry is expected.
+    #[command(
+        override_usage = "cairn label [OPTIONS] <SESSION|--last> [ENTRY NAME | NAME --delete]",
+        after_help = "Examples:\n  cairn label 01jx 3fa9 panel-1\n  cairn label 01jx panel-1 --delete\n  cairn label --last"
+    )]
+    Label {
+        #[command(flatten)]
+        target: SessionArg,
+        /// ENTRY NAME to set, NAME with --delete.
+        #[arg(value_name = "ENTRY NAME")]
+        rest: Vec<String>,
+        /// Remove the label NAME.
+        #[arg(long)]
+        delete: bool,
+        /// Print JSON (when listing).
+        #[arg(long)]
+        json: bool,
+    },
+
+    /// Remove a session (asks first, unless --yes).
+    #[command(after_help = "Example:\n  cairn rm 01jx --yes")]
+    Rm {
+        #[command(flatten)]
+        target: SessionArg,
+        /// Do not ask. Required when stdin is not a terminal.
+        #[arg(long, short = 'y')]
+        yes: bool,
+    },
+
+    /// Verify sessions; exit 1 if damage is found.
+    ///
+    /// Checks every record's framing and checksum, seq continuity, the
+    /// header, every payload, the tree and the append-time invariants.
+    /// `--salvage DIR` writes a repaired copy of one session into DIR (as
+    /// DIR/ID.jsonl) and never touches the original.
+    #[command(
+        after_help = "Examples:\n  cairn fsck --all\n  cairn fsck 01jx --salvage /tmp/rescued"
+    )]
+    Fsck {
+        #[command(flatten)]
+        target: SessionArg,
+        /// Check every session in the store.
+        #[arg(long, conflicts_with_all = ["session", "last", "salvage"])]
+        all: bool,
+        /// Write a repaired copy of the session into this directory.
+        #[arg(long, value_name = "DIR")]
+        salvage: Option<PathBuf>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+
+    /// Export a session as Markdown, JSON or a self-contained HTML page.
+    #[command(
+        after_help = "Examples:\n  cairn export 01jx --format md\n  cairn export 01jx --format html -o storyboard.html"
+    )]
+    Export {
+        #[command(flatten)]
+        target: SessionArg,
+        /// The format.
+        #[arg(long, short = 'f', value_enum)]
+        format: Format,
+        /// Write to this file instead of stdout.
+        #[arg(long, short = 'o', value_name = "FILE")]
+        output: Option<PathBuf>,
+    },
+
+    /// A guided tour of the journal: branches, rewind, a crash, a fork.
+    ///
+    /// Creates a session in the store (--store, or the default), narrating
+    /// each step. Offline and deterministic apart from ids and times.
+    #[command(after_help = "Examples:\n  cairn demo\n  cairn --store /tmp/cairn-demo demo")]
+    Demo,
+}

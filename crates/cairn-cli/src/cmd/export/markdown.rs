@@ -1,0 +1,196 @@
+//! The Markdown transcript: the current branch from its root to the leaf,
+//! messages as sections, tool calls and results as fenced blocks, and the
+//! other entries (state changes, checkouts, compactions, labels) as notes.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+use anyhow::Result;
+use cairn::{AppStateChange, Block, EntryBody, Session};
+
+use super::branch;
+use crate::cmd::list::short_time;
+use crate::describe::{compact, entry_line};
+
+/// Renders the transcript.
+///
+/// # Errors
+///
+/// When a record cannot be read.
+pub fn render(session: &Session) -> Result<String> {
+    let entries = branch(session)?;
+    let mut md = String::new();
+    let title = session
+        .title()
+        .unwrap_or_else(|| format!("Session {}", session.id()));
+    let _ = writeln!(md, "# {}\n", one_line(&title));
+    let _ = writeln!(md, "- Session: `{}`", session.id());
+    let _ = writeln!(
+        md,
+        "- Created: {} UTC",
+        short_time(&session.header().created)
+    );
+    let _ = writeln!(md, "- Updated: {} UTC", short_time(&session.updated()));
+    let leaf = session
+        .leaf()
+        .map_or_else(|| "(none)".to_owned(), |l| format!("`{l}`"));
+    let _ = writeln!(
+        md,
+        "- Branch: {} of {} entries, ending at the leaf {leaf}\n",
+        entries.len(),
+        session.entry_count()
+    );
+    let mut calls: HashMap<String, String> = HashMap::new();
+    for (e, ts) in &entries {
+        match &e.body {
+            EntryBody::Message(m) => {
+                let role = m.role.as_str();
+                let mut heading = format!("## {}{}", role[..1].to_uppercase(), &role[1..]);
+                if let Some(model) = &m.model {
+                    let _ = write!(heading, " ({})", one_line(model));
+                }
+                let _ = writeln!(
+                    md,
+                    "{heading}\n\n<sub>`{}` · {} UTC</sub>\n",
+                    e.id,
+                    short_time(ts)
+                );
+                for b in &m.content {
+                    block(&mut md, b, &mut calls);
+                }
+            }
+            EntryBody::AppState(AppStateChange::Set(v)) => {
+                let _ = writeln!(md, "> **App state** set to `{}`\n", code(&compact(v)));
+            }
+            EntryBody::AppState(AppStateChange::Patch(v)) => {
+                let _ = writeln!(md, "> **App state** patched with `{}`\n", code(&compact(v)));
+            }
+            EntryBody::Compaction(c) => {
+                let _ = writeln!(
+                    md,
+                    "> **Compaction** — the model sees this summary instead of what came before:\n>"
+                );
+                for line in c.summary.lines() {
+                    let _ = writeln!(md, "> {line}");
+                }
+                md.push('\n');
+            }
+            EntryBody::Checkout(c) => {
+                let from = c
+                    .from
+                    .as_ref()
+                    .map_or_else(|| "the start".to_owned(), |f| format!("`{f}`"));
+                let _ = writeln!(md, "> **Checkout** — returned here from {from}.");
+                if let Some(s) = &c.summary {
+                    let _ = writeln!(md, "> Summary of that branch: {}", one_line(s));
+                }
+                md.push('\n');
+            }
+            EntryBody::Settings(_)
+            | EntryBody::Label(_)
+            | EntryBody::SessionInfo(_)
+            | EntryBody::Custom(_)
+            | EntryBody::Ignored(_) => {
+                let d = entry_line(&e.body);
+                let _ = writeln!(md, "> *{}* {}\n", d.tag, d.text);
+            }
+        }
+    }
+    let labels = session.labels();
+    if !labels.is_empty() {
+        let _ = writeln!(
+            md,
+            "---\n\n**Labels:** {}",
+            labels
+                .iter()
+                .map(|(n, id)| format!("`{n}` → `{id}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    Ok(md)
+}
+
+fn block(md: &mut String, b: &Block, calls: &mut HashMap<String, String>) {
+    match b {
+        Block::Text { text } => {
+            let _ = writeln!(md, "{}\n", text.trim_end());
+        }
+        Block::Thinking { thinking, .. } => {
+            let _ = writeln!(
+                md,
+                "<details><summary>Thinking</summary>\n\n{}\n\n</details>\n",
+                thinking.trim_end()
+            );
+        }
+        Block::ToolCall {
+            call_id,
+            name,
+            arguments,
+        } => {
+            calls.insert(call_id.clone(), name.clone());
+            let args = serde_json::to_string_pretty(arguments).unwrap_or_default();
+            let _ = writeln!(
+                md,
+                "**Tool call** `{}` (`{}`):\n",
+                code(name),
+                code(call_id)
+            );
+            fenced(md, "json", &args);
+        }
+        Block::ToolResult {
+            call_id,
+            content,
+            is_error,
+            code: outcome,
+        } => {
+            let name = calls
+                .get(call_id)
+                .map(|n| format!(" of `{}`", code(n)))
+                .unwrap_or_default();
+            let status = if *is_error { " (error)" } else { "" };
+            let outcome = outcome
+                .as_deref()
+                .map(|c| format!(" `{}`", code(c)))
+                .unwrap_or_default();
+            let _ = writeln!(
+                md,
+                "**Result**{name} (`{}`){status}{outcome}:\n",
+                code(call_id)
+            );
+            for inner in content {
+                match inner {
+                    Block::Text { text } => fenced(md, "", text),
+                    other => block(md, other, calls),
+                }
+            }
+        }
+        Block::Image { media_type, data } => {
+            let _ = writeln!(
+                md,
+                "*[image {}, {} bytes of base64]*\n",
+                one_line(media_type),
+                data.len()
+            );
+        }
+        Block::Blob { uri, .. } => {
+            let _ = writeln!(md, "*[blob {}]*\n", one_line(uri));
+        }
+    }
+}
+
+/// A fenced code block whose fence is longer than any backtick run inside.
+fn fenced(md: &mut String, lang: &str, text: &str) {
+    let longest = text.split(|c| c != '`').map(str::len).max().unwrap_or(0);
+    let fence = "`".repeat(longest.max(2) + 1);
+    let _ = writeln!(md, "{fence}{lang}\n{}\n{fence}\n", text.trim_end());
+}
+
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Text for an inline code span (backticks would end it).
+fn code(text: &str) -> String {
+    one_line(text).replace('`', "'")
+}

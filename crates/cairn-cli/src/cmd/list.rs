@@ -1,0 +1,147 @@
+//! `cairn ls`: the sessions of a store, most recently updated first.
+
+use anyhow::Result;
+use cairn::SessionSummary;
+use serde_json::{Value, json};
+
+use super::Status;
+use crate::describe::flat;
+use crate::target::Ctx;
+use crate::term::{Style, fit, pad};
+
+/// How many sessions `ls` shows without `--all`.
+pub const DEFAULT_LIMIT: usize = 20;
+
+/// Runs `cairn ls`.
+///
+/// # Errors
+///
+/// I/O errors listing the store or writing output.
+pub fn run(ctx: &Ctx, all: bool, json: bool) -> Result<Status> {
+    let store = ctx.store()?;
+    let sessions = store.list()?;
+    let total = sessions.len();
+    let shown = if all { total } else { total.min(DEFAULT_LIMIT) };
+    let statuses: Vec<&str> = sessions[..shown]
+        .iter()
+        .map(|s| {
+            if s.records == 0 {
+                "unreadable"
+            } else if store.backend().writer_active(&s.id) {
+                "in_use"
+            } else {
+                "idle"
+            }
+        })
+        .collect();
+    let mut out = ctx.out();
+    if json {
+        let rows: Vec<Value> = sessions[..shown]
+            .iter()
+            .zip(&statuses)
+            .map(|(s, st)| row_json(s, st))
+            .collect();
+        out.json(&Value::Array(rows))?;
+        return Ok(Status::Ok);
+    }
+    if total == 0 {
+        out.line(&format!(
+            "no sessions in {}; `cairn new` creates one, `cairn demo` shows around",
+            store.backend().describe()
+        ))?;
+        return Ok(Status::Ok);
+    }
+    let idw = unique_prefix_len(&sessions);
+    let fixed = idw + 2 + 16 + 2 + 7 + 2;
+    let textw = ctx.look.width.saturating_sub(fixed).max(16);
+    out.spans(&[(
+        Style::Bold,
+        &format!(
+            "{}  {}  {}  TITLE · FIRST MESSAGE",
+            pad("ID", idw),
+            pad("UPDATED (UTC)", 16),
+            "ENTRIES"
+        ),
+    )])?;
+    for (s, status) in sessions[..shown].iter().zip(&statuses) {
+        let id = &s.id.as_str()[..idw];
+        let text = describe(s, status);
+        out.spans(&[
+            (Style::Dim, id),
+            (Style::Plain, "  "),
+            (Style::Plain, &pad(&short_time(&s.updated), 16)),
+            (Style::Plain, &format!("  {:>7}  ", s.entries)),
+            (Style::Plain, &fit(&text, textw)),
+        ])?;
+    }
+    if shown < total {
+        out.spans(&[(
+            Style::Dim,
+            &format!(
+                "… {} older; `cairn ls --all` lists every session",
+                total - shown
+            ),
+        )])?;
+    }
+    Ok(Status::Ok)
+}
+
+fn row_json(s: &SessionSummary, status: &str) -> Value {
+    json!({
+        "id": s.id,
+        "title": s.title,
+        "status": status,
+        "created": s.created,
+        "updated": s.updated,
+        "entries": s.entries,
+        "records": s.records,
+        "first_message": s.first_message,
+        "forked_from": s.forked_from,
+    })
+}
+
+/// The title and first message, flattened, with the status in front.
+fn describe(s: &SessionSummary, status: &str) -> String {
+    let mut parts = Vec::new();
+    if status == "in_use" {
+        parts.push("[in use]".to_owned());
+    }
+    let title = s.title.as_deref().map(flat).filter(|t| !t.is_empty());
+    let first = s
+        .first_message
+        .as_deref()
+        .map(flat)
+        .filter(|t| !t.is_empty());
+    match (title, first) {
+        (Some(t), Some(f)) => parts.push(format!("{t} · {f}")),
+        (Some(t), None) => parts.push(t),
+        (None, Some(f)) => parts.push(f),
+        (None, None) => parts.push("(no messages)".to_owned()),
+    }
+    parts.join(" ")
+}
+
+/// `YYYY-MM-DD HH:MM` from an RFC 3339 time (as is if it is not one).
+pub fn short_time(ts: &str) -> String {
+    match (ts.get(..10), ts.get(11..16)) {
+        (Some(d), Some(t)) if ts.as_bytes().get(10) == Some(&b'T') => format!("{d} {t}"),
+        _ => flat(ts),
+    }
+}
+
+/// The shortest prefix length (at least 10) that tells every session apart.
+fn unique_prefix_len(sessions: &[SessionSummary]) -> usize {
+    let mut ids: Vec<&str> = sessions.iter().map(|s| s.id.as_str()).collect();
+    ids.sort_unstable();
+    let common = ids
+        .windows(2)
+        .map(|w| {
+            w[0].bytes()
+                .zip(w[1].bytes())
+                .take_while(|(a, b)| a == b)
+                .count()
+        })
+        .max()
+        .unwrap_or(0);
+    (common + 1).clamp(10, cairn::SessionId::LEN)
+}

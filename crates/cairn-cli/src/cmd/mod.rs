@@ -1,0 +1,82 @@
+//! The commands, one module per group, and the dispatch from parsed
+//! arguments to them.
+
+mod append;
+mod demo;
+mod edit;
+mod export;
+mod fsck;
+mod list;
+mod log;
+mod rm;
+mod show;
+mod tree;
+
+use anyhow::Result;
+
+use crate::args::{Cli, Command};
+use crate::target::Ctx;
+use crate::term::Look;
+
+/// How a command that ran to its end came out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// As asked (exit 0).
+    Ok,
+    /// The thing asked for is not so, e.g. fsck found damage (exit 1).
+    NotSo,
+}
+
+/// Runs the parsed command line.
+///
+/// # Errors
+///
+/// Usage and I/O errors, and whatever the library refuses (exit 2).
+pub fn run(cli: Cli) -> Result<Status> {
+    let ctx = Ctx {
+        store_dir: cli.store,
+        look: Look::detect(cli.color),
+    };
+    match cli.command {
+        Command::New { title, state } => edit::new(&ctx, title, state.as_deref()),
+        Command::Append { target, durability } => append::run(&ctx, &target, durability),
+        Command::Ls { all, json } => list::run(&ctx, all, json),
+        Command::Show { target, json } => show::show(&ctx, &target, json),
+        Command::Context { target, json } => show::context(&ctx, &target, json),
+        Command::Tree {
+            target,
+            ascii,
+            json,
+        } => tree::run(&ctx, &target, ascii, json),
+        Command::Log { target, from, json } => log::run(&ctx, &target, from, json),
+        Command::Checkout {
+            target,
+            rest,
+            summary,
+        } => edit::checkout(&ctx, &target, &rest, summary),
+        Command::Fork {
+            target,
+            rest,
+            title,
+        } => edit::fork(&ctx, &target, &rest, title),
+        Command::Label {
+            target,
+            rest,
+            delete,
+            json,
+        } => edit::label(&ctx, &target, &rest, delete, json),
+        Command::Rm { target, yes } => rm::run(&ctx, &target, yes),
+        Command::Fsck {
+            target,
+            all,
+            salvage,
+            json,
+        } => fsck::run(&ctx, &target, all, salvage.as_deref(), json),
+        Command::Export {
+            target,
+            format,
+            output,
+        } => export::run(&ctx, &target, format, output.as_deref()),
+        Command::Demo => demo::run(&ctx),
+    }
+}

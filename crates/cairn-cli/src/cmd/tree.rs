@@ -1,0 +1,208 @@
+//! `cairn tree`: every entry of a session as an indented tree. A chain of
+//! single children stays in one column; a branch point opens `├─`/`└─`
+//! branches. Entries on the active path are marked `●`, others `○`; the leaf
+//! is marked `◀ leaf`; labels are shown in brackets.
+
+use anyhow::Result;
+use cairn::Access;
+use serde_json::{Value, json};
+
+use super::Status;
+use crate::args::SessionArg;
+use crate::describe::entry_line;
+use crate::target::{self, Ctx};
+use crate::term::{Out, Style, fit, width};
+use crate::treeview::TreeView;
+
+/// The characters a tree is drawn with.
+#[derive(Debug, Clone, Copy)]
+pub struct Glyphs {
+    tee: &'static str,
+    corner: &'static str,
+    pipe: &'static str,
+    blank: &'static str,
+    on: &'static str,
+    off: &'static str,
+    leaf: &'static str,
+    ascii: bool,
+}
+
+/// Box-drawing characters.
+pub const UNICODE: Glyphs = Glyphs {
+    tee: "├─ ",
+    corner: "└─ ",
+    pipe: "│  ",
+    blank: "   ",
+    on: "●",
+    off: "○",
+    leaf: "◀ leaf",
+    ascii: false,
+};
+/// Plain ASCII.
+pub const ASCII: Glyphs = Glyphs {
+    tee: "|- ",
+    corner: "`- ",
+    pipe: "|  ",
+    blank: "   ",
+    on: "*",
+    off: "o",
+    leaf: "<- leaf",
+    ascii: true,
+};
+
+/// Runs `cairn tree`.
+///
+/// # Errors
+///
+/// Opening or reading the session, or writing output.
+pub fn run(ctx: &Ctx, arg: &SessionArg, ascii: bool, json: bool) -> Result<Status> {
+    let (_, session) = target::open(ctx, &target::spec(arg)?, Access::Read)?;
+    let view = TreeView::load(&session)?;
+    let mut out = ctx.out();
+    if json {
+        out.json(&tree_json(&session, &view))?;
+        return Ok(Status::Ok);
+    }
+    let title = session
+        .title()
+        .map(|t| format!(" {:?}", crate::describe::flat(&t)))
+        .unwrap_or_default();
+    out.spans(&[
+        (Style::Bold, &format!("session {}", session.id())),
+        (Style::Plain, &title),
+        (
+            Style::Dim,
+            &format!(
+                "{}{} entries",
+                if ascii { " | " } else { " · " },
+                view.nodes.len()
+            ),
+        ),
+    ])?;
+    if view.nodes.is_empty() {
+        out.spans(&[(Style::Dim, "(no entries yet)")])?;
+    }
+    draw(&mut out, &view, if ascii { ASCII } else { UNICODE })?;
+    Ok(Status::Ok)
+}
+
+/// Draws the tree, one line per entry.
+///
+/// # Errors
+///
+/// Write errors.
+pub fn draw(out: &mut Out<'_>, view: &TreeView, g: Glyphs) -> std::io::Result<()> {
+    // (node, prefix of its own line, prefix of the lines below it)
+    let mut stack: Vec<(usize, String, String)> = Vec::new();
+    push_children(&mut stack, &view.roots, "", g);
+    while let Some((n, first, rest)) = stack.pop() {
+        line(out, view, n, &first, g)?;
+        let children = &view.nodes[n].children;
+        if children.len() == 1 {
+            stack.push((children[0], rest.clone(), rest));
+        } else {
+            push_children(&mut stack, children, &rest, g);
+        }
+    }
+    Ok(())
+}
+
+fn push_children(
+    stack: &mut Vec<(usize, String, String)>,
+    children: &[usize],
+    rest: &str,
+    g: Glyphs,
+) {
+    if children.len() == 1 {
+        stack.push((children[0], rest.to_owned(), rest.to_owned()));
+        return;
+    }
+    for (i, &c) in children.iter().enumerate().rev() {
+        let last = i + 1 == children.len();
+        let first = format!("{rest}{}", if last { g.corner } else { g.tee });
+        let below = format!("{rest}{}", if last { g.blank } else { g.pipe });
+        stack.push((c, first, below));
+    }
+}
+
+fn line(
+    out: &mut Out<'_>,
+    view: &TreeView,
+    n: usize,
+    prefix: &str,
+    g: Glyphs,
+) -> std::io::Result<()> {
+    let node = &view.nodes[n];
+    let d = entry_line(&node.body);
+    let mark = if node.active { g.on } else { g.off };
+    let id = format!("{:<8}", target::short_entry(&node.id));
+    let labels = if node.labels.is_empty() {
+        String::new()
+    } else {
+        format!(" [{}]", node.labels.join(", "))
+    };
+    let leaf = if view.leaf == Some(n) {
+        format!(" {}", g.leaf)
+    } else {
+        String::new()
+    };
+    let head = format!("{prefix}{mark} {id} {} ", d.tag);
+    let room = out
+        .look
+        .width
+        .saturating_sub(width(&head) + width(&labels) + width(&leaf))
+        .max(12);
+    let text = if g.ascii {
+        let plain = d
+            .text
+            .replace('→', "->")
+            .replace('←', "<-")
+            .replace('·', "|");
+        fit(&plain, room.saturating_sub(2)).replace('…', "...")
+    } else {
+        fit(&d.text, room).into_owned()
+    };
+    let mark_style = if node.active {
+        Style::Active
+    } else {
+        Style::Dim
+    };
+    out.spans(&[
+        (Style::Dim, prefix),
+        (mark_style, mark),
+        (Style::Dim, &format!(" {id} ")),
+        (d.style, &d.tag),
+        (Style::Plain, " "),
+        (Style::Plain, &text),
+        (Style::Label, &labels),
+        (Style::Active, &leaf),
+    ])
+}
+
+fn tree_json(session: &cairn::Session, view: &TreeView) -> Value {
+    let nodes: Vec<Value> = view
+        .nodes
+        .iter()
+        .map(|n| {
+            let d = entry_line(&n.body);
+            json!({
+                "id": n.id,
+                "parent": n.parent.map(|p| &view.nodes[p].id),
+                "seq": n.seq,
+                "ts": n.ts,
+                "kind": n.body.kind(),
+                "summary": format!("{} {}", d.tag, d.text),
+                "labels": n.labels,
+                "active": n.active,
+                "children": n.children.iter().map(|&c| &view.nodes[c].id).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    json!({
+        "session": session.id(),
+        "leaf": session.leaf(),
+        "active": session.branch(),
+        "labels": session.labels(),
+        "nodes": nodes,
+    })
+}

@@ -1,0 +1,95 @@
+//! The JSON shapes printed by `--json` and `export --format json`. They are
+//! part of the CLI's stable interface: documented in the crate README, fields
+//! only ever added.
+
+use cairn::{Context, Session, Source, Store};
+use serde_json::{Value, json};
+
+/// `context --json`, and the `context` field of `show --json`.
+pub fn context(session: &Session, ctx: &Context) -> Value {
+    let messages: Vec<Value> = ctx
+        .messages()
+        .iter()
+        .map(|m| {
+            let (source, namespace) = source_name(m.source());
+            json!({
+                "entry": m.entry(),
+                "source": source,
+                "namespace": namespace,
+                "message": m.message(),
+            })
+        })
+        .collect();
+    json!({
+        "session": session.id(),
+        "leaf": ctx.leaf(),
+        "messages": messages,
+        "app_state": ctx.app_state(),
+        "settings": ctx.settings(),
+        "labels": ctx.labels(),
+        "compaction": ctx.compaction().map(|c| json!({
+            "entry": c.entry,
+            "summary": c.summary,
+            "first_kept": c.first_kept,
+            "tokens_before": c.tokens_before,
+        })),
+    })
+}
+
+/// The name of a context message's source, and the namespace of a custom one.
+pub fn source_name(source: &Source) -> (&'static str, Option<&str>) {
+    match source {
+        Source::Message => ("message", None),
+        Source::CompactionSummary => ("compaction_summary", None),
+        Source::CheckoutSummary => ("checkout_summary", None),
+        Source::Custom(ns) => ("custom", Some(ns.as_str())),
+        _ => ("other", None),
+    }
+}
+
+/// The `session` field of `show --json` and `export --format json`.
+pub fn session(store: &Store, s: &Session) -> Value {
+    let h = s.header();
+    let torn = s.open_report().torn.as_ref().map(|t| {
+        json!({
+            "offset": t.offset,
+            "len": t.len,
+            "problem": t.problem,
+            "cut": t.cut,
+            "saved_to": t.saved_to,
+        })
+    });
+    json!({
+        "id": s.id(),
+        "title": s.title(),
+        "location": s.location(),
+        "format": h.format,
+        "writer": h.writer,
+        "created": h.created,
+        "updated": s.updated(),
+        "cwd": h.cwd,
+        "records": s.len(),
+        "entries": s.entry_count(),
+        "leaf": s.leaf(),
+        "forked_from": h.lineage.forked_from.as_ref().map(|f| json!({"session": f.session, "entry": f.entry})),
+        "spawned_by": h.lineage.parent.as_ref().map(|p| json!({
+            "session": p.session, "call_id": p.call_id, "depth": p.depth,
+        })),
+        "in_use": store.backend().writer_active(s.id()),
+        "torn_tail": torn,
+    })
+}
+
+/// A stored record as JSON: the line's fields without the checksum.
+///
+/// # Errors
+///
+/// When the stored line is not a JSON object (it verified at open, so only
+/// if the file changed underneath).
+pub fn record(raw: &[u8]) -> anyhow::Result<Value> {
+    let mut v: Value = serde_json::from_slice(raw)?;
+    if let Value::Object(m) = &mut v {
+        m.remove("crc");
+    }
+    Ok(v)
+}

@@ -1,0 +1,379 @@
+//! Terminal output: the one place human output is written, so the one place
+//! untrusted text is neutralised.
+//!
+//! Everything a session holds came from a model, a tool or a host, and may
+//! contain escape sequences that would recolour, retitle, hide text in or
+//! otherwise drive the terminal. [`clean`] turns every control character
+//! (C0, DEL, C1 — so ESC, CSI and OSC introducers among them) and every
+//! bidirectional-override character into a visible escape such as `\x1b` or
+//! `\u{202e}`. [`Out`] passes every piece of human output through it; the only
+//! escape sequences that reach the terminal are the colours `Out` adds itself.
+
+use std::borrow::Cow;
+use std::io::{self, IsTerminal, Write};
+
+use unicode_width::{UnicodeWidthChar, UnicodeWidthStr};
+
+use crate::args::ColorChoice;
+
+/// Whether newlines and tabs may pass through [`clean`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lines {
+    /// Newline and tab are kept (text blocks).
+    Keep,
+    /// Newline and tab become a space (one-line contexts: tables, trees).
+    Flatten,
+}
+
+/// Neutralises control characters and escape sequences in untrusted text.
+///
+/// C0 controls, DEL and C1 controls become `\xNN`; Unicode bidirectional
+/// controls (which can reorder what is displayed) become `\u{NNNN}`. With
+/// [`Lines::Keep`], `\n` and `\t` are kept; with [`Lines::Flatten`] they
+/// become a space. Carriage return is always escaped: it would let text
+/// overwrite the start of its line.
+pub fn clean(text: &str, lines: Lines) -> Cow<'_, str> {
+    if !text.chars().any(|c| needs_escape(c, lines)) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if !needs_escape(c, lines) {
+            out.push(c);
+        } else if matches!(c, '\n' | '\t') {
+            out.push(' ');
+        } else if (c as u32) < 0x100 {
+            out.push_str(&format!("\\x{:02x}", c as u32));
+        } else {
+            out.push_str(&format!("\\u{{{:04x}}}", c as u32));
+        }
+    }
+    Cow::Owned(out)
+}
+
+fn needs_escape(c: char, lines: Lines) -> bool {
+    match c {
+        '\n' | '\t' => lines == Lines::Flatten,
+        '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}' => true,
+        // Bidirectional embeddings, overrides and isolates ("Trojan Source").
+        '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}' | '\u{61c}' => {
+            true
+        }
+        _ => false,
+    }
+}
+
+/// Escapes DEL and C1 controls in serialized JSON (which serde already
+/// escapes below U+0020), so JSON printed to a terminal cannot drive it either.
+/// The JSON value is unchanged.
+pub fn clean_json(json: &str) -> Cow<'_, str> {
+    if !json.chars().any(|c| matches!(c, '\u{7f}'..='\u{9f}')) {
+        return Cow::Borrowed(json);
+    }
+    let mut out = String::with_capacity(json.len() + 8);
+    for c in json.chars() {
+        if matches!(c, '\u{7f}'..='\u{9f}') {
+            out.push_str(&format!("\\u{:04x}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// Display width of text in terminal columns.
+pub fn width(text: &str) -> usize {
+    UnicodeWidthStr::width(text)
+}
+
+/// Cuts text to at most `max` columns, ending with `…` when cut.
+pub fn fit(text: &str, max: usize) -> Cow<'_, str> {
+    if width(text) <= max {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::new();
+    let mut used = 0;
+    for c in text.chars() {
+        let w = c.width().unwrap_or(0);
+        if used + w + 1 > max {
+            break;
+        }
+        out.push(c);
+        used += w;
+    }
+    if max > 0 {
+        out.push('…');
+    }
+    Cow::Owned(out)
+}
+
+/// Wraps text at spaces into lines of at most `max` columns (a longer word
+/// gets a line of its own).
+pub fn wrap(text: &str, max: usize) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut line = String::new();
+    for word in text.split(' ') {
+        if !line.is_empty() && width(&line) + 1 + width(word) > max {
+            lines.push(std::mem::take(&mut line));
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    if !line.is_empty() || lines.is_empty() {
+        lines.push(line);
+    }
+    lines
+}
+
+/// Pads text with spaces to `cols` columns (no cut).
+pub fn pad(text: &str, cols: usize) -> String {
+    let w = width(text);
+    let mut s = text.to_owned();
+    s.extend(std::iter::repeat_n(' ', cols.saturating_sub(w)));
+    s
+}
+
+/// The look of a piece of output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Style {
+    /// No styling.
+    Plain,
+    /// Less important: ids, times, tree lines.
+    Dim,
+    /// Headings.
+    Bold,
+    /// The person.
+    User,
+    /// The model.
+    Assistant,
+    /// Tools and their results.
+    Tool,
+    /// Labels, bookmarks.
+    Label,
+    /// The leaf and the active path.
+    Active,
+    /// Warnings and damage.
+    Warn,
+}
+
+impl Style {
+    fn sgr(self) -> Option<&'static str> {
+        match self {
+            Style::Plain => None,
+            Style::Dim => Some("2"),
+            Style::Bold => Some("1"),
+            Style::User => Some("1;36"),
+            Style::Assistant => Some("1;35"),
+            Style::Tool => Some("33"),
+            Style::Label => Some("1;33"),
+            Style::Active => Some("1;32"),
+            Style::Warn => Some("1;31"),
+        }
+    }
+}
+
+/// How output is shaped: colour and width.
+#[derive(Debug, Clone, Copy)]
+pub struct Look {
+    /// Whether to add colours.
+    pub color: bool,
+    /// The width to fit lines in.
+    pub width: usize,
+    /// Whether stdout is a terminal.
+    pub tty: bool,
+}
+
+impl Look {
+    /// Decides colour and width from the flag, the environment and stdout.
+    pub fn detect(choice: ColorChoice) -> Look {
+        let tty = io::stdout().is_terminal();
+        let color = match choice {
+            ColorChoice::Always => true,
+            ColorChoice::Never => false,
+            ColorChoice::Auto => tty && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
+        };
+        let width = std::env::var("COLUMNS")
+            .ok()
+            .and_then(|c| c.trim().parse::<usize>().ok())
+            .filter(|w| *w >= 40)
+            .unwrap_or(80);
+        Look { color, width, tty }
+    }
+}
+
+/// Human and JSON output to stdout (or any writer), with [`clean`] applied
+/// to every piece of human text.
+pub struct Out<'w> {
+    w: Box<dyn Write + 'w>,
+    /// Colour and width.
+    pub look: Look,
+}
+
+impl<'w> Out<'w> {
+    /// Output to `w`.
+    pub fn new(w: impl Write + 'w, look: Look) -> Out<'w> {
+        Out {
+            w: Box::new(w),
+            look,
+        }
+    }
+
+    /// Writes text (cleaned, newlines kept) in a style.
+    ///
+    /// # Errors
+    ///
+    /// Write errors (a broken pipe among them).
+    pub fn put(&mut self, style: Style, text: &str) -> io::Result<()> {
+        let text = clean(text, Lines::Keep);
+        match (self.look.color, style.sgr()) {
+            (true, Some(sgr)) if !text.is_empty() => write!(self.w, "\x1b[{sgr}m{text}\x1b[0m"),
+            _ => self.w.write_all(text.as_bytes()),
+        }
+    }
+
+    /// Writes a line of plain text.
+    ///
+    /// # Errors
+    ///
+    /// Write errors.
+    pub fn line(&mut self, text: &str) -> io::Result<()> {
+        self.put(Style::Plain, text)?;
+        self.nl()
+    }
+
+    /// Ends a line.
+    ///
+    /// # Errors
+    ///
+    /// Write errors.
+    pub fn nl(&mut self) -> io::Result<()> {
+        self.w.write_all(b"\n")
+    }
+
+    /// Writes a line made of styled spans.
+    ///
+    /// # Errors
+    ///
+    /// Write errors.
+    pub fn spans(&mut self, spans: &[(Style, &str)]) -> io::Result<()> {
+        for (style, text) in spans {
+            self.put(*style, text)?;
+        }
+        self.nl()
+    }
+
+    /// Writes a JSON value, pretty-printed, on its own lines.
+    ///
+    /// # Errors
+    ///
+    /// Write errors.
+    pub fn json(&mut self, value: &serde_json::Value) -> io::Result<()> {
+        let s = serde_json::to_string_pretty(value).map_err(io::Error::other)?;
+        self.json_line(&s)
+    }
+
+    /// Writes one line of serialized JSON, escaping DEL and C1 controls when
+    /// stdout is a terminal (the bytes are kept verbatim for pipes and files).
+    ///
+    /// # Errors
+    ///
+    /// Write errors.
+    pub fn json_line(&mut self, json: &str) -> io::Result<()> {
+        let json = if self.look.tty {
+            clean_json(json)
+        } else {
+            Cow::Borrowed(json)
+        };
+        self.w.write_all(json.trim_end_matches('\n').as_bytes())?;
+        self.nl()
+    }
+
+    /// Flushes the writer.
+    ///
+    /// # Errors
+    ///
+    /// Write errors.
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.w.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn look(color: bool) -> Look {
+        Look {
+            color,
+            width: 80,
+            tty: true,
+        }
+    }
+
+    #[test]
+    fn escape_sequences_are_made_visible_and_inert() {
+        let hostile = "ok\x1b[2J\x1b]0;pwned\x07 \u{9b}31m \x08\x7f";
+        let cleaned = clean(hostile, Lines::Keep);
+        assert_eq!(cleaned, "ok\\x1b[2J\\x1b]0;pwned\\x07 \\x9b31m \\x08\\x7f");
+        assert!(!cleaned.chars().any(|c| c.is_control()));
+    }
+
+    #[test]
+    fn newlines_and_tabs_are_kept_or_flattened() {
+        assert_eq!(clean("a\nb\tc", Lines::Keep), "a\nb\tc");
+        assert_eq!(clean("a\nb\tc", Lines::Flatten), "a b c");
+        assert_eq!(clean("over\rwrite", Lines::Keep), "over\\x0dwrite");
+    }
+
+    #[test]
+    fn bidi_overrides_are_escaped() {
+        assert_eq!(
+            clean("a\u{202e}b\u{2066}", Lines::Keep),
+            "a\\u{202e}b\\u{2066}"
+        );
+    }
+
+    #[test]
+    fn plain_text_is_borrowed_untouched() {
+        assert!(matches!(
+            clean("héllo wörld ✓", Lines::Flatten),
+            Cow::Borrowed(_)
+        ));
+    }
+
+    #[test]
+    fn out_cleans_everything_and_adds_only_its_own_colours() {
+        let mut buf = Vec::new();
+        {
+            let mut out = Out::new(&mut buf, look(true));
+            out.spans(&[(Style::User, "user"), (Style::Plain, " \x1b[31mred")])
+                .unwrap();
+        }
+        let s = String::from_utf8(buf).unwrap();
+        assert_eq!(s, "\x1b[1;36muser\x1b[0m \\x1b[31mred\n");
+    }
+
+    #[test]
+    fn json_to_a_terminal_escapes_c1_and_stays_valid() {
+        let v = serde_json::json!({"t": "a\u{9b}b\u{1b}"});
+        let mut buf = Vec::new();
+        Out::new(&mut buf, look(false))
+            .json_line(&v.to_string())
+            .unwrap();
+        let s = String::from_utf8(buf).unwrap();
+        assert!(!s.trim_end().chars().any(|c| c.is_control()), "{s:?}");
+        assert_eq!(serde_json::from_str::<serde_json::Value>(&s).unwrap(), v);
+    }
+
+    #[test]
+    fn fit_cuts_by_columns() {
+        assert_eq!(fit("hello", 5), "hello");
+        assert_eq!(fit("hello world", 6), "hello…");
+        assert_eq!(fit("日本語テキスト", 7), "日本語…");
+        assert_eq!(pad("ab", 4), "ab  ");
+        assert_eq!(wrap("aa bb cc", 5), ["aa bb", "cc"]);
+        assert_eq!(wrap("", 5), [""]);
+    }
+}

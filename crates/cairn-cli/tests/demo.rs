@@ -1,0 +1,98 @@
+//! `cairn demo` runs offline, fast, and its claims hold when checked
+//! independently through the library.
+
+// Test helpers panic on a failed step; that is how a test fails.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use cairn::Access;
+use serde_json::json;
+use support::{Home, stderr, stdout};
+
+#[test]
+fn demo_runs_and_its_claims_hold() {
+    let home = Home::new();
+    let start = Instant::now();
+    let out = home.cairn().arg("demo").output().unwrap();
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "the demo should be quick"
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+
+    // The narrated rewind restores the power-up.
+    let rewind = text.find("3. Rewind to panel-1").unwrap();
+    let after = &text[rewind..];
+    assert!(
+        after.contains(r#"App state now: {"buff":"power-up","skill":"ten-palm strike"}"#),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"App state now: {"buff":"exhausted"}"#),
+        "{text}"
+    );
+    assert!(
+        text.contains("torn bytes") && text.contains("nothing lost"),
+        "{text}"
+    );
+    assert!(
+        text.contains("cairn --store") && text.contains("--format html"),
+        "{text}"
+    );
+    // Narration fits 80 columns (the suggested commands are left whole).
+    assert!(
+        text.lines()
+            .filter(|l| !l.starts_with("  cairn"))
+            .all(|l| l.chars().count() <= 80),
+        "{text}"
+    );
+
+    // Checked through the library: two sessions, the original on the panel 3
+    // branch with the power-up, the torn tail saved beside it, a fork of panel-1.
+    let store = home.store();
+    let list = store.list().unwrap();
+    assert_eq!(list.len(), 2);
+    let original = list
+        .iter()
+        .find(|s| s.title.as_deref() == Some("comic storyboard"))
+        .unwrap();
+    let fork = list.iter().find(|s| s.forked_from.is_some()).unwrap();
+    assert_eq!(fork.forked_from.as_ref(), Some(&original.id));
+    let s = store.open(&original.id, Access::Write).unwrap();
+    assert!(
+        s.open_report().torn.is_none(),
+        "the torn tail was already cut"
+    );
+    assert_eq!(
+        s.context().app_state(),
+        &json!({"buff": "power-up", "skill": "ten-palm strike"})
+    );
+    let panel1 = s.resolve("panel-1").unwrap();
+    assert!(s.branch().contains(&panel1));
+    assert!(
+        s.context()
+            .messages()
+            .last()
+            .unwrap()
+            .message()
+            .plain_text()
+            .starts_with("Panel 3")
+    );
+    let torn: Vec<_> = std::fs::read_dir(home.path().join("sessions"))
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().contains(".torn-"))
+        .collect();
+    assert_eq!(torn.len(), 1);
+    let f = store.open(&fork.id, Access::Read).unwrap();
+    assert_eq!(f.leaf(), Some(panel1));
+    assert!(
+        cairn::fsck::check_file(std::path::Path::new(s.location()))
+            .unwrap()
+            .is_clean()
+    );
+}

@@ -1,0 +1,64 @@
+//! Snapshot tests of the human output of `ls`, `tree`, `show` and `context`
+//! on a fixture session with branches, a compaction, labels, app-state
+//! changes, hostile escape sequences and a recovered crash. Ids and times
+//! are fixed; the store path and torn-tail stamps are normalized.
+
+// Test helpers panic on a failed step; that is how a test fails.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use support::{Home, STORY, normalize, storyboard};
+
+fn run(home: &Home, args: &[&str]) -> String {
+    let out = home.cairn().args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    normalize(&String::from_utf8(out.stdout).unwrap(), home)
+}
+
+#[test]
+fn ls_lists_sessions_newest_first_at_80_columns() {
+    let home = Home::new();
+    storyboard(&home);
+    let out = run(&home, &["ls"]);
+    assert!(out.lines().all(|l| l.chars().count() <= 80), "{out}");
+    insta::assert_snapshot!("ls", out);
+}
+
+#[test]
+fn tree_shows_branches_leaf_labels_checkouts_and_the_compaction() {
+    let home = Home::new();
+    storyboard(&home);
+    let out = run(&home, &["tree", STORY]);
+    assert!(out.lines().all(|l| l.chars().count() <= 80), "{out}");
+    insta::assert_snapshot!("tree", out);
+}
+
+#[test]
+fn tree_can_be_drawn_in_ascii() {
+    let home = Home::new();
+    storyboard(&home);
+    let out = run(&home, &["tree", STORY, "--ascii"]);
+    assert!(out.is_ascii(), "{out}");
+    insta::assert_snapshot!("tree_ascii", out);
+}
+
+#[test]
+fn show_prints_metadata_and_the_context_with_escapes_neutralised() {
+    let home = Home::new();
+    storyboard(&home);
+    let out = run(&home, &["show", STORY]);
+    assert!(!out.contains('\u{1b}') && !out.contains('\u{7}'), "{out}");
+    insta::assert_snapshot!("show", out);
+}
+
+#[test]
+fn context_prints_what_the_model_sees() {
+    let home = Home::new();
+    storyboard(&home);
+    insta::assert_snapshot!("context", run(&home, &["context", STORY]));
+}
