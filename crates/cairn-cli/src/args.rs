@@ -311,4 +311,59 @@ Example:
     /// each step. Offline and deterministic apart from ids and times.
     #[command(after_help = "Examples:\n  cairn demo\n  cairn --store /tmp/cairn-demo demo")]
     Demo,
+
+    /// The numbered steps: user inputs, model calls and tool calls.
+    ///
+    /// Derived from the operation journal, so numbers are stable across
+    /// restarts. A tool step is shown under the model call that requested it.
+    #[command(after_help = "Examples:\n  cairn steps --last\n  cairn steps 01jx -n 20 --json")]
+    Steps {
+        #[command(flatten)]
+        target: SessionArg,
+        /// Only the last N steps.
+        #[arg(short = 'n', value_name = "N")]
+        count: Option<usize>,
+        /// Print JSON (an array of steps).
+        #[arg(long)]
+        json: bool,
+    },
+
+    /// Print the recovery verdict; with a policy (or on a terminal) resolve it.
+    ///
+    /// Resolution appends real tool results, so the context never holds a
+    /// tool call without one: `--policy unknown` records every call that may
+    /// have run as TOOL_OUTCOME_UNKNOWN, closes calls that never started as
+    /// TOOL_NOT_STARTED and denies unanswered approvals. On a terminal without
+    /// a policy, cairn asks for each. Re-running tools needs their
+    /// implementations: use `cairn agent --resume`.
+    #[command(after_help = "Examples:\n  cairn recover --last\n  cairn recover 01jx --policy unknown")]
+    Recover {
+        #[command(flatten)]
+        target: SessionArg,
+        /// Resolve without asking.
+        #[arg(long, value_enum)]
+        policy: Option<RecoverPolicy>,
+        /// Print JSON: {session, before, actions, after}.
+        #[arg(long)]
+        json: bool,
+    },
+
+    /// Print the session memory: goal, to-dos, work done, failures,
+    /// decisions and verification status, derived from the current branch.
+    #[command(after_help = "Examples:\n  cairn memory --last\n  cairn memory 01jx --json | jq .text")]
+    Memory {
+        #[command(flatten)]
+        target: SessionArg,
+        /// Print JSON: {session, memory, text}.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// How `cairn recover` resolves without asking.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RecoverPolicy {
+    /// Record what may have run as unknown, close what never started, deny
+    /// unanswered approvals. Never re-runs anything.
+    Unknown,
 }

@@ -283,13 +283,13 @@ fn sessions_are_found_by_id_prefix_path_and_last() {
             .args(["context", name])
             .assert()
             .success()
-            .stdout(predicate::str::contains("context at lb2"));
+            .stdout(predicate::str::contains("context at t5"));
     }
     home.cairn()
         .args(["context", "--last"])
         .assert()
         .success()
-        .stdout(predicate::str::contains("context at lb2"));
+        .stdout(predicate::str::contains("context at t5"));
     home.cairn()
         .args(["checkout", "--last", "panel-1"])
         .assert()
@@ -491,8 +491,8 @@ fn ls_json_has_the_documented_shape() {
     ] {
         assert!(rows[0].get(key).is_some(), "{key}");
     }
-    assert_eq!(rows[0]["status"], "idle");
-    assert_eq!(rows[0]["entries"], 14);
+    assert_eq!(rows[0]["status"], "failed", "the crashed operation ended failed");
+    assert_eq!(rows[0]["entries"], 16);
 }
 
 #[test]
@@ -531,8 +531,8 @@ fn context_and_show_json_have_the_documented_shape() {
             .output()
             .unwrap(),
     );
-    assert_eq!(c["leaf"], "lb2");
-    assert_eq!(c["messages"].as_array().unwrap().len(), 4);
+    assert_eq!(c["leaf"], "t5");
+    assert_eq!(c["messages"].as_array().unwrap().len(), 6);
     assert_eq!(c["messages"][0]["source"], "compaction_summary");
     assert_eq!(c["messages"][1]["message"]["role"], "user");
     assert_eq!(
@@ -551,7 +551,7 @@ fn context_and_show_json_have_the_documented_shape() {
     );
     assert_eq!(s["context"], c);
     assert_eq!(s["session"]["id"], STORY);
-    assert_eq!(s["session"]["records"], 15);
+    assert_eq!(s["session"]["records"], 21);
     assert_eq!(s["session"]["in_use"], false);
     assert_eq!(s["session"]["format"], 1);
 }
@@ -568,7 +568,7 @@ fn tree_json_lists_every_node_with_children_and_the_active_path() {
             .unwrap(),
     );
     let nodes = t["nodes"].as_array().unwrap();
-    assert_eq!(nodes.len(), 14);
+    assert_eq!(nodes.len(), 16);
     let st1 = nodes.iter().find(|n| n["id"] == "st1").unwrap();
     assert_eq!(st1["children"], json!(["lb1", "co1"]));
     assert_eq!(st1["labels"], json!(["panel-1"]));
@@ -576,7 +576,7 @@ fn tree_json_lists_every_node_with_children_and_the_active_path() {
         nodes.iter().find(|n| n["id"] == "u2").unwrap()["active"],
         false
     );
-    assert_eq!(t["leaf"], "lb2");
+    assert_eq!(t["leaf"], "t5");
     assert_eq!(t["active"].as_array().unwrap().first().unwrap(), "u1");
 }
 
@@ -824,11 +824,11 @@ fn export_json_holds_every_entry_as_stored() {
         .success();
     let v: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
     assert_eq!(v["format"], "cairn-export");
-    assert_eq!(v["entries"].as_array().unwrap().len(), 14);
+    assert_eq!(v["entries"].as_array().unwrap().len(), 16);
     assert_eq!(v["entries"][0]["id"], "u1");
     assert!(v["entries"][0].get("crc").is_none());
     assert_eq!(v["header"]["session"], STORY);
-    assert_eq!(v["context"]["leaf"], "lb2");
+    assert_eq!(v["context"]["leaf"], "t5");
 }
 
 #[test]
@@ -843,8 +843,8 @@ fn export_html_is_self_contained_with_one_svg_node_per_entry() {
             .unwrap(),
     );
     assert!(out.starts_with("<!DOCTYPE html>"));
-    assert_eq!(out.matches("<g class=\"node").count(), 14);
-    assert_eq!(out.matches("<g class=\"node active").count(), 11);
+    assert_eq!(out.matches("<g class=\"node").count(), 16);
+    assert_eq!(out.matches("<g class=\"node active").count(), 13);
     assert_eq!(out.matches("class=\"node active leaf\"").count(), 1);
     assert!(out.contains("[panel-1]") && out.contains("[finale]"));
     for remote in [

@@ -68,12 +68,12 @@ fn html_export_renders_offline_with_one_svg_node_per_entry() {
     assert!(dom.contains("[panel-1]") && dom.contains("◀ leaf"));
     assert_eq!(
         dom.matches("<g class=\"node").count(),
-        14,
+        16,
         "one SVG node per entry"
     );
     assert_eq!(
         dom.matches("<path class=\"edge").count(),
-        13,
+        15,
         "one edge per non-root entry"
     );
     assert!(dom.contains("<svg"));

@@ -1,4 +1,4 @@
-//! Snapshot tests of the human output of `ls`, `tree`, `show` and `context`
+//! Snapshot tests of the human output of `ls`, `tree`, `show`, `context`, `steps` and `recover`
 //! on a fixture session with branches, a compaction, labels, app-state
 //! changes, hostile escape sequences and a recovered crash. Ids and times
 //! are fixed; the store path and torn-tail stamps are normalized.
@@ -54,6 +54,14 @@ fn show_prints_metadata_and_the_context_with_escapes_neutralised() {
     let out = run(&home, &["show", STORY]);
     assert!(!out.contains('\u{1b}') && !out.contains('\u{7}'), "{out}");
     insta::assert_snapshot!("show", out);
+}
+
+#[test]
+fn steps_number_the_inputs_model_calls_and_tools_with_the_recovered_crash() {
+    let home = Home::new();
+    storyboard(&home);
+    insta::assert_snapshot!("steps", run(&home, &["steps", STORY]));
+    insta::assert_snapshot!("recover", run(&home, &["recover", STORY]));
 }
 
 #[test]

@@ -87,7 +87,7 @@ pub fn derive(records: &[Record]) -> Vec<Step> {
     let mut steps: Vec<Step> = Vec::new();
     let mut user_text: HashMap<EntryId, String> = HashMap::new();
     let mut model_by_entry: HashMap<EntryId, usize> = HashMap::new();
-    let mut model_by_call: HashMap<String, u32> = HashMap::new();
+    let mut model_by_call: HashMap<String, (u32, String)> = HashMap::new();
     let mut tool_by_call: HashMap<String, usize> = HashMap::new();
     let mut open_ops: HashMap<String, bool> = HashMap::new();
     let mut current_op = String::new();
@@ -115,7 +115,7 @@ pub fn derive(records: &[Record]) -> Vec<Step> {
                     }
                 }
                 OpRecord::ToolDispatched(t) => {
-                    let parent = model_by_call.get(&t.call_id).copied();
+                    let parent = model_by_call.get(&t.call_id).map(|(n, _)| *n);
                     push(&mut steps, StepKind::Tool, t.tool.clone(), StepStatus::Running, &t.op, &r.ts, parent, Some(t.result_entry.clone()), Some(t.call_id.clone()));
                     tool_by_call.insert(t.call_id.clone(), steps.len() - 1);
                 }
@@ -148,8 +148,8 @@ pub fn derive(records: &[Record]) -> Vec<Step> {
                         s.usage = m.usage.clone();
                     }
                     let number = s.number;
-                    for (call_id, _, _) in m.tool_calls() {
-                        model_by_call.insert(call_id.to_owned(), number);
+                    for (call_id, tool, _) in m.tool_calls() {
+                        model_by_call.insert(call_id.to_owned(), (number, tool.to_owned()));
                     }
                 }
                 for b in &m.content {
@@ -167,10 +167,12 @@ pub fn derive(records: &[Record]) -> Vec<Step> {
                             s.duration_ms = elapsed(&s.started, &r.ts);
                         }
                         None => {
-                            // Answered without a dispatch: denied or never started.
-                            let parent = model_by_call.get(call_id).copied();
-                            let status = if status == StepStatus::Ok { StepStatus::Ok } else { StepStatus::NotStarted };
-                            push(&mut steps, StepKind::Tool, "(not run)".into(), status, &current_op, &r.ts, parent, Some(e.id.clone()), Some(call_id.clone()));
+                            // Answered without a dispatch: denied, closed as never
+                            // started, or run by a host outside the operation API.
+                            // Only calls a recorded model step asked for are steps.
+                            let Some((parent, tool)) = model_by_call.get(call_id).cloned() else { continue };
+                            let status = if status == StepStatus::Error { StepStatus::NotStarted } else { status };
+                            push(&mut steps, StepKind::Tool, tool, status, &current_op, &r.ts, Some(parent), Some(e.id.clone()), Some(call_id.clone()));
                         }
                     }
                 }

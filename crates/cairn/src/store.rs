@@ -395,7 +395,7 @@ fn unreadable_summary(id: &SessionId) -> SessionSummary {
     let created = crate::time::format_millis(id.millis() as i64);
     SessionSummary {
         id: id.clone(),
-        title: Some("(unreadable: run `cairn fsck`)".into()),
+        title: Some("(run `cairn fsck`)".into()),
         created: created.clone(),
         updated: created,
         entries: 0,

@@ -22,17 +22,12 @@ pub fn run(ctx: &Ctx, all: bool, json: bool) -> Result<Status> {
     let sessions = store.list()?;
     let total = sessions.len();
     let shown = if all { total } else { total.min(DEFAULT_LIMIT) };
+    // The status is derived from each session's log (and, for an open
+    // operation, from whether a writer holds it); "unreadable" when the
+    // session could not be read at all.
     let statuses: Vec<&str> = sessions[..shown]
         .iter()
-        .map(|s| {
-            if s.records == 0 {
-                "unreadable"
-            } else if store.backend().writer_active(&s.id) {
-                "in_use"
-            } else {
-                "idle"
-            }
-        })
+        .map(|s| if s.records == 0 { "unreadable" } else { s.status.as_str() })
         .collect();
     let mut out = ctx.out();
     if json {
@@ -52,25 +47,28 @@ pub fn run(ctx: &Ctx, all: bool, json: bool) -> Result<Status> {
         return Ok(Status::Ok);
     }
     let idw = unique_prefix_len(&sessions);
-    let fixed = idw + 2 + 16 + 2 + 7 + 2;
+    let fixed = idw + 2 + 16 + 2 + 7 + 2 + 11 + 2;
     let textw = ctx.look.width.saturating_sub(fixed).max(16);
     out.spans(&[(
         Style::Bold,
         &format!(
-            "{}  {}  {}  TITLE · FIRST MESSAGE",
+            "{}  {}  {}  {}  TITLE · FIRST MESSAGE",
             pad("ID", idw),
             pad("UPDATED (UTC)", 16),
-            "ENTRIES"
+            "ENTRIES",
+            pad("STATUS", 11)
         ),
     )])?;
     for (s, status) in sessions[..shown].iter().zip(&statuses) {
         let id = &s.id.as_str()[..idw];
-        let text = describe(s, status);
+        let text = describe(s);
         out.spans(&[
             (Style::Dim, id),
             (Style::Plain, "  "),
             (Style::Plain, &pad(&short_time(&s.updated), 16)),
             (Style::Plain, &format!("  {:>7}  ", s.entries)),
+            (status_style(status), &pad(status, 11)),
+            (Style::Plain, "  "),
             (Style::Plain, &fit(&text, textw)),
         ])?;
     }
@@ -84,6 +82,14 @@ pub fn run(ctx: &Ctx, all: bool, json: bool) -> Result<Status> {
         )])?;
     }
     Ok(Status::Ok)
+}
+
+fn status_style(status: &str) -> Style {
+    match status {
+        "interrupted" | "failed" | "unreadable" => Style::Warn,
+        "running" | "paused" => Style::Bold,
+        _ => Style::Plain,
+    }
 }
 
 fn row_json(s: &SessionSummary, status: &str) -> Value {
@@ -101,11 +107,8 @@ fn row_json(s: &SessionSummary, status: &str) -> Value {
 }
 
 /// The title and first message, flattened, with the status in front.
-fn describe(s: &SessionSummary, status: &str) -> String {
+fn describe(s: &SessionSummary) -> String {
     let mut parts = Vec::new();
-    if status == "in_use" {
-        parts.push("[in use]".to_owned());
-    }
     let title = s.title.as_deref().map(flat).filter(|t| !t.is_empty());
     let first = s
         .first_message

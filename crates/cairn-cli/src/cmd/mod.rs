@@ -8,6 +8,7 @@ mod export;
 mod fsck;
 mod list;
 mod log;
+mod ops;
 mod rm;
 mod show;
 mod tree;
@@ -78,5 +79,8 @@ pub fn run(cli: Cli) -> Result<Status> {
             output,
         } => export::run(&ctx, &target, format, output.as_deref()),
         Command::Demo => demo::run(&ctx),
+        Command::Steps { target, count, json } => ops::steps(&ctx, &target, count, json),
+        Command::Recover { target, policy, json } => ops::recover(&ctx, &target, policy, json),
+        Command::Memory { target, json } => ops::memory(&ctx, &target, json),
     }
 }

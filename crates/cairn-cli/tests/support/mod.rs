@@ -10,9 +10,10 @@ use std::path::{Path, PathBuf};
 
 use assert_cmd::Command;
 use cairn::frame;
+use cairn::record::{ModelAttempted, OpStarted, ToolDispatched};
 use cairn::{
     Access, AppStateChange, Block, Body, Compaction, EntryBody, EntryId, Message, NewEntry,
-    NewSession, Parent, Role, Session, SessionId, Settings, Store, Usage,
+    EffectClass, NewSession, OpRecord, Parent, Role, Session, SessionId, Settings, Store, Usage,
 };
 use serde_json::json;
 
@@ -288,7 +289,59 @@ pub fn storyboard(home: &Home) {
         .open(&SessionId::parse(STORY).unwrap(), Access::Write)
         .unwrap();
     assert!(s.open_report().torn.is_some());
+    // An operation whose tool call was dispatched (T1) when the process died,
+    // then recovered: its result is recorded as TOOL_OUTCOME_UNKNOWN.
+    let op = "op-17";
+    s.append_op(OpRecord::OpStarted(OpStarted { op: op.into(), input: Some(eid("u4")) }))
+        .unwrap();
+    s.append_op(OpRecord::ModelAttempted(ModelAttempted {
+        op: op.into(),
+        attempt: 1,
+        entry: eid("a5"),
+        provider: Some("scripted".into()),
+        model: Some("demo-model-2".into()),
+    }))
+    .unwrap();
+    put(
+        &s,
+        "a5",
+        Parent::Leaf,
+        EntryBody::Message(Message {
+            role: Role::Assistant,
+            content: vec![Block::ToolCall {
+                call_id: "call-5".into(),
+                name: "render_panel".into(),
+                arguments: json!({"panel": 4}),
+            }],
+            usage: Some(Usage { input: 300, output: 12, cached: 0, cost: None }),
+            model: Some("demo-model-2".into()),
+            stop_reason: Some("tool_use".into()),
+        }),
+    );
+    s.append_op(OpRecord::ToolDispatched(ToolDispatched {
+        op: op.into(),
+        call_id: "call-5".into(),
+        tool: "render_panel".into(),
+        args_hash: cairn::journal::args_hash(&json!({"panel": 4})),
+        effect: EffectClass::Idempotent,
+        key: cairn::journal::idempotency_key(s.id(), op, "call-5"),
+        result_entry: eid("t5"),
+    }))
+    .unwrap();
     drop(s);
+    let s = store
+        .open(&SessionId::parse(STORY).unwrap(), Access::Write)
+        .unwrap();
+    let cairn::Verdict::IndeterminateTool { calls, .. } = s.verdict() else {
+        panic!("expected an indeterminate tool")
+    };
+    let resumed = s.resume_operation().unwrap();
+    resumed.record_unknown(&calls[0]).unwrap();
+    resumed
+        .finish(cairn::Outcome::Failed, Some("interrupted by a crash".into()))
+        .unwrap();
+    drop(s);
+    fix_times(&home.file(STORY));
 
     let o = store
         .create(NewSession {
