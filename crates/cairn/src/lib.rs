@@ -38,6 +38,8 @@ pub mod record;
 mod session;
 pub mod steps;
 mod store;
+#[cfg(feature = "testkit")]
+pub mod testkit;
 mod time;
 mod tree;
 pub mod view;

@@ -1,0 +1,428 @@
+//! [`SqliteBackend`]: the core's [`Backend`] over one SQLite database —
+//! create, open (lease, then one ordered scan of the session's records),
+//! list, stamp, remove, and the listing cache made from the `sessions`
+//! table. The SQL-only lookups are in `queries.rs`.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use cairn::backend::{Access, Backend, Log, Opened, RawLine, Stamp, Visitor};
+use cairn::frame;
+use cairn::journal::OpPhase;
+use cairn::{Damage, OpenError, SessionId, StoreError};
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+
+use crate::error::{SqliteError, open_err, store_err};
+use crate::lease::{self, Lease};
+use crate::log::{SqliteLog, Writer};
+use crate::schema;
+use crate::summary::{self, Summary};
+
+/// The version of the core's listing cache format (`docs/FORMAT.md`,
+/// "Catalog") that [`Backend::load_catalog`] returns.
+const CATALOG_VERSION: u32 = 1;
+
+/// Many sessions in one SQLite database (WAL, `synchronous=FULL`). See the
+/// crate docs for the schema, durability and the writer lease.
+#[derive(Debug)]
+pub struct SqliteBackend {
+    path: PathBuf,
+    /// For listing, stamps, leases and removal; each open session has its own.
+    conn: Mutex<Connection>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl SqliteBackend {
+    /// Opens (creating if needed) the database at `path`: checks it is a
+    /// cairn database of a schema this build knows, turns on WAL mode and
+    /// applies pending migrations.
+    ///
+    /// # Errors
+    ///
+    /// [`SqliteError::NewerSchema`] for a database written by a newer
+    /// cairn-sqlite, [`SqliteError::NotCairn`] for another application's
+    /// database, [`SqliteError::NoWal`], or SQLite errors.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// use std::sync::Arc;
+    /// use cairn::{EntryBody, Message, NewSession, Role, Store};
+    ///
+    /// let backend = cairn_sqlite::SqliteBackend::open(dir.path().join("cairn.db"))?;
+    /// let store = Store::with_backend(Arc::new(backend));
+    /// let s = store.create(NewSession::default())?;
+    /// s.append(EntryBody::Message(Message::text(Role::User, "hello")))?;
+    /// assert_eq!(store.list()?[0].records, 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn open(path: impl Into<PathBuf>) -> Result<SqliteBackend, SqliteError> {
+        let path = path.into();
+        let mut conn = schema::connect(&path)?;
+        schema::prepare(&mut conn, &path)?;
+        Ok(SqliteBackend {
+            path,
+            conn: Mutex::new(conn),
+        })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub(crate) fn conn(&self) -> MutexGuard<'_, Connection> {
+        lock(&self.conn)
+    }
+
+    fn new_conn(&self, location: &str) -> Result<Connection, OpenError> {
+        schema::connect(&self.path).map_err(|e| OpenError::Io {
+            action: "connect to",
+            location: location.to_owned(),
+            source: std::io::Error::other(e),
+        })
+    }
+
+    pub(crate) fn sid(conn: &Connection, id: &SessionId) -> rusqlite::Result<Option<i64>> {
+        conn.prepare_cached("SELECT sid FROM sessions WHERE id = ?1")?
+            .query_row([id.as_str()], |r| r.get(0))
+            .optional()
+    }
+
+    pub(crate) fn no_such(&self, id: &SessionId) -> StoreError {
+        StoreError::NoSuchSession {
+            query: id.to_string(),
+            store: self.describe(),
+        }
+    }
+
+    /// Takes the writer lease of session `sid` (replacing a dead holder's).
+    fn take_lease(
+        &self,
+        conn: &mut Connection,
+        id: &SessionId,
+        location: &str,
+    ) -> Result<(i64, i64), OpenError> {
+        let err = open_err("lock", location);
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(&err)?;
+        let sid = Self::sid(&tx, id)
+            .map_err(&err)?
+            .ok_or_else(|| OpenError::NotFound {
+                session: id.to_string(),
+                location: self.describe(),
+            })?;
+        if let Some(held) = lease::get(&tx, sid).map_err(&err)?
+            && lease::holds(&held)
+        {
+            return Err(in_use(id, &held));
+        }
+        let token = lease::acquire(&tx, sid).map_err(&err)?;
+        tx.commit().map_err(&err)?;
+        Ok((sid, token))
+    }
+
+    /// Reads the summary columns a writer continues from.
+    fn load_summary(conn: &Connection, sid: i64) -> rusqlite::Result<Summary> {
+        conn.query_row(
+            "SELECT updated, title, first_message, op_state, entries, records, bytes
+             FROM sessions WHERE sid = ?1",
+            [sid],
+            |r| {
+                let count = |i: usize| r.get::<_, i64>(i).map(|n| u64::try_from(n).unwrap_or(0));
+                Ok(Summary {
+                    updated: r.get(0)?,
+                    title: r.get(1)?,
+                    first_message: r.get(2)?,
+                    op: summary::op_state_from(&r.get::<_, String>(3)?),
+                    entries: count(4)?,
+                    records: count(5)?,
+                    bytes: count(6)?,
+                })
+            },
+        )
+    }
+}
+
+pub(crate) fn in_use(id: &SessionId, held: &Lease) -> OpenError {
+    OpenError::InUse {
+        session: id.to_string(),
+        holder: Some(held.holder.pid),
+    }
+}
+
+fn damaged(location: &str, index: u64, offset: u64, problem: String) -> OpenError {
+    OpenError::Damaged(Box::new(Damage {
+        location: location.to_owned(),
+        line: index + 1,
+        offset,
+        problem,
+    }))
+}
+
+/// Streams a session's records in `seq` order to `visit`, checking each
+/// line's checksum and that `seq`s have no gap. Returns the offsets.
+fn scan(
+    conn: &Connection,
+    sid: i64,
+    location: &str,
+    visit: &mut Visitor<'_>,
+) -> Result<(Vec<u64>, u64), OpenError> {
+    let err = open_err("read", location);
+    let mut stmt = conn
+        .prepare_cached("SELECT seq, payload FROM records WHERE session = ?1 ORDER BY seq")
+        .map_err(&err)?;
+    let mut rows = stmt.query([sid]).map_err(&err)?;
+    let mut offsets = Vec::new();
+    let mut end = 0u64;
+    while let Some(row) = rows.next().map_err(&err)? {
+        let index = offsets.len() as u64;
+        let seq: i64 = row.get(0).map_err(&err)?;
+        if u64::try_from(seq).ok() != Some(index) {
+            return Err(damaged(
+                location,
+                index,
+                end,
+                format!("record {index} is missing: the next stored record has seq {seq}"),
+            ));
+        }
+        let bytes = row.get_ref(1).map_err(&err)?.as_blob().map_err(|e| {
+            damaged(
+                location,
+                index,
+                end,
+                format!("its payload is not a blob: {e}"),
+            )
+        })?;
+        frame::check(bytes).map_err(|d| damaged(location, index, end, d.to_string()))?;
+        visit(RawLine {
+            index,
+            offset: end,
+            bytes,
+        })?;
+        offsets.push(end);
+        end += bytes.len() as u64;
+    }
+    if offsets.is_empty() {
+        return Err(OpenError::NotASession {
+            location: location.to_owned(),
+            problem: "the session has no records".into(),
+        });
+    }
+    Ok((offsets, end))
+}
+
+impl Backend for SqliteBackend {
+    fn describe(&self) -> String {
+        format!("sqlite:{}", self.path.display())
+    }
+
+    fn location(&self, id: &SessionId) -> String {
+        format!("sqlite:{}#{id}", self.path.display())
+    }
+
+    fn create(&self, id: &SessionId, header: &[u8]) -> Result<Box<dyn Log>, OpenError> {
+        let location = self.location(id);
+        let (info, summary) =
+            summary::header_info(header).map_err(|problem| OpenError::NotASession {
+                location: location.clone(),
+                problem: format!("its header cannot be stored: {problem}"),
+            })?;
+        let mut conn = self.new_conn(&location)?;
+        let err = open_err("create", &location);
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(&err)?;
+        if Self::sid(&tx, id).map_err(&err)?.is_some() {
+            return Err(OpenError::AlreadyExists {
+                session: id.to_string(),
+                location: self.describe(),
+            });
+        }
+        let sid: i64 = tx
+            .query_row(
+                "INSERT INTO sessions (id, header, created, updated, title, first_message,
+                     forked_from, parent, phase, op_state, entries, records, bytes, lease_epoch)
+                 VALUES (?1, ?2, ?3, ?4, ?5, NULL, ?6, ?7, ?8, ?9, 0, 1, ?10, 0)
+                 RETURNING sid",
+                params![
+                    id.as_str(),
+                    info.json,
+                    info.created,
+                    summary.updated,
+                    summary.title,
+                    info.forked_from,
+                    info.parent,
+                    summary::phase_json(OpPhase::None),
+                    summary::op_state_json(&summary.op),
+                    i64::try_from(summary.bytes).unwrap_or(i64::MAX),
+                ],
+                |r| r.get(0),
+            )
+            .map_err(&err)?;
+        tx.execute(
+            "INSERT INTO records (session, seq, kind, id, parent, crc, payload)
+             VALUES (?1, 0, 'header', NULL, NULL, ?2, ?3)",
+            params![sid, crate::log::crc_of(header), header],
+        )
+        .map_err(&err)?;
+        let token = lease::acquire(&tx, sid).map_err(&err)?;
+        tx.commit().map_err(&err)?;
+        drop(err);
+        let end = header.len() as u64;
+        Ok(Box::new(SqliteLog::new(
+            location,
+            sid,
+            conn,
+            vec![0],
+            end,
+            Some(Writer { token, summary }),
+        )))
+    }
+
+    fn open(
+        &self,
+        id: &SessionId,
+        access: Access,
+        visit: &mut Visitor<'_>,
+    ) -> Result<Opened, OpenError> {
+        let location = self.location(id);
+        let mut conn = self.new_conn(&location)?;
+        let (sid, token) = match access {
+            Access::Write => {
+                let (sid, token) = self.take_lease(&mut conn, id, &location)?;
+                (sid, Some(token))
+            }
+            Access::Read => {
+                let sid = Self::sid(&conn, id)
+                    .map_err(open_err("read", &location))?
+                    .ok_or_else(|| OpenError::NotFound {
+                        session: id.to_string(),
+                        location: self.describe(),
+                    })?;
+                (sid, None)
+            }
+        };
+        // From here on a failure must give the lease back.
+        let scanned = (|| {
+            let (offsets, end) = scan(&conn, sid, &location, visit)?;
+            let writer = match token {
+                Some(token) => Some(Writer {
+                    token,
+                    summary: Self::load_summary(&conn, sid).map_err(open_err("read", &location))?,
+                }),
+                None => None,
+            };
+            Ok((offsets, end, writer))
+        })();
+        match scanned {
+            Ok((offsets, end, writer)) => Ok(Opened {
+                log: Box::new(SqliteLog::new(location, sid, conn, offsets, end, writer)),
+                torn: None,
+            }),
+            Err(e) => {
+                if let Some(token) = token {
+                    let _ = lease::release(&conn, sid, token);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    fn list(&self) -> Result<Vec<SessionId>, StoreError> {
+        let conn = self.conn();
+        let describe = self.describe();
+        let err = store_err("list", &describe);
+        let mut stmt = conn
+            .prepare_cached("SELECT id FROM sessions")
+            .map_err(&err)?;
+        let ids = stmt
+            .query_map([], |r| r.get::<_, String>(0))
+            .map_err(&err)?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(&err)?;
+        Ok(ids
+            .iter()
+            .filter_map(|i| SessionId::parse(i).ok())
+            .collect())
+    }
+
+    fn stamp(&self, id: &SessionId) -> Result<Stamp, StoreError> {
+        let conn = self.conn();
+        let row: Option<(i64, i64)> = conn
+            .prepare_cached("SELECT bytes, records FROM sessions WHERE id = ?1")
+            .and_then(|mut s| {
+                s.query_row([id.as_str()], |r| Ok((r.get(0)?, r.get(1)?)))
+                    .optional()
+            })
+            .map_err(store_err("inspect", &self.location(id)))?;
+        let (bytes, records) = row.ok_or_else(|| self.no_such(id))?;
+        Ok(Summary {
+            bytes: u64::try_from(bytes).unwrap_or(0),
+            records: u64::try_from(records).unwrap_or(0),
+            ..Summary::default()
+        }
+        .stamp())
+    }
+
+    fn writer_active(&self, id: &SessionId) -> bool {
+        let conn = self.conn();
+        Self::sid(&conn, id)
+            .ok()
+            .flatten()
+            .and_then(|sid| lease::get(&conn, sid).ok().flatten())
+            .is_some_and(|l| lease::holds(&l))
+    }
+
+    fn remove(&self, id: &SessionId) -> Result<(), StoreError> {
+        let mut conn = self.conn();
+        let location = self.location(id);
+        let err = store_err("remove", &location);
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(&err)?;
+        let sid = Self::sid(&tx, id)
+            .map_err(&err)?
+            .ok_or_else(|| self.no_such(id))?;
+        if let Some(held) = lease::get(&tx, sid).map_err(&err)?
+            && lease::holds(&held)
+        {
+            return Err(in_use(id, &held).into());
+        }
+        for sql in [
+            "DELETE FROM records WHERE session = ?1",
+            "DELETE FROM leases WHERE session = ?1",
+            "DELETE FROM sessions WHERE sid = ?1",
+        ] {
+            tx.execute(sql, [sid]).map_err(&err)?;
+        }
+        tx.commit().map_err(&err)
+    }
+
+    /// The listing cache, made on the fly from the `sessions` table (no
+    /// payload is read): every session with the stamp [`Backend::stamp`]
+    /// reports, so the core's listing trusts every entry.
+    fn load_catalog(&self) -> Option<Vec<u8>> {
+        let rows = self.rows().ok()?;
+        let mut sessions = serde_json::Map::new();
+        for (_, id, info, summary) in rows {
+            let entry = serde_json::json!({
+                "stamp": summary.stamp(),
+                "summary": summary.to_listing(id.clone(), &info),
+            });
+            sessions.insert(id.to_string(), entry);
+        }
+        serde_json::to_vec(&serde_json::json!({
+            "version": CATALOG_VERSION,
+            "sessions": sessions,
+        }))
+        .ok()
+    }
+
+    /// Nothing to save: the `sessions` table is the catalog, kept current by
+    /// every append transaction.
+    fn save_catalog(&self, _bytes: &[u8]) {}
+}

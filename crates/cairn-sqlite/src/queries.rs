@@ -1,0 +1,199 @@
+//! Lookups by SQL that the core's `Backend` trait has no room for yet:
+//! summaries and status without reading a payload, entry and children
+//! lookups through the indexes, and the writer lease (inspect, break).
+
+use cairn::backend::Backend;
+use cairn::journal::OpPhase;
+use cairn::{EntryId, SessionId, SessionSummary, Status, StoreError};
+use rusqlite::{OptionalExtension, TransactionBehavior, params};
+
+use crate::backend::{SqliteBackend, in_use};
+use crate::error::store_err;
+use crate::lease::{self, Lease, Takeover};
+use crate::summary::{self, HeaderInfo, Summary};
+
+impl SqliteBackend {
+    /// The writer lease of a session, if one is recorded (its holder may be
+    /// dead: see [`crate::lease::Holder::liveness`]).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::NoSuchSession`] or SQLite errors.
+    pub fn lease(&self, id: &SessionId) -> Result<Option<Lease>, StoreError> {
+        let conn = self.conn();
+        let location = self.location(id);
+        let sid = Self::sid(&conn, id)
+            .map_err(store_err("read", &location))?
+            .ok_or_else(|| self.no_such(id))?;
+        lease::get(&conn, sid).map_err(store_err("read the lease of", &location))
+    }
+
+    /// Breaks the writer lease of a session so that a new writer can open
+    /// it: with [`Takeover::IfDead`] only if its holder is known to be dead,
+    /// with [`Takeover::Force`] in any case (the holder, if it still runs,
+    /// is fenced: its next append fails). Returns the broken lease.
+    ///
+    /// # Errors
+    ///
+    /// [`cairn::OpenError::InUse`] (as [`StoreError::Open`]) when the holder may
+    /// still run and `rule` is `IfDead`; [`StoreError::NoSuchSession`]; SQLite errors.
+    pub fn break_lease(&self, id: &SessionId, rule: Takeover) -> Result<Option<Lease>, StoreError> {
+        let mut conn = self.conn();
+        let location = self.location(id);
+        let err = store_err("break the lease of", &location);
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(&err)?;
+        let sid = Self::sid(&tx, id)
+            .map_err(&err)?
+            .ok_or_else(|| self.no_such(id))?;
+        let Some(held) = lease::get(&tx, sid).map_err(&err)? else {
+            return Ok(None);
+        };
+        if rule == Takeover::IfDead && lease::holds(&held) {
+            return Err(in_use(id, &held).into());
+        }
+        lease::release(&tx, sid, held.token).map_err(&err)?;
+        tx.commit().map_err(&err)?;
+        Ok(Some(held))
+    }
+
+    /// Every session's summary, most recently updated first, by SQL over
+    /// the `sessions` table (no payload is read), with the status the
+    /// leases give.
+    ///
+    /// # Errors
+    ///
+    /// SQLite errors.
+    pub fn summaries(&self) -> Result<Vec<SessionSummary>, StoreError> {
+        let rows = self.rows().map_err(store_err("list", &self.describe()))?;
+        let conn = self.conn();
+        let mut out = Vec::with_capacity(rows.len());
+        for (sid, id, info, summary) in rows {
+            let mut s = summary.to_listing(id, &info);
+            let held = lease::get(&conn, sid)
+                .map_err(store_err("list", &self.describe()))?
+                .is_some_and(|l| lease::holds(&l));
+            s.status = s.phase.status(held);
+            out.push(s);
+        }
+        out.sort_by(|a, b| b.updated.cmp(&a.updated).then_with(|| b.id.cmp(&a.id)));
+        Ok(out)
+    }
+
+    /// A session's status by SQL (no payload is read): its last operation's
+    /// phase, and whether a writer holds its lease.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::NoSuchSession`] or SQLite errors.
+    pub fn status(&self, id: &SessionId) -> Result<Status, StoreError> {
+        let conn = self.conn();
+        let location = self.location(id);
+        let row: Option<(i64, String)> = conn
+            .prepare_cached("SELECT sid, phase FROM sessions WHERE id = ?1")
+            .and_then(|mut s| {
+                s.query_row([id.as_str()], |r| Ok((r.get(0)?, r.get(1)?)))
+                    .optional()
+            })
+            .map_err(store_err("read", &location))?;
+        let (sid, phase) = row.ok_or_else(|| self.no_such(id))?;
+        let phase: OpPhase = serde_json::from_str(&phase).unwrap_or(OpPhase::None);
+        let held = lease::get(&conn, sid)
+            .map_err(store_err("read", &location))?
+            .is_some_and(|l| lease::holds(&l));
+        Ok(phase.status(held))
+    }
+
+    /// The `seq` of an entry, by id, through the index (no payload read).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::NoSuchSession`] or SQLite errors.
+    pub fn entry_seq(&self, id: &SessionId, entry: &EntryId) -> Result<Option<u64>, StoreError> {
+        let conn = self.conn();
+        let location = self.location(id);
+        let sid = Self::sid(&conn, id)
+            .map_err(store_err("read", &location))?
+            .ok_or_else(|| self.no_such(id))?;
+        conn.prepare_cached("SELECT seq FROM records WHERE session = ?1 AND id = ?2")
+            .and_then(|mut s| {
+                s.query_row(params![sid, entry.as_str()], |r| r.get::<_, i64>(0))
+                    .optional()
+            })
+            .map(|s| s.and_then(|s| u64::try_from(s).ok()))
+            .map_err(store_err("read", &location))
+    }
+
+    /// The children of an entry (`None`: the roots), in append order,
+    /// through the index (no payload read).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::NoSuchSession`] or SQLite errors.
+    pub fn children(
+        &self,
+        id: &SessionId,
+        parent: Option<&EntryId>,
+    ) -> Result<Vec<EntryId>, StoreError> {
+        let conn = self.conn();
+        let location = self.location(id);
+        let err = store_err("read", &location);
+        let sid = Self::sid(&conn, id)
+            .map_err(&err)?
+            .ok_or_else(|| self.no_such(id))?;
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT id FROM records WHERE session = ?1 AND id IS NOT NULL AND parent IS ?2
+                 ORDER BY seq",
+            )
+            .map_err(&err)?;
+        let ids = stmt
+            .query_map(params![sid, parent.map(|p| p.as_str())], |r| {
+                r.get::<_, String>(0)
+            })
+            .map_err(&err)?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(&err)?;
+        Ok(ids.iter().filter_map(|i| EntryId::parse(i).ok()).collect())
+    }
+
+    /// Every session's row: key, id, header facts and summary columns.
+    pub(crate) fn rows(&self) -> rusqlite::Result<Vec<(i64, SessionId, HeaderInfo, Summary)>> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached(
+            "SELECT sid, id, header, created, forked_from, parent, updated, title, first_message,
+                    op_state, entries, records, bytes
+             FROM sessions",
+        )?;
+        let rows = stmt.query_map([], |r| {
+            let id: String = r.get(1)?;
+            let info = HeaderInfo {
+                json: r.get(2)?,
+                created: r.get(3)?,
+                forked_from: r.get(4)?,
+                parent: r.get(5)?,
+            };
+            let count = |i: usize| r.get::<_, i64>(i).map(|n| u64::try_from(n).unwrap_or(0));
+            let summary = Summary {
+                updated: r.get(6)?,
+                title: r.get(7)?,
+                first_message: r.get(8)?,
+                op: summary::op_state_from(&r.get::<_, String>(9)?),
+                entries: count(10)?,
+                records: count(11)?,
+                bytes: count(12)?,
+            };
+            Ok((r.get::<_, i64>(0)?, id, info, summary))
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (sid, id, info, summary) = row?;
+            // Rows are written by cairn with valid ids; skip anything else.
+            if let Ok(id) = SessionId::parse(&id) {
+                out.push((sid, id, info, summary));
+            }
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,281 @@
+//! The schema, its embedded numbered migrations, and the settings of every
+//! connection.
+//!
+//! The schema version is `PRAGMA user_version`: migration *n* (1-based)
+//! takes a database from version *n − 1* to *n*, inside one `BEGIN
+//! IMMEDIATE` transaction that re-reads the version first, so concurrent
+//! openers migrate once. A database whose version is greater than
+//! [`SCHEMA_VERSION`] was written by a newer cairn-sqlite and is refused
+//! unchanged. `PRAGMA application_id` marks the file as cairn's, so an
+//! unrelated SQLite database is refused too.
+
+use std::path::Path;
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags, TransactionBehavior};
+
+use crate::error::SqliteError;
+
+/// `PRAGMA application_id` of cairn databases: "crn1" in ASCII.
+pub const APPLICATION_ID: i64 = 0x6372_6e31;
+
+/// How long a connection waits for another connection's write transaction
+/// before failing with "database is locked". Transactions are short (one
+/// append), so waiting this long means something is wrong.
+pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Migration *n* (1-based) brings a database from version *n − 1* to *n*.
+/// Never edit a released migration: append a new one.
+const MIGRATIONS: &[&str] = &[
+    // 1: sessions, records, leases.
+    "
+    CREATE TABLE sessions (
+        sid           INTEGER PRIMARY KEY,
+        id            TEXT    NOT NULL UNIQUE,
+        header        TEXT    NOT NULL,
+        created       TEXT    NOT NULL,
+        updated       TEXT    NOT NULL,
+        title         TEXT,
+        first_message TEXT,
+        forked_from   TEXT,
+        parent        TEXT,
+        phase         TEXT    NOT NULL,
+        op_state      TEXT    NOT NULL,
+        entries       INTEGER NOT NULL,
+        records       INTEGER NOT NULL,
+        bytes         INTEGER NOT NULL,
+        lease_epoch   INTEGER NOT NULL
+    );
+    CREATE INDEX sessions_by_updated ON sessions (updated DESC, id DESC);
+    CREATE INDEX sessions_by_fork ON sessions (forked_from) WHERE forked_from IS NOT NULL;
+    CREATE INDEX sessions_by_parent ON sessions (parent) WHERE parent IS NOT NULL;
+
+    CREATE TABLE records (
+        session INTEGER NOT NULL REFERENCES sessions (sid),
+        seq     INTEGER NOT NULL,
+        kind    TEXT    NOT NULL,
+        id      TEXT,
+        parent  TEXT,
+        crc     INTEGER NOT NULL,
+        payload BLOB    NOT NULL,
+        PRIMARY KEY (session, seq)
+    );
+    CREATE UNIQUE INDEX records_by_id ON records (session, id) WHERE id IS NOT NULL;
+    CREATE INDEX records_by_parent ON records (session, parent) WHERE id IS NOT NULL;
+
+    CREATE TABLE leases (
+        session    INTEGER PRIMARY KEY REFERENCES sessions (sid),
+        token      INTEGER NOT NULL,
+        pid        INTEGER NOT NULL,
+        machine    TEXT    NOT NULL,
+        boot       TEXT    NOT NULL,
+        pid_ns     TEXT    NOT NULL,
+        started    INTEGER NOT NULL,
+        acquired   TEXT    NOT NULL,
+        heartbeat  TEXT    NOT NULL
+    );
+    ",
+];
+
+/// The schema version this build writes and reads.
+pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+fn sqlite(action: &'static str, path: &Path) -> impl Fn(rusqlite::Error) -> SqliteError {
+    move |source| SqliteError::Sqlite {
+        action,
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// Opens a connection with cairn's settings: `synchronous=FULL` (in WAL
+/// mode, `NORMAL` syncs the WAL only at checkpoints, so a committed
+/// transaction can be lost on power loss; `FULL` syncs it at every commit),
+/// `fullfsync` (a real flush of the drive's cache on macOS), foreign keys,
+/// and the busy timeout.
+pub(crate) fn connect(path: &Path) -> Result<Connection, SqliteError> {
+    create_private(path).map_err(|source| SqliteError::Io {
+        action: "create",
+        path: path.to_owned(),
+        source,
+    })?;
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(sqlite("open", path))?;
+    conn.busy_timeout(BUSY_TIMEOUT)
+        .map_err(sqlite("configure", path))?;
+    conn.execute_batch(
+        "PRAGMA synchronous = FULL;
+         PRAGMA fullfsync = ON;
+         PRAGMA checkpoint_fullfsync = ON;
+         PRAGMA foreign_keys = ON;",
+    )
+    .map_err(sqlite("configure", path))?;
+    Ok(conn)
+}
+
+/// Creates a missing database file with mode 0600 (and its directory with
+/// 0700), as the file backend does for sessions: SQLite gives the `-wal`
+/// and `-shm` files the database file's mode, so sessions stay private.
+fn create_private(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    if path.exists() {
+        return Ok(());
+    }
+    if let Some(dir) = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty() && !d.exists())
+    {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)?;
+    }
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => Err(e),
+        _ => Ok(()),
+    }
+}
+
+fn versions(conn: &Connection, path: &Path) -> Result<(i64, i64), SqliteError> {
+    let version: i64 = conn
+        .pragma_query_value(None, "user_version", |r| r.get(0))
+        .map_err(sqlite("read the schema version of", path))?;
+    let app: i64 = conn
+        .pragma_query_value(None, "application_id", |r| r.get(0))
+        .map_err(sqlite("read the application id of", path))?;
+    Ok((version, app))
+}
+
+fn refuse_foreign(
+    conn: &Connection,
+    path: &Path,
+    version: i64,
+    app: i64,
+) -> Result<(), SqliteError> {
+    if version > SCHEMA_VERSION {
+        return Err(SqliteError::NewerSchema {
+            path: path.to_owned(),
+            found: version,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    if app != 0 && app != APPLICATION_ID {
+        return Err(SqliteError::NotCairn {
+            path: path.to_owned(),
+            why: format!("its application id is {app:#x}"),
+        });
+    }
+    if app == 0 {
+        let tables: i64 = conn
+            .query_row("SELECT count(*) FROM sqlite_schema", [], |r| r.get(0))
+            .map_err(sqlite("inspect", path))?;
+        if tables > 0 {
+            return Err(SqliteError::NotCairn {
+                path: path.to_owned(),
+                why: format!("it already holds {tables} tables or indexes of another application"),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Checks the database is cairn's (or new), turns on WAL and brings the
+/// schema to [`SCHEMA_VERSION`].
+pub(crate) fn prepare(conn: &mut Connection, path: &Path) -> Result<(), SqliteError> {
+    let (version, app) = versions(conn, path)?;
+    refuse_foreign(conn, path, version, app)?;
+    let mode: String = conn
+        .pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))
+        .map_err(sqlite("set the journal mode of", path))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(SqliteError::NoWal {
+            path: path.to_owned(),
+            mode,
+        });
+    }
+    if version == SCHEMA_VERSION {
+        return Ok(());
+    }
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(sqlite("migrate", path))?;
+    // Another process may have migrated while we waited for the lock.
+    let (version, app) = versions(&tx, path)?;
+    refuse_foreign(&tx, path, version, app)?;
+    let from = usize::try_from(version).unwrap_or(0);
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(from) {
+        tx.execute_batch(sql).map_err(sqlite("migrate", path))?;
+        tx.pragma_update(None, "user_version", i as i64 + 1)
+            .map_err(sqlite("migrate", path))?;
+    }
+    tx.pragma_update(None, "application_id", APPLICATION_ID)
+        .map_err(sqlite("migrate", path))?;
+    tx.commit().map_err(sqlite("migrate", path))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_connection_syncs_fully_and_a_new_database_is_in_wal_mode() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.db");
+        let mut conn = connect(&path).unwrap();
+        prepare(&mut conn, &path).unwrap();
+        for c in [&conn, &connect(&path).unwrap()] {
+            // 2 = FULL: the WAL is synced at every commit.
+            let sync: i64 = c
+                .pragma_query_value(None, "synchronous", |r| r.get(0))
+                .unwrap();
+            assert_eq!(sync, 2);
+            let mode: String = c
+                .pragma_query_value(None, "journal_mode", |r| r.get(0))
+                .unwrap();
+            assert_eq!(mode, "wal");
+            let fk: i64 = c
+                .pragma_query_value(None, "foreign_keys", |r| r.get(0))
+                .unwrap();
+            assert_eq!(fk, 1);
+        }
+    }
+
+    #[test]
+    fn migrations_run_once_and_record_their_version() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.db");
+        for _ in 0..2 {
+            let mut conn = connect(&path).unwrap();
+            prepare(&mut conn, &path).unwrap();
+            assert_eq!(
+                versions(&conn, &path).unwrap(),
+                (SCHEMA_VERSION, APPLICATION_ID)
+            );
+        }
+    }
+
+    #[test]
+    fn a_new_database_and_its_wal_are_private_to_their_owner() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("new").join("x.db");
+        let mut conn = connect(&path).unwrap();
+        prepare(&mut conn, &path).unwrap();
+        conn.execute_batch("CREATE TABLE t (x); INSERT INTO t VALUES (1);")
+            .unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(path.parent().unwrap()), 0o700);
+        assert_eq!(mode(&path), 0o600);
+        assert_eq!(mode(&path.with_extension("db-wal")), 0o600);
+    }
+}

@@ -1,0 +1,401 @@
+//! What only the SQLite backend has: the schema and its versions, the
+//! writer lease with fencing and dead-holder takeover, and listing, status
+//! and lookups by SQL without reading payloads.
+
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::sync::Arc;
+
+use cairn::backend::Backend;
+use cairn::{
+    Access, AppendError, EntryBody, Message, NewEntry, NewSession, OpenError, Outcome, Parent,
+    Role, SessionId, Status, Store, StoreError,
+};
+use cairn_sqlite::{SCHEMA_VERSION, SqliteBackend, SqliteError, Takeover};
+use pretty_assertions::assert_eq;
+use rusqlite::{Connection, params};
+
+fn user(text: &str) -> EntryBody {
+    EntryBody::Message(Message::text(Role::User, text))
+}
+
+fn setup() -> (tempfile::TempDir, Arc<SqliteBackend>, Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = Arc::new(SqliteBackend::open(dir.path().join("cairn.db")).unwrap());
+    let store = Store::with_backend(backend.clone());
+    (dir, backend, store)
+}
+
+fn raw(b: &SqliteBackend) -> Connection {
+    Connection::open(b.path()).unwrap()
+}
+
+// ---------------------------------------------------------------------------
+// Schema
+// ---------------------------------------------------------------------------
+
+#[test]
+fn a_new_database_is_at_the_latest_schema_in_wal_mode_and_marked_as_cairns() {
+    let (_dir, b, _) = setup();
+    let c = raw(&b);
+    let version: i64 = c
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    let mode: String = c
+        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+        .unwrap();
+    let app: i64 = c
+        .query_row("PRAGMA application_id", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(
+        (version, mode.as_str(), app),
+        (SCHEMA_VERSION, "wal", cairn_sqlite::APPLICATION_ID)
+    );
+    // Opening again (as another process would) migrates nothing and works.
+    SqliteBackend::open(b.path()).unwrap();
+}
+
+#[test]
+fn a_database_of_a_newer_schema_is_refused_unchanged() {
+    let (_dir, b, store) = setup();
+    store.create(NewSession::default()).unwrap();
+    raw(&b)
+        .pragma_update(None, "user_version", SCHEMA_VERSION + 1)
+        .unwrap();
+    let path = b.path().to_owned();
+    drop((store, b));
+    let before = std::fs::read(&path).unwrap();
+    match SqliteBackend::open(&path) {
+        Err(e @ SqliteError::NewerSchema { .. }) => {
+            let msg = e.to_string();
+            assert!(
+                msg.contains(&format!("schema version {}", SCHEMA_VERSION + 1)),
+                "{msg}"
+            );
+            assert!(msg.contains("upgrade cairn"), "{msg}");
+        }
+        other => panic!("expected NewerSchema, got {other:?}"),
+    }
+    assert!(
+        std::fs::read(&path).unwrap() == before,
+        "the database was not changed"
+    );
+}
+
+#[test]
+fn another_applications_database_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("other.db");
+    Connection::open(&path)
+        .unwrap()
+        .execute_batch("CREATE TABLE notes (x)")
+        .unwrap();
+    match SqliteBackend::open(&path) {
+        Err(SqliteError::NotCairn { .. }) => {}
+        other => panic!("expected NotCairn, got {other:?}"),
+    }
+}
+
+#[test]
+fn two_writers_can_never_store_the_same_seq() {
+    let (_dir, b, store) = setup();
+    let s = store.create(NewSession::default()).unwrap();
+    s.append(user("one")).unwrap();
+    let line = s.raw_record(1).unwrap();
+    let c = raw(&b);
+    let sid: i64 = c
+        .query_row("SELECT sid FROM sessions", [], |r| r.get(0))
+        .unwrap();
+    let dup = c.execute(
+        "INSERT INTO records (session, seq, kind, crc, payload) VALUES (?1, 1, 'message', 0, ?2)",
+        params![sid, line],
+    );
+    assert!(
+        dup.is_err(),
+        "the primary key (session, seq) refuses a second record 1"
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Lease and fencing
+// ---------------------------------------------------------------------------
+
+#[test]
+fn a_writer_whose_lease_was_broken_cannot_append() {
+    let (_dir, b, store) = setup();
+    let s = store.create(NewSession::default()).unwrap();
+    s.append(user("before")).unwrap();
+    let id = s.id().clone();
+    let broken = b.break_lease(&id, Takeover::Force).unwrap().unwrap();
+    assert_eq!(broken.holder.pid, std::process::id());
+    match s.append(user("fenced")) {
+        Err(AppendError::Io { source, .. }) => {
+            assert!(source.to_string().contains("lease"), "{source}");
+        }
+        other => panic!("expected a fenced append to fail, got {other:?}"),
+    }
+    assert!(matches!(
+        s.append(user("again")),
+        Err(AppendError::Poisoned { .. })
+    ));
+    drop(s);
+    let again = store.open(&id, Access::Read).unwrap();
+    assert_eq!(again.len(), 2, "nothing of the fenced writer was stored");
+}
+
+#[test]
+fn a_lease_taken_over_by_a_new_writer_fences_the_old_one() {
+    let (_dir, b, store) = setup();
+    let old = store.create(NewSession::default()).unwrap();
+    let id = old.id().clone();
+    let first = b.lease(&id).unwrap().unwrap().token;
+    b.break_lease(&id, Takeover::Force).unwrap();
+    let new = store.open(&id, Access::Write).unwrap();
+    let second = b.lease(&id).unwrap().unwrap().token;
+    assert!(second > first, "tokens only grow: {first} then {second}");
+    new.append(user("the new writer")).unwrap();
+    match old.append(user("the old writer")) {
+        Err(AppendError::Io { source, .. }) => {
+            let msg = source.to_string();
+            assert!(
+                msg.contains(&format!("token {second}"))
+                    && msg.contains(&format!("token is {first}")),
+                "{msg}"
+            );
+        }
+        other => panic!("expected the old writer to be fenced, got {other:?}"),
+    }
+    // The old writer going away does not release the new writer's lease.
+    drop(old);
+    assert!(b.writer_active(&id));
+    new.append(user("still the new writer")).unwrap();
+    assert_eq!(new.len(), 3);
+}
+
+#[test]
+fn breaking_a_live_holders_lease_needs_force() {
+    let (_dir, b, store) = setup();
+    let s = store.create(NewSession::default()).unwrap();
+    match b.break_lease(s.id(), Takeover::IfDead) {
+        Err(StoreError::Open(OpenError::InUse { holder, .. })) => {
+            assert_eq!(holder, Some(std::process::id()))
+        }
+        other => panic!("expected InUse, got {other:?}"),
+    }
+    s.append(user("still mine")).unwrap();
+}
+
+/// A pid that ran on this machine and has exited (and was reaped).
+fn dead_pid() -> u32 {
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let pid = child.id();
+    child.wait().unwrap();
+    pid
+}
+
+fn plant_lease(b: &SqliteBackend, id: &SessionId, pid: u32, machine: Option<&str>) {
+    let me = cairn_sqlite::Holder::me();
+    let c = raw(b);
+    c.execute(
+        "INSERT OR REPLACE INTO leases (session, token, pid, machine, boot, pid_ns, started, acquired, heartbeat)
+         SELECT sid, lease_epoch + 1, ?2, ?3, ?4, ?5, 12345, 'then', 'then' FROM sessions WHERE id = ?1",
+        params![id.as_str(), pid, machine.unwrap_or(&me.machine), me.boot, me.pid_ns],
+    )
+    .unwrap();
+    c.execute(
+        "UPDATE sessions SET lease_epoch = lease_epoch + 1 WHERE id = ?1",
+        [id.as_str()],
+    )
+    .unwrap();
+}
+
+#[test]
+fn a_killed_writers_lease_is_taken_over_by_the_next_writer() {
+    let (_dir, b, store) = setup();
+    let s = store.create(NewSession::default()).unwrap();
+    let id = s.id().clone();
+    drop(s);
+    plant_lease(&b, &id, dead_pid(), None);
+    assert!(!b.writer_active(&id), "a dead holder holds nothing");
+    assert_eq!(b.status(&id).unwrap(), Status::Init);
+    let s = store.open(&id, Access::Write).unwrap();
+    assert_eq!(
+        b.lease(&id).unwrap().unwrap().holder.pid,
+        std::process::id()
+    );
+    s.append(user("after the takeover")).unwrap();
+}
+
+#[test]
+fn a_holder_on_another_machine_is_never_presumed_dead() {
+    let (_dir, b, store) = setup();
+    let s = store.create(NewSession::default()).unwrap();
+    let id = s.id().clone();
+    drop(s);
+    plant_lease(&b, &id, dead_pid(), Some("another-machine"));
+    assert!(b.writer_active(&id));
+    match store.open(&id, Access::Write) {
+        Err(OpenError::InUse { .. }) => {}
+        other => panic!("expected InUse, got {other:?}"),
+    }
+    assert!(matches!(
+        b.break_lease(&id, Takeover::IfDead),
+        Err(StoreError::Open(OpenError::InUse { .. }))
+    ));
+    b.break_lease(&id, Takeover::Force).unwrap();
+    store.open(&id, Access::Write).unwrap();
+}
+
+// ---------------------------------------------------------------------------
+// Listing, status and lookups by SQL
+// ---------------------------------------------------------------------------
+
+/// Replaces every payload of a session but its header with junk: whatever
+/// still works afterwards reads no payload.
+fn spoil_payloads(b: &SqliteBackend, id: &SessionId) {
+    raw(b)
+        .execute(
+            "UPDATE records SET payload = x'00' WHERE seq > 0
+             AND session = (SELECT sid FROM sessions WHERE id = ?1)",
+            [id.as_str()],
+        )
+        .unwrap();
+}
+
+#[test]
+fn listing_and_status_come_from_sql_without_reading_payloads() {
+    let (_dir, b, store) = setup();
+    let s = store
+        .create(NewSession {
+            title: Some("t".into()),
+            ..NewSession::default()
+        })
+        .unwrap();
+    let op = s
+        .start_operation(Message::text(Role::User, "first words"))
+        .unwrap();
+    op.finish(Outcome::Completed, None).unwrap();
+    s.append(EntryBody::SessionInfo(cairn::SessionInfo {
+        title: Some("later title".into()),
+    }))
+    .unwrap();
+    let id = s.id().clone();
+    let expected = cairn::summary_of(&s).unwrap();
+    drop(s);
+    spoil_payloads(&b, &id);
+    let listed = store.list().unwrap();
+    assert_eq!(listed.len(), 1);
+    let mut want = expected.clone();
+    want.status = Status::Succeeded;
+    assert_eq!(listed[0], want);
+    assert_eq!(b.summaries().unwrap()[0], want);
+    assert_eq!(b.status(&id).unwrap(), Status::Succeeded);
+    // The session itself does not open: its payloads really are gone.
+    assert!(matches!(
+        store.open(&id, Access::Read),
+        Err(OpenError::Damaged(_))
+    ));
+}
+
+#[test]
+fn status_by_sql_follows_the_writer_and_the_operation() {
+    let (_dir, b, store) = setup();
+    let s = store.create(NewSession::default()).unwrap();
+    let id = s.id().clone();
+    assert_eq!(b.status(&id).unwrap(), Status::Init);
+    let op = s.start_operation(Message::text(Role::User, "go")).unwrap();
+    assert_eq!(b.status(&id).unwrap(), Status::Running);
+    op.request_approval("c1", "tool").unwrap();
+    assert_eq!(b.status(&id).unwrap(), Status::Paused);
+    op.resolve_approval("c1", false, None).unwrap();
+    drop(op);
+    drop(s);
+    assert_eq!(b.status(&id).unwrap(), Status::Interrupted);
+    assert_eq!(
+        store.status(&id).unwrap(),
+        Status::Interrupted,
+        "the core agrees"
+    );
+}
+
+#[test]
+fn entry_and_children_lookups_use_the_index() {
+    let (_dir, b, store) = setup();
+    let s = store.create(NewSession::default()).unwrap();
+    let a = s.append(user("a")).unwrap().id.unwrap();
+    let b1 = s.append(user("b1")).unwrap().id.unwrap();
+    let b2 = s
+        .append_entry(NewEntry {
+            id: None,
+            parent: Parent::Entry(a.clone()),
+            body: user("b2"),
+        })
+        .unwrap()
+        .id
+        .unwrap();
+    let root2 = s
+        .append_entry(NewEntry {
+            id: None,
+            parent: Parent::Root,
+            body: user("r"),
+        })
+        .unwrap()
+        .id
+        .unwrap();
+    let id = s.id().clone();
+    assert_eq!(
+        b.children(&id, Some(&a)).unwrap(),
+        vec![b1.clone(), b2.clone()]
+    );
+    assert_eq!(b.children(&id, Some(&a)).unwrap(), s.children(Some(&a)));
+    assert_eq!(b.children(&id, None).unwrap(), vec![a.clone(), root2]);
+    assert_eq!(b.entry_seq(&id, &b2).unwrap(), Some(3));
+    assert_eq!(
+        b.entry_seq(&id, &cairn::EntryId::parse("nope").unwrap())
+            .unwrap(),
+        None
+    );
+    let unknown = SessionId::generate();
+    assert!(matches!(
+        b.children(&unknown, None),
+        Err(StoreError::NoSuchSession { .. })
+    ));
+    let c = raw(&b);
+    let plan: String = c
+        .query_row(
+            "EXPLAIN QUERY PLAN SELECT seq FROM records WHERE session = 1 AND id = 'x'",
+            [],
+            |r| r.get(3),
+        )
+        .unwrap();
+    assert!(
+        plan.contains("records_by_id"),
+        "id lookups use the index: {plan}"
+    );
+}
+
+#[test]
+fn a_removed_sessions_rows_are_all_gone() {
+    let (_dir, b, store) = setup();
+    let s = store.create(NewSession::default()).unwrap();
+    s.append(user("x")).unwrap();
+    let id = s.id().clone();
+    drop(s);
+    store.remove(&id).unwrap();
+    let c = raw(&b);
+    for table in ["sessions", "records", "leases"] {
+        let n: i64 = c
+            .query_row(&format!("SELECT count(*) FROM {table}"), [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(n, 0, "{table} is empty");
+    }
+}
+
+#[test]
+fn the_database_path_is_where_it_was_asked_for() {
+    let (dir, b, _) = setup();
+    assert_eq!(b.path(), Path::new(&dir.path().join("cairn.db")));
+    assert!(b.describe().starts_with("sqlite:"));
+}

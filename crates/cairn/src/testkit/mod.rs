@@ -1,0 +1,263 @@
+//! The backend conformance suite (feature `testkit`): the checks every
+//! [`Backend`] must pass, written against the API hosts use ([`Session`],
+//! [`Store`](crate::Store), [`recover`](crate::recover)) so that a backend is
+//! judged by what a host would see, plus a few checks of the raw seam
+//! (the exact lines handed to [`Backend::open`]'s visitor).
+//!
+//! A backend's tests implement [`Fixture`] — a fresh, empty store per
+//! fixture, a second handle onto the same storage (as another process would
+//! open it), and hooks that simulate a crash in the middle of an append, a
+//! failing disk and damage — and expand [`conformance_tests!`](crate::conformance_tests),
+//! which writes one `#[test]` per check:
+//!
+//! ```ignore
+//! cairn::conformance_tests!(cairn::testkit::MemoryFixture::new);
+//! ```
+//!
+//! or call the checks one by one, or all at once with [`run_all`]:
+//!
+//! ```
+//! use cairn::testkit::{self, Fixture, MemoryFixture};
+//!
+//! testkit::every_record_kind_round_trips_byte_for_byte(&MemoryFixture::new());
+//! ```
+//!
+//! Checks panic with a message naming the backend and what differed, like
+//! any test. Hooks a backend cannot provide (a memory store has no disk to
+//! fail) return `false` and the checks that need them pass vacuously; each
+//! fixture documents which hooks it has.
+//!
+//! [`Session`]: crate::Session
+
+mod damage;
+mod durability;
+mod fixtures;
+mod listing;
+mod locking;
+mod operations;
+mod projection;
+mod roundtrip;
+mod util;
+
+use std::sync::Arc;
+
+use crate::backend::Backend;
+use crate::id::SessionId;
+
+pub use damage::{
+    a_bad_record_in_the_middle_is_a_hard_error, a_failed_write_poisons_the_handle,
+    a_newer_format_is_refused_and_the_lock_released,
+    an_interrupted_append_loses_nothing_acknowledged,
+};
+pub use durability::{
+    eight_threads_in_group_mode_lose_nothing, every_durability_mode_keeps_acknowledged_records,
+};
+pub use fixtures::{FileFixture, MemoryFixture, SwitchVfs, TempDir};
+pub use listing::{
+    listing_is_newest_first_with_counts_titles_and_status,
+    remove_deletes_one_session_and_is_refused_while_written,
+    stamp_changes_whenever_the_log_changes,
+};
+pub use locking::{
+    a_second_writer_is_refused_naming_the_holder, readers_are_not_blocked_by_a_writer,
+};
+pub use operations::{
+    operation_records_and_verdicts_survive_reopen, recovery_resolves_and_is_deterministic,
+};
+pub use projection::{
+    compaction_and_app_state_are_restored_on_reopen, tree_and_projection_equal_the_fold,
+};
+pub use roundtrip::{
+    every_record_kind_round_trips_byte_for_byte, large_and_many_records_round_trip,
+};
+
+/// What a crash in the middle of an append leaves behind, per backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Interrupted {
+    /// Part of the line reached storage: a reader ignores it, a writer cuts
+    /// it (and reports it) on open. The file backend.
+    Torn,
+    /// Appends are atomic: nothing of the interrupted append is visible.
+    /// Transactional and in-memory backends.
+    Atomic,
+}
+
+/// A backend under test: one fresh, empty store per fixture.
+pub trait Fixture {
+    /// The backend's name, for failure messages.
+    fn name(&self) -> String;
+
+    /// The backend under test.
+    fn backend(&self) -> Arc<dyn Backend>;
+
+    /// An independent handle onto the same storage, as another process
+    /// would open it (new files, new connections). Locks taken through
+    /// [`Fixture::backend`] must be seen through it. A backend with no such
+    /// notion returns a handle sharing the same state.
+    fn reopen(&self) -> Arc<dyn Backend>;
+
+    /// Leaves session `id` (no writer open) as a writer killed in the middle
+    /// of appending `line` as its next record would leave it.
+    fn interrupt_append(&self, id: &SessionId, line: &[u8]) -> Interrupted;
+
+    /// From now on every write and sync of session logs through
+    /// [`Fixture::backend`] fails (`true`), or succeeds again (`false`).
+    /// Returns whether the backend can fail on demand.
+    fn fail_writes(&self, fail: bool) -> bool {
+        let _ = fail;
+        false
+    }
+
+    /// Damages record `seq` of session `id` (no writer open) in storage, so
+    /// that its checksum no longer verifies. Returns whether supported.
+    fn corrupt(&self, id: &SessionId, seq: u64) -> bool {
+        let _ = (id, seq);
+        false
+    }
+}
+
+/// A check of the suite.
+pub type Check = fn(&dyn Fixture);
+
+/// Every check, by name, in the order [`run_all`] runs them.
+pub const CHECKS: &[(&str, Check)] = &[
+    (
+        "every_record_kind_round_trips_byte_for_byte",
+        every_record_kind_round_trips_byte_for_byte,
+    ),
+    (
+        "large_and_many_records_round_trip",
+        large_and_many_records_round_trip,
+    ),
+    (
+        "tree_and_projection_equal_the_fold",
+        tree_and_projection_equal_the_fold,
+    ),
+    (
+        "compaction_and_app_state_are_restored_on_reopen",
+        compaction_and_app_state_are_restored_on_reopen,
+    ),
+    (
+        "every_durability_mode_keeps_acknowledged_records",
+        every_durability_mode_keeps_acknowledged_records,
+    ),
+    (
+        "eight_threads_in_group_mode_lose_nothing",
+        eight_threads_in_group_mode_lose_nothing,
+    ),
+    (
+        "a_second_writer_is_refused_naming_the_holder",
+        a_second_writer_is_refused_naming_the_holder,
+    ),
+    (
+        "readers_are_not_blocked_by_a_writer",
+        readers_are_not_blocked_by_a_writer,
+    ),
+    (
+        "an_interrupted_append_loses_nothing_acknowledged",
+        an_interrupted_append_loses_nothing_acknowledged,
+    ),
+    (
+        "a_failed_write_poisons_the_handle",
+        a_failed_write_poisons_the_handle,
+    ),
+    (
+        "a_bad_record_in_the_middle_is_a_hard_error",
+        a_bad_record_in_the_middle_is_a_hard_error,
+    ),
+    (
+        "a_newer_format_is_refused_and_the_lock_released",
+        a_newer_format_is_refused_and_the_lock_released,
+    ),
+    (
+        "operation_records_and_verdicts_survive_reopen",
+        operation_records_and_verdicts_survive_reopen,
+    ),
+    (
+        "recovery_resolves_and_is_deterministic",
+        recovery_resolves_and_is_deterministic,
+    ),
+    (
+        "listing_is_newest_first_with_counts_titles_and_status",
+        listing_is_newest_first_with_counts_titles_and_status,
+    ),
+    (
+        "stamp_changes_whenever_the_log_changes",
+        stamp_changes_whenever_the_log_changes,
+    ),
+    (
+        "remove_deletes_one_session_and_is_refused_while_written",
+        remove_deletes_one_session_and_is_refused_while_written,
+    ),
+];
+
+/// Runs every check, each with a fresh fixture from `make`.
+///
+/// # Panics
+///
+/// On the first check that fails, naming it.
+pub fn run_all(make: &dyn Fn() -> Box<dyn Fixture>) {
+    for (name, check) in CHECKS {
+        let fixture = make();
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check(&*fixture)));
+        if let Err(cause) = result {
+            let why = cause
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| cause.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                .unwrap_or_default();
+            panic!("{} failed conformance check {name}: {why}", fixture.name());
+        }
+    }
+}
+
+/// Writes one `#[test]` per conformance check, each with a fresh fixture
+/// from the given constructor (any expression callable with no arguments
+/// that returns a [`Fixture`](crate::testkit::Fixture)), plus a test that
+/// the list is complete.
+///
+/// ```ignore
+/// mod memory {
+///     cairn::conformance_tests!(cairn::testkit::MemoryFixture::new);
+/// }
+/// ```
+#[macro_export]
+macro_rules! conformance_tests {
+    ($make:expr) => {
+        $crate::conformance_tests!(@each $make;
+            every_record_kind_round_trips_byte_for_byte,
+            large_and_many_records_round_trip,
+            tree_and_projection_equal_the_fold,
+            compaction_and_app_state_are_restored_on_reopen,
+            every_durability_mode_keeps_acknowledged_records,
+            eight_threads_in_group_mode_lose_nothing,
+            a_second_writer_is_refused_naming_the_holder,
+            readers_are_not_blocked_by_a_writer,
+            an_interrupted_append_loses_nothing_acknowledged,
+            a_failed_write_poisons_the_handle,
+            a_bad_record_in_the_middle_is_a_hard_error,
+            a_newer_format_is_refused_and_the_lock_released,
+            operation_records_and_verdicts_survive_reopen,
+            recovery_resolves_and_is_deterministic,
+            listing_is_newest_first_with_counts_titles_and_status,
+            stamp_changes_whenever_the_log_changes,
+            remove_deletes_one_session_and_is_refused_while_written,
+        );
+    };
+    (@each $make:expr; $($check:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $check() {
+                let fixture = ($make)();
+                $crate::testkit::$check(&fixture);
+            }
+        )*
+
+        #[test]
+        fn conformance_tests_cover_every_check() {
+            let wired: &[&str] = &[$(stringify!($check)),*];
+            let all: Vec<&str> = $crate::testkit::CHECKS.iter().map(|(n, _)| *n).collect();
+            assert_eq!(wired, all.as_slice(), "conformance_tests! and testkit::CHECKS differ");
+        }
+    };
+}
