@@ -27,7 +27,8 @@ $XDG_DATA_HOME/cairn, else ~/.local/share/cairn.";
 #[derive(Debug, Parser)]
 #[command(name = "cairn", version, after_help = MAIN_EXAMPLES, max_term_width = 100)]
 pub struct Cli {
-    /// The store directory (sessions live in DIR/sessions).
+    /// The store: a directory (sessions live in DIR/sessions), or
+    /// sqlite:PATH for a SQLite database.
     #[arg(long, global = true, env = "CAIRN_HOME", value_name = "DIR")]
     pub store: Option<PathBuf>,
 
@@ -346,6 +347,22 @@ Example:
         /// Print JSON: {session, before, actions, after}.
         #[arg(long)]
         json: bool,
+    },
+
+    /// Copy every session from one store to another, record for record.
+    ///
+    /// A store is a directory or sqlite:PATH. Sessions the destination
+    /// already holds identically are skipped, half-copied ones completed;
+    /// a destination session that differs is reported and left untouched.
+    /// Every copy is verified by reopening it.
+    #[command(after_help = "Examples:\n  cairn copy --from ~/.local/share/cairn --to sqlite:/srv/cairn.db\n  cairn copy --from sqlite:/srv/cairn.db --to /tmp/cairn-files")]
+    Copy {
+        /// The source store.
+        #[arg(long, value_name = "STORE")]
+        from: std::path::PathBuf,
+        /// The destination store.
+        #[arg(long, value_name = "STORE")]
+        to: std::path::PathBuf,
     },
 
     /// Print the session memory: goal, to-dos, work done, failures,

@@ -42,12 +42,30 @@ impl Ctx {
     ///
     /// As [`Ctx::home`].
     pub fn store(&self) -> Result<Store> {
-        Ok(Store::open_dir(self.home()?))
+        open_store(&self.home()?)
     }
 
     /// Human or JSON output to stdout.
     pub fn out(&self) -> Out<'static> {
         Out::new(std::io::stdout().lock(), self.look)
+    }
+}
+
+/// Opens a store named by a directory, or by `sqlite:PATH` for a SQLite
+/// database (created if missing).
+///
+/// # Errors
+///
+/// When the SQLite database cannot be opened (or was written by a newer
+/// cairn).
+pub fn open_store(spec: &Path) -> Result<Store> {
+    match spec.to_str().and_then(|s| s.strip_prefix("sqlite:")) {
+        Some(db) => {
+            let backend = cairn_sqlite::SqliteBackend::open(db)
+                .with_context(|| format!("cannot open the SQLite store {db}"))?;
+            Ok(Store::with_backend(std::sync::Arc::new(backend)))
+        }
+        None => Ok(Store::open_dir(spec)),
     }
 }
 

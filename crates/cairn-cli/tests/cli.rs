@@ -886,3 +886,44 @@ fn color_always_adds_colours_but_never_passes_content_escapes() {
     );
     assert!(text.contains("\\x1b[31min red"));
 }
+
+#[test]
+fn copy_moves_a_store_to_sqlite_and_back_byte_for_byte_and_sqlite_stores_work_everywhere() {
+    let home = Home::new();
+    storyboard(&home);
+    let db = format!("sqlite:{}", home.path().join("store.db").display());
+    let back = home.path().join("back");
+    let bin = || {
+        let mut c = assert_cmd::Command::new(env!("CARGO_BIN_EXE_cairn"));
+        c.env_remove("CAIRN_HOME").env("COLUMNS", "80");
+        c
+    };
+    bin()
+        .args(["copy", "--from"])
+        .arg(home.path())
+        .args(["--to", &db])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("copied 2 session(s)"));
+    // The SQLite store answers the same commands.
+    bin()
+        .args(["--store", &db, "tree", STORY])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("u4"));
+    bin().args(["--store", &db, "ls"]).assert().success().stdout(predicate::str::contains("comic storyboard"));
+    // A second copy finds everything unchanged.
+    bin()
+        .args(["copy", "--from"])
+        .arg(home.path())
+        .args(["--to", &db])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("2 already there unchanged"));
+    bin().args(["copy", "--from", &db, "--to"]).arg(&back).assert().success();
+    for id in [STORY, OTHER] {
+        let a = std::fs::read(home.file(id)).unwrap();
+        let b = std::fs::read(back.join("sessions").join(format!("{id}.jsonl"))).unwrap();
+        assert!(a == b, "{id} changed on its way through SQLite");
+    }
+}

@@ -8,7 +8,7 @@ use std::path::Path;
 use anyhow::{Context as _, Result, bail, ensure};
 use cairn::{
     Access, AppStateChange, Appended, Block, EntryBody, EntryId, Message, NewSession, Role,
-    Session, Store,
+    Session,
 };
 use serde_json::json;
 
@@ -26,7 +26,7 @@ use crate::treeview::TreeView;
 /// I/O errors, or a claim of the demo that does not hold (a bug).
 pub fn run(ctx: &Ctx) -> Result<Status> {
     let home = ctx.home()?;
-    let store = Store::open_dir(&home);
+    let store = ctx.store()?;
     let mut out = ctx.out();
     let mut tour = Tour { out: &mut out };
     tour.heading(&format!(

@@ -2,6 +2,7 @@
 //! arguments to them.
 
 mod append;
+mod copy;
 mod demo;
 mod edit;
 mod export;
@@ -82,5 +83,6 @@ pub fn run(cli: Cli) -> Result<Status> {
         Command::Steps { target, count, json } => ops::steps(&ctx, &target, count, json),
         Command::Recover { target, policy, json } => ops::recover(&ctx, &target, policy, json),
         Command::Memory { target, json } => ops::memory(&ctx, &target, json),
+        Command::Copy { from, to } => copy::run(&ctx, &from, &to),
     }
 }
