@@ -337,7 +337,9 @@ Example:
     /// TOOL_NOT_STARTED and denies unanswered approvals. On a terminal without
     /// a policy, cairn asks for each. Re-running tools needs their
     /// implementations: use `cairn agent --resume`.
-    #[command(after_help = "Examples:\n  cairn recover --last\n  cairn recover 01jx --policy unknown")]
+    #[command(
+        after_help = "Examples:\n  cairn recover --last\n  cairn recover 01jx --policy unknown"
+    )]
     Recover {
         #[command(flatten)]
         target: SessionArg,
@@ -355,7 +357,9 @@ Example:
     /// already holds identically are skipped, half-copied ones completed;
     /// a destination session that differs is reported and left untouched.
     /// Every copy is verified by reopening it.
-    #[command(after_help = "Examples:\n  cairn copy --from ~/.local/share/cairn --to sqlite:/srv/cairn.db\n  cairn copy --from sqlite:/srv/cairn.db --to /tmp/cairn-files")]
+    #[command(
+        after_help = "Examples:\n  cairn copy --from ~/.local/share/cairn --to sqlite:/srv/cairn.db\n  cairn copy --from sqlite:/srv/cairn.db --to /tmp/cairn-files"
+    )]
     Copy {
         /// The source store.
         #[arg(long, value_name = "STORE")]
@@ -367,7 +371,9 @@ Example:
 
     /// Print the session memory: goal, to-dos, work done, failures,
     /// decisions and verification status, derived from the current branch.
-    #[command(after_help = "Examples:\n  cairn memory --last\n  cairn memory 01jx --json | jq .text")]
+    #[command(
+        after_help = "Examples:\n  cairn memory --last\n  cairn memory 01jx --json | jq .text"
+    )]
     Memory {
         #[command(flatten)]
         target: SessionArg,

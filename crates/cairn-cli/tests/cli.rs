@@ -491,7 +491,10 @@ fn ls_json_has_the_documented_shape() {
     ] {
         assert!(rows[0].get(key).is_some(), "{key}");
     }
-    assert_eq!(rows[0]["status"], "failed", "the crashed operation ended failed");
+    assert_eq!(
+        rows[0]["status"], "failed",
+        "the crashed operation ended failed"
+    );
     assert_eq!(rows[0]["entries"], 16);
 }
 
@@ -911,7 +914,11 @@ fn copy_moves_a_store_to_sqlite_and_back_byte_for_byte_and_sqlite_stores_work_ev
         .assert()
         .success()
         .stdout(predicate::str::contains("u4"));
-    bin().args(["--store", &db, "ls"]).assert().success().stdout(predicate::str::contains("comic storyboard"));
+    bin()
+        .args(["--store", &db, "ls"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("comic storyboard"));
     // A second copy finds everything unchanged.
     bin()
         .args(["copy", "--from"])
@@ -920,7 +927,11 @@ fn copy_moves_a_store_to_sqlite_and_back_byte_for_byte_and_sqlite_stores_work_ev
         .assert()
         .success()
         .stdout(predicate::str::contains("2 already there unchanged"));
-    bin().args(["copy", "--from", &db, "--to"]).arg(&back).assert().success();
+    bin()
+        .args(["copy", "--from", &db, "--to"])
+        .arg(&back)
+        .assert()
+        .success();
     for id in [STORY, OTHER] {
         let a = std::fs::read(home.file(id)).unwrap();
         let b = std::fs::read(back.join("sessions").join(format!("{id}.jsonl"))).unwrap();

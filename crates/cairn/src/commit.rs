@@ -47,7 +47,9 @@ impl std::str::FromStr for Durability {
             "sync" => Ok(Durability::Sync),
             "group" => Ok(Durability::Group),
             "buffered" => Ok(Durability::Buffered),
-            other => Err(format!("unknown durability {other:?}: expected sync, group or buffered")),
+            other => Err(format!(
+                "unknown durability {other:?}: expected sync, group or buffered"
+            )),
         }
     }
 }
@@ -74,7 +76,11 @@ pub(crate) struct GroupCommit {
 impl GroupCommit {
     pub fn new(records: u64) -> GroupCommit {
         GroupCommit {
-            state: Mutex::new(State { written: records, synced: records, ..State::default() }),
+            state: Mutex::new(State {
+                written: records,
+                synced: records,
+                ..State::default()
+            }),
             cv: Condvar::new(),
         }
     }
@@ -101,7 +107,10 @@ impl GroupCommit {
                 return Ok(());
             }
             if let Some(cause) = &st.failed {
-                return Err(AppendError::Poisoned { session: log.location().to_owned(), cause: cause.clone() });
+                return Err(AppendError::Poisoned {
+                    session: log.location().to_owned(),
+                    cause: cause.clone(),
+                });
             }
             if st.syncing {
                 st = self.cv.wait(st).unwrap_or_else(PoisonError::into_inner);

@@ -125,7 +125,9 @@ pub enum AppendError {
     #[error("{0}; nothing was written")]
     Invalid(#[from] Invalid),
     /// A write or sync failed; the handle is now poisoned.
-    #[error("cannot {action} {location}: {source}; the session refuses further writes until reopened")]
+    #[error(
+        "cannot {action} {location}: {source}; the session refuses further writes until reopened"
+    )]
     Io {
         /// "write" or "sync".
         action: &'static str,
@@ -163,7 +165,9 @@ pub enum Invalid {
     #[error("compaction keeps from {0}, which is not on the current branch")]
     FirstKeptOffBranch(String),
     /// A compaction would separate a tool call from its result.
-    #[error("compaction keeping from {first_kept} would separate tool call {call_id:?} from its result; keep from the call instead")]
+    #[error(
+        "compaction keeping from {first_kept} would separate tool call {call_id:?} from its result; keep from the call instead"
+    )]
     SplitsToolCall {
         /// The proposed first kept entry.
         first_kept: String,

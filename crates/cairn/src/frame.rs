@@ -15,9 +15,9 @@ use serde_json::value::RawValue;
 
 use crate::id::EntryId;
 use crate::record::{
-    ApprovalRequested, ApprovalResolved, Checkout, Compaction, Custom, Entry, EntryBody, Header,
-    InputQueued, Label, Message, ModelAttempted, OpFinished, OpRecord, OpStarted, SessionInfo,
-    Settings, ToolDispatched, Unknown, UsageSettled, AppStateChange,
+    AppStateChange, ApprovalRequested, ApprovalResolved, Checkout, Compaction, Custom, Entry,
+    EntryBody, Header, InputQueued, Label, Message, ModelAttempted, OpFinished, OpRecord,
+    OpStarted, SessionInfo, Settings, ToolDispatched, Unknown, UsageSettled,
 };
 
 /// Length of the trailer `,"crc":"xxxxxxxx"}` (without the newline).
@@ -197,7 +197,10 @@ impl Frame<'_> {
     /// [`DecodeError::Shape`] when `id`/`parent` presence does not fit the kind.
     pub fn class(&self) -> Result<Class, DecodeError> {
         let kind = self.kind.as_ref();
-        let shape = |problem| DecodeError::Shape { kind: kind.to_owned(), problem };
+        let shape = |problem| DecodeError::Shape {
+            kind: kind.to_owned(),
+            problem,
+        };
         let has_entry_fields = match (&self.id, &self.parent) {
             (Some(_), Some(_)) => true,
             (None, None) => false,
@@ -210,13 +213,19 @@ impl Frame<'_> {
         } else if OP_KINDS.contains(&kind) {
             Class::Op
         } else if self.ignorable {
-            if has_entry_fields { Class::Entry } else { Class::Op }
+            if has_entry_fields {
+                Class::Entry
+            } else {
+                Class::Op
+            }
         } else {
             return Err(DecodeError::UnknownKind(kind.to_owned()));
         };
         match (class, has_entry_fields) {
             (Class::Entry, false) => Err(shape("is an entry and needs \"id\" and \"parent\"")),
-            (Class::Header | Class::Op, true) => Err(shape("is not an entry and must not have \"id\" or \"parent\"")),
+            (Class::Header | Class::Op, true) => Err(shape(
+                "is not an entry and must not have \"id\" or \"parent\"",
+            )),
             _ => Ok(class),
         }
     }
@@ -258,10 +267,16 @@ pub fn decode_body(frame: &Frame<'_>) -> Result<Body, DecodeError> {
                 "label" => EntryBody::Label(data::<Label>(frame)?),
                 "session_info" => EntryBody::SessionInfo(data::<SessionInfo>(frame)?),
                 "custom" => EntryBody::Custom(data::<Custom>(frame)?),
-                _ => EntryBody::Ignored(Unknown { kind: kind.to_owned(), data: data(frame)? }),
+                _ => EntryBody::Ignored(Unknown {
+                    kind: kind.to_owned(),
+                    data: data(frame)?,
+                }),
             };
             let (Some(id), Some(parent)) = (frame.id.clone(), frame.parent.clone()) else {
-                return Err(DecodeError::Shape { kind: kind.to_owned(), problem: "lacks id" });
+                return Err(DecodeError::Shape {
+                    kind: kind.to_owned(),
+                    problem: "lacks id",
+                });
             };
             Body::Entry(Entry { id, parent, body })
         }
@@ -274,7 +289,10 @@ pub fn decode_body(frame: &Frame<'_>) -> Result<Body, DecodeError> {
             "tool_dispatched" => OpRecord::ToolDispatched(data::<ToolDispatched>(frame)?),
             "input_queued" => OpRecord::InputQueued(data::<InputQueued>(frame)?),
             "op_finished" => OpRecord::OpFinished(data::<OpFinished>(frame)?),
-            _ => OpRecord::Ignored(Unknown { kind: kind.to_owned(), data: data(frame)? }),
+            _ => OpRecord::Ignored(Unknown {
+                kind: kind.to_owned(),
+                data: data(frame)?,
+            }),
         }),
     })
 }
@@ -450,7 +468,10 @@ mod tests {
             for bit in 0..8 {
                 let mut bad = line.clone();
                 bad[i] ^= 1 << bit;
-                assert!(decode_line(&bad).is_err(), "flip at byte {i} bit {bit} went unnoticed");
+                assert!(
+                    decode_line(&bad).is_err(),
+                    "flip at byte {i} bit {bit} went unnoticed"
+                );
             }
         }
     }
@@ -459,8 +480,11 @@ mod tests {
     fn unknown_kind_needs_ignorable() {
         let mut line = br#"{"seq":1,"ts":"t","kind":"x.future","data":{"a":1}"#.to_vec();
         seal(&mut line);
-        assert!(matches!(decode_line(&line), Err(LineError::Decode(DecodeError::UnknownKind(k))) if k == "x.future"));
-        let mut line = br#"{"seq":1,"ts":"t","kind":"x.future","ignorable":true,"data":{"a":1}"#.to_vec();
+        assert!(
+            matches!(decode_line(&line), Err(LineError::Decode(DecodeError::UnknownKind(k))) if k == "x.future")
+        );
+        let mut line =
+            br#"{"seq":1,"ts":"t","kind":"x.future","ignorable":true,"data":{"a":1}"#.to_vec();
         seal(&mut line);
         let (_, _, body) = decode_line(&line).unwrap();
         assert!(matches!(body, Body::Op(OpRecord::Ignored(u)) if u.data == json!({"a":1})));
@@ -468,9 +492,13 @@ mod tests {
 
     #[test]
     fn entry_kinds_need_id_and_parent() {
-        let mut line = br#"{"seq":1,"ts":"t","kind":"message","data":{"role":"user","content":[]}"#.to_vec();
+        let mut line =
+            br#"{"seq":1,"ts":"t","kind":"message","data":{"role":"user","content":[]}"#.to_vec();
         seal(&mut line);
-        assert!(matches!(decode_line(&line), Err(LineError::Decode(DecodeError::Shape { .. }))));
+        assert!(matches!(
+            decode_line(&line),
+            Err(LineError::Decode(DecodeError::Shape { .. }))
+        ));
     }
 
     #[test]
@@ -478,14 +506,25 @@ mod tests {
         let m = Message {
             role: Role::Assistant,
             content: vec![
-                Block::Thinking { thinking: "hm".into(), signature: None },
-                Block::ToolCall { call_id: "c1".into(), name: "bash".into(), arguments: json!({"cmd":"ls"}) },
+                Block::Thinking {
+                    thinking: "hm".into(),
+                    signature: None,
+                },
+                Block::ToolCall {
+                    call_id: "c1".into(),
+                    name: "bash".into(),
+                    arguments: json!({"cmd":"ls"}),
+                },
             ],
             usage: None,
             model: Some("m".into()),
             stop_reason: Some("tool_use".into()),
         };
-        let body = Body::Entry(Entry { id: EntryId::parse("x").unwrap(), parent: None, body: EntryBody::Message(m) });
+        let body = Body::Entry(Entry {
+            id: EntryId::parse("x").unwrap(),
+            parent: None,
+            body: EntryBody::Message(m),
+        });
         let line = encode(1, "t", &body);
         assert_eq!(decode_line(&line).unwrap().2, body);
     }

@@ -13,13 +13,13 @@ use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
+use crate::Durability;
 use crate::backend::{Backend, FileBackend, MemoryBackend};
 use crate::error::{AppendError, OpenError};
 use crate::frame::{self, Body, Class, Frame};
 use crate::id::{EntryId, SessionId};
 use crate::record::{FORMAT_VERSION, Header};
 use crate::session::{NewEntry, Parent, Session, WRITER};
-use crate::Durability;
 
 /// How bad a problem is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -111,7 +111,11 @@ struct Line {
 
 fn read_lines(path: &Path) -> Result<(Vec<Line>, u64), OpenError> {
     let location = path.display().to_string();
-    let io = |source| OpenError::Io { action: "read", location: location.clone(), source };
+    let io = |source| OpenError::Io {
+        action: "read",
+        location: location.clone(),
+        source,
+    };
     let file = File::open(path).map_err(io)?;
     let mut r = BufReader::with_capacity(1 << 20, file);
     let mut lines = Vec::new();
@@ -123,7 +127,12 @@ fn read_lines(path: &Path) -> Result<(Vec<Line>, u64), OpenError> {
             break;
         }
         let damage = frame::check(&bytes).err();
-        lines.push(Line { no: lines.len() as u64 + 1, offset, bytes, damage });
+        lines.push(Line {
+            no: lines.len() as u64 + 1,
+            offset,
+            bytes,
+            damage,
+        });
         offset += n as u64;
     }
     Ok((lines, offset))
@@ -161,7 +170,10 @@ pub fn check_file(path: &Path) -> Result<FsckReport, OpenError> {
 /// [`SalvageError::SameDirectory`] when `out_dir` is the source's directory;
 /// errors reading the source or writing the target.
 pub fn salvage(path: &Path, out_dir: &Path) -> Result<SalvageReport, SalvageError> {
-    let src_dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let src_dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     if let (Ok(a), Ok(b)) = (src_dir.canonicalize(), out_dir.canonicalize())
         && a == b
     {
@@ -191,11 +203,23 @@ struct Replay<'a> {
 
 impl<'a> Replay<'a> {
     fn new(path: &'a Path, lines: &'a [Line]) -> Replay<'a> {
-        Replay { path, lines, problems: Vec::new(), entries: 0, reparented: Vec::new() }
+        Replay {
+            path,
+            lines,
+            problems: Vec::new(),
+            entries: 0,
+            reparented: Vec::new(),
+        }
     }
 
     fn problem(&mut self, l: &Line, seq: Option<u64>, severity: Severity, what: String) {
-        self.problems.push(Problem { line: l.no, offset: l.offset, seq, severity, what });
+        self.problems.push(Problem {
+            line: l.no,
+            offset: l.offset,
+            seq,
+            severity,
+            what,
+        });
     }
 
     fn run(&mut self, target: &dyn Backend) -> Result<Session, OpenError> {
@@ -204,7 +228,11 @@ impl<'a> Replay<'a> {
         for (i, l) in lines.iter().enumerate() {
             if let Some(d) = &l.damage {
                 let torn = last_intact.is_none_or(|li| i > li);
-                let sev = if torn { Severity::TornTail } else { Severity::Damaged };
+                let sev = if torn {
+                    Severity::TornTail
+                } else {
+                    Severity::Damaged
+                };
                 self.problem(l, None, sev, d.to_string());
             }
         }
@@ -212,11 +240,18 @@ impl<'a> Replay<'a> {
         let header_line = intact.next_if(|l| l.no == 1);
         let (header, header_ts) = match header_line.map(|l| (l, self.header(l))) {
             Some((l, Ok(h))) => {
-                let stem = self.path.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_suffix(".jsonl"));
+                let stem = self
+                    .path
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .and_then(|n| n.strip_suffix(".jsonl"));
                 if let Some(stem) = stem.filter(|s| SessionId::parse(s).is_ok())
                     && stem != h.0.session.as_str()
                 {
-                    let what = format!("the header names session {} but the file is named {stem}", h.0.session);
+                    let what = format!(
+                        "the header names session {} but the file is named {stem}",
+                        h.0.session
+                    );
                     self.problem(l, Some(0), Severity::Invalid, what);
                 }
                 h
@@ -263,7 +298,12 @@ impl<'a> Replay<'a> {
             };
             let ts = Some(frame.ts.clone().into_owned());
             match body {
-                Body::Header(_) => self.problem(l, Some(frame.seq), Severity::Invalid, "a second header".into()),
+                Body::Header(_) => self.problem(
+                    l,
+                    Some(frame.seq),
+                    Severity::Invalid,
+                    "a second header".into(),
+                ),
                 Body::Op(op) => {
                     if let Err(e) = session.append_op_at(op, ts, None) {
                         return Err(fatal(e, self.path));
@@ -367,7 +407,8 @@ mod tests {
         let store = Store::open_dir(dir);
         let s = store.create(Default::default()).unwrap();
         for t in ["one", "two", "three"] {
-            s.append(EntryBody::Message(Message::text(Role::User, t))).unwrap();
+            s.append(EntryBody::Message(Message::text(Role::User, t)))
+                .unwrap();
         }
         PathBuf::from(s.location())
     }
@@ -399,7 +440,11 @@ mod tests {
         let s = salvage(&path, out.path()).unwrap();
         assert_eq!(s.kept, 3);
         assert_eq!(s.reparented.len(), 1);
-        assert_eq!(std::fs::read(&path).unwrap(), bytes, "the original is never touched");
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            bytes,
+            "the original is never touched"
+        );
         let (store, id) = crate::locate_path(&s.written).unwrap();
         let salvaged = store.open(&id, Access::Write).unwrap();
         assert_eq!(salvaged.context().messages().len(), 2);
@@ -410,6 +455,9 @@ mod tests {
     fn salvage_refuses_the_source_directory() {
         let dir = tempfile::tempdir().unwrap();
         let path = session_with_three(dir.path());
-        assert!(matches!(salvage(&path, path.parent().unwrap()), Err(SalvageError::SameDirectory(_))));
+        assert!(matches!(
+            salvage(&path, path.parent().unwrap()),
+            Err(SalvageError::SameDirectory(_))
+        ));
     }
 }

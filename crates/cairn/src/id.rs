@@ -226,7 +226,12 @@ mod tests {
 
     #[test]
     fn session_id_rejects_path_tricks() {
-        for bad in ["../../etc/passwd", "", "01ARZ3NDEKTSV4RRFFQ69G5FAV", "0123456789abcdefghjkmnpqr/"] {
+        for bad in [
+            "../../etc/passwd",
+            "",
+            "01ARZ3NDEKTSV4RRFFQ69G5FAV",
+            "0123456789abcdefghjkmnpqr/",
+        ] {
             assert!(SessionId::parse(bad).is_err(), "{bad}");
         }
     }

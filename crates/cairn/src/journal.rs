@@ -13,10 +13,10 @@ use sha2::{Digest, Sha256};
 
 use crate::error::Invalid;
 use crate::frame::Body;
-use crate::projection::Projector;
-use crate::tree::Tree;
 use crate::id::{EntryId, SessionId};
+use crate::projection::Projector;
 use crate::record::{EffectClass, Entry, EntryBody, OpRecord, Outcome, Role, ToolDispatched};
+use crate::tree::Tree;
 
 /// Code of a tool result recorded when a tool started but its outcome is unknown.
 pub const TOOL_OUTCOME_UNKNOWN: &str = "TOOL_OUTCOME_UNKNOWN";
@@ -259,7 +259,9 @@ impl OpPhase {
             OpPhase::Open if writer_active => Status::Running,
             OpPhase::Open => Status::Interrupted,
             OpPhase::Finished(Outcome::Completed) => Status::Succeeded,
-            OpPhase::Finished(Outcome::Failed | Outcome::Aborted | Outcome::MaxSteps) => Status::Failed,
+            OpPhase::Finished(Outcome::Failed | Outcome::Aborted | Outcome::MaxSteps) => {
+                Status::Failed
+            }
         }
     }
 }
@@ -321,13 +323,26 @@ impl OpFold {
         }
         let Some(p) = self.last.as_mut() else { return };
         match op {
-            OpRecord::OpStarted(_) | OpRecord::UsageSettled(_) | OpRecord::InputQueued(_) | OpRecord::Ignored(_) => {}
+            OpRecord::OpStarted(_)
+            | OpRecord::UsageSettled(_)
+            | OpRecord::InputQueued(_)
+            | OpRecord::Ignored(_) => {}
             OpRecord::ModelAttempted(m) if m.op == p.id => {
-                p.attempts.push(Attempt { attempt: m.attempt, entry: m.entry.clone(), fulfilled: false });
+                p.attempts.push(Attempt {
+                    attempt: m.attempt,
+                    entry: m.entry.clone(),
+                    fulfilled: false,
+                });
             }
             OpRecord::ApprovalRequested(a) if a.op == p.id => {
                 p.approvals.retain(|(x, _)| x.call_id != a.call_id);
-                p.approvals.push((PendingApproval { call_id: a.call_id.clone(), tool: a.tool.clone() }, None));
+                p.approvals.push((
+                    PendingApproval {
+                        call_id: a.call_id.clone(),
+                        tool: a.tool.clone(),
+                    },
+                    None,
+                ));
             }
             OpRecord::ApprovalResolved(a) if a.op == p.id => {
                 for (x, answer) in &mut p.approvals {
@@ -339,7 +354,10 @@ impl OpFold {
             OpRecord::ToolDispatched(t) if t.op == p.id => {
                 let answered = p.answered.contains(&t.call_id);
                 p.dispatched.retain(|d| d.record.call_id != t.call_id);
-                p.dispatched.push(Dispatch { record: t.clone(), answered });
+                p.dispatched.push(Dispatch {
+                    record: t.clone(),
+                    answered,
+                });
             }
             OpRecord::OpFinished(f) if f.op == p.id => p.finished = Some(f.outcome),
             OpRecord::ModelAttempted(_)
@@ -355,7 +373,9 @@ impl OpFold {
         if p.finished.is_some() {
             return;
         }
-        let EntryBody::Message(m) = &e.body else { return };
+        let EntryBody::Message(m) = &e.body else {
+            return;
+        };
         for a in &mut p.attempts {
             if a.entry == e.id {
                 a.fulfilled = true;
@@ -384,36 +404,62 @@ impl OpFold {
 
     /// The verdict for the last operation.
     pub fn verdict(&self) -> Verdict {
-        let Some(p) = &self.last else { return Verdict::Ready { op: None } };
+        let Some(p) = &self.last else {
+            return Verdict::Ready { op: None };
+        };
         let op = p.id.clone();
-        let pending: Vec<PendingCall> =
-            p.dispatched.iter().filter(|d| !d.answered).map(|d| PendingCall::from(&d.record)).collect();
+        let pending: Vec<PendingCall> = p
+            .dispatched
+            .iter()
+            .filter(|d| !d.answered)
+            .map(|d| PendingCall::from(&d.record))
+            .collect();
         if !pending.is_empty() {
             return Verdict::IndeterminateTool { op, calls: pending };
         }
         if let Some(outcome) = p.finished {
             return Verdict::Finished { op, outcome };
         }
-        let waiting: Vec<PendingApproval> =
-            p.approvals.iter().filter(|(_, a)| a.is_none()).map(|(x, _)| x.clone()).collect();
+        let waiting: Vec<PendingApproval> = p
+            .approvals
+            .iter()
+            .filter(|(_, a)| a.is_none())
+            .map(|(x, _)| x.clone())
+            .collect();
         if !waiting.is_empty() {
             return Verdict::AwaitingApproval { op, calls: waiting };
         }
         if let Some(a) = p.attempts.last().filter(|a| !a.fulfilled) {
-            return Verdict::ProviderInterrupted { op, attempt: a.attempt, entry: a.entry.clone() };
+            return Verdict::ProviderInterrupted {
+                op,
+                attempt: a.attempt,
+                entry: a.entry.clone(),
+            };
         }
-        let dispatched: HashSet<&str> = p.dispatched.iter().map(|d| d.record.call_id.as_str()).collect();
+        let dispatched: HashSet<&str> = p
+            .dispatched
+            .iter()
+            .map(|d| d.record.call_id.as_str())
+            .collect();
         let not_started: Vec<NotStarted> = p
             .last_calls
             .iter()
-            .filter(|c| !dispatched.contains(c.call_id.as_str()) && !p.answered.contains(&c.call_id))
+            .filter(|c| {
+                !dispatched.contains(c.call_id.as_str()) && !p.answered.contains(&c.call_id)
+            })
             .map(|c| NotStarted {
-                denied: p.approvals.iter().any(|(a, answer)| a.call_id == c.call_id && *answer == Some(false)),
+                denied: p
+                    .approvals
+                    .iter()
+                    .any(|(a, answer)| a.call_id == c.call_id && *answer == Some(false)),
                 ..c.clone()
             })
             .collect();
         if !not_started.is_empty() {
-            return Verdict::ToolsNotStarted { op, calls: not_started };
+            return Verdict::ToolsNotStarted {
+                op,
+                calls: not_started,
+            };
         }
         Verdict::Ready { op: Some(op) }
     }
@@ -448,7 +494,10 @@ impl OpFold {
         for a in p.attempts.iter().filter(|a| !a.fulfilled) {
             let is_assistant = message.is_some_and(|m| m.role == Role::Assistant);
             if a.entry == e.id && !is_assistant {
-                return Err(Invalid::Reserved(e.id.to_string(), format!("the assistant reply of model attempt {}", a.attempt)));
+                return Err(Invalid::Reserved(
+                    e.id.to_string(),
+                    format!("the assistant reply of model attempt {}", a.attempt),
+                ));
             }
         }
         if let Some(a) = p.attempts.last().filter(|a| !a.fulfilled)
@@ -463,7 +512,10 @@ impl OpFold {
         for d in p.dispatched.iter().filter(|d| !d.answered) {
             let answers = message.is_some_and(|m| m.tool_results().any(|c| c == d.record.call_id));
             if d.record.result_entry == e.id && !answers {
-                return Err(Invalid::Reserved(e.id.to_string(), format!("the result of tool call {:?}", d.record.call_id)));
+                return Err(Invalid::Reserved(
+                    e.id.to_string(),
+                    format!("the result of tool call {:?}", d.record.call_id),
+                ));
             }
             if answers && d.record.result_entry != e.id {
                 return Err(Invalid::Other(format!(
@@ -482,7 +534,10 @@ impl OpFold {
         let op_id = match op {
             OpRecord::OpStarted(s) => {
                 if let Some(p) = open {
-                    return other(format!("operation {} is still open: finish it (or recover the session) before starting another", p.id));
+                    return other(format!(
+                        "operation {} is still open: finish it (or recover the session) before starting another",
+                        p.id
+                    ));
                 }
                 if self.last.as_ref().is_some_and(|l| l.id == s.op) {
                     return other(format!("operation id {} is already used", s.op));
@@ -504,7 +559,9 @@ impl OpFold {
             OpRecord::OpFinished(r) => &r.op,
         };
         let Some(p) = open.filter(|p| &p.id == op_id) else {
-            return other(format!("operation {op_id} is not the open operation; start it first"));
+            return other(format!(
+                "operation {op_id} is not the open operation; start it first"
+            ));
         };
         let reserved = |id: &EntryId| {
             tree.get(id).is_some()
@@ -519,23 +576,41 @@ impl OpFold {
             }
             OpRecord::ToolDispatched(t) => {
                 match proj.call_state(&t.call_id) {
-                    None => return other(format!("tool call {:?} is not on the current branch", t.call_id)),
-                    Some(true) => return other(format!("tool call {:?} already has a result", t.call_id)),
+                    None => {
+                        return other(format!(
+                            "tool call {:?} is not on the current branch",
+                            t.call_id
+                        ));
+                    }
+                    Some(true) => {
+                        return other(format!("tool call {:?} already has a result", t.call_id));
+                    }
                     Some(false) => {}
                 }
                 match p.dispatched.iter().find(|d| d.record.call_id == t.call_id) {
                     // A re-run of an indeterminate call: same key, same result entry.
-                    Some(d) if !d.answered && d.record.key == t.key && d.record.result_entry == t.result_entry => {}
-                    Some(_) => return other(format!("tool call {:?} was already dispatched", t.call_id)),
+                    Some(d)
+                        if !d.answered
+                            && d.record.key == t.key
+                            && d.record.result_entry == t.result_entry => {}
+                    Some(_) => {
+                        return other(format!("tool call {:?} was already dispatched", t.call_id));
+                    }
                     None if reserved(&t.result_entry) => {
-                        return other(format!("entry id {} is already used or reserved", t.result_entry));
+                        return other(format!(
+                            "entry id {} is already used or reserved",
+                            t.result_entry
+                        ));
                     }
                     None => {}
                 }
             }
             OpRecord::ApprovalResolved(a) => {
                 if !p.approvals.iter().any(|(x, _)| x.call_id == a.call_id) {
-                    return other(format!("no approval was requested for tool call {:?}", a.call_id));
+                    return other(format!(
+                        "no approval was requested for tool call {:?}",
+                        a.call_id
+                    ));
                 }
             }
             OpRecord::OpStarted(_)
@@ -571,14 +646,20 @@ mod tests {
         assert_eq!(a, idempotency_key(&s, "op-1", "call-1"));
         assert_ne!(a, idempotency_key(&s, "op-1", "call-2"));
         assert_ne!(a, idempotency_key(&s, "op-2", "call-1"));
-        assert_ne!(idempotency_key(&s, "op-1", "call-1x"), idempotency_key(&s, "op-1c", "all-1x"));
+        assert_ne!(
+            idempotency_key(&s, "op-1", "call-1x"),
+            idempotency_key(&s, "op-1c", "all-1x")
+        );
         assert_eq!(a.len(), 35);
         assert!(a.starts_with("ik-"));
     }
 
     #[test]
     fn args_hash_ignores_key_order() {
-        assert_eq!(args_hash(&json!({"a":1,"b":[1,{"y":2,"x":1}]})), args_hash(&json!({"b":[1,{"x":1,"y":2}],"a":1})));
+        assert_eq!(
+            args_hash(&json!({"a":1,"b":[1,{"y":2,"x":1}]})),
+            args_hash(&json!({"b":[1,{"x":1,"y":2}],"a":1}))
+        );
         assert_ne!(args_hash(&json!({"a":1})), args_hash(&json!({"a":2})));
     }
 }

@@ -42,8 +42,8 @@ mod store;
 pub mod testkit;
 mod time;
 mod tree;
-pub mod view;
 pub mod vfs;
+pub mod view;
 
 pub use backend::{Access, Backend, FileBackend, MemoryBackend};
 pub use commit::Durability;
@@ -51,12 +51,16 @@ pub use error::{AppendError, Damage, Invalid, LookupError, OpenError, ReadError,
 pub use frame::Body;
 pub use id::{EntryId, InvalidId, SessionId};
 pub use journal::{OpPhase, PendingCall, Status, Verdict};
-pub use operation::{ModelTicket, Operation, Policy, RecoveryReport, ToolOutput, ToolRunner, ToolTicket, recover};
+pub use operation::{
+    ModelTicket, Operation, Policy, RecoveryReport, ToolOutput, ToolRunner, ToolTicket, recover,
+};
 pub use projection::{ActiveCompaction, Context, ContextMessage, Source, apply_state, merge_patch};
 pub use record::{
     AppStateChange, Block, Checkout, Compaction, Custom, EffectClass, Entry, EntryBody, Header,
     Label, Lineage, Message, OpRecord, Outcome, Role, SessionInfo, Settings, Usage,
 };
-pub use session::{Appended, NewEntry, NewSession, NodeInfo, OpenReport, Parent, Record, Session, WRITER};
+pub use session::{
+    Appended, NewEntry, NewSession, NodeInfo, OpenReport, Parent, Record, Session, WRITER,
+};
 pub use store::{SessionSummary, Store, child_reference, excerpt, locate_path, summary_of};
 pub use time::{format_millis, now_rfc3339, parse_millis};

@@ -128,8 +128,18 @@ impl Default for MemoryConfig {
             max_item_chars: 160,
             max_chars: 4000,
             todo_keys: words(&["todos"]),
-            read_only_tools: words(&["read_file", "list_dir", "grep", "glob", "search", "ls", "cat"]),
-            verify_words: words(&["test", "build", "check", "clippy", "lint", "pytest", "tsc", "make"]),
+            read_only_tools: words(&[
+                "read_file",
+                "list_dir",
+                "grep",
+                "glob",
+                "search",
+                "ls",
+                "cat",
+            ]),
+            verify_words: words(&[
+                "test", "build", "check", "clippy", "lint", "pytest", "tsc", "make",
+            ]),
             rules: Vec::new(),
             checkpoint_every: 128,
         }
@@ -141,7 +151,13 @@ impl Default for MemoryConfig {
 /// section of [`SessionMemory::extra`]). Must be deterministic.
 pub trait MemoryRule: Send + Sync {
     /// Observes one entry.
-    fn observe(&self, entry: &Entry, calls: &CallLookup<'_>, memory: &mut SessionMemory, config: &MemoryConfig);
+    fn observe(
+        &self,
+        entry: &Entry,
+        calls: &CallLookup<'_>,
+        memory: &mut SessionMemory,
+        config: &MemoryConfig,
+    );
 }
 
 /// Tool calls seen on the branch and not yet answered.
@@ -153,7 +169,9 @@ pub struct CallLookup<'a> {
 impl CallLookup<'_> {
     /// The tool name and arguments of a call.
     pub fn get(&self, call_id: &str) -> Option<(&str, &Value)> {
-        self.calls.get(call_id).map(|c| (c.tool.as_str(), &c.arguments))
+        self.calls
+            .get(call_id)
+            .map(|c| (c.tool.as_str(), &c.arguments))
     }
 }
 
@@ -193,40 +211,80 @@ impl MemoryState {
                     }
                 }
                 for (call_id, tool, arguments) in m.tool_calls() {
-                    self.calls.insert(call_id.to_owned(), Call {
-                        tool: tool.to_owned(),
-                        arguments: arguments.clone(),
-                        entry: e.id.clone(),
-                        order: self.seen,
-                    });
+                    self.calls.insert(
+                        call_id.to_owned(),
+                        Call {
+                            tool: tool.to_owned(),
+                            arguments: arguments.clone(),
+                            entry: e.id.clone(),
+                            order: self.seen,
+                        },
+                    );
                 }
                 if self.calls.len() > MAX_OPEN_CALLS
-                    && let Some(oldest) = self.calls.iter().min_by_key(|(_, c)| c.order).map(|(k, _)| k.clone())
+                    && let Some(oldest) = self
+                        .calls
+                        .iter()
+                        .min_by_key(|(_, c)| c.order)
+                        .map(|(k, _)| k.clone())
                 {
                     self.calls.remove(&oldest);
                 }
                 for b in &m.content {
-                    let Block::ToolResult { call_id, content, is_error, code } = b else { continue };
-                    let Some(call) = self.calls.get(call_id) else { continue };
+                    let Block::ToolResult {
+                        call_id,
+                        content,
+                        is_error,
+                        code,
+                    } = b
+                    else {
+                        continue;
+                    };
+                    let Some(call) = self.calls.get(call_id) else {
+                        continue;
+                    };
                     let what = describe_call(&call.tool, &call.arguments);
                     let entries = vec![call.entry.clone(), e.id.clone()];
                     let output = content.iter().find_map(|b| match b {
-                        Block::Text { text } => text.lines().find(|l| !l.trim().is_empty()).map(str::to_owned),
+                        Block::Text { text } => text
+                            .lines()
+                            .find(|l| !l.trim().is_empty())
+                            .map(str::to_owned),
                         _ => None,
                     });
                     let unknown = code.as_deref() == Some(TOOL_OUTCOME_UNKNOWN);
                     if unknown {
-                        self.memory.failed.push(item(cut(&format!("{what}: outcome unknown (interrupted)")), entries.clone()), max);
+                        self.memory.failed.push(
+                            item(
+                                cut(&format!("{what}: outcome unknown (interrupted)")),
+                                entries.clone(),
+                            ),
+                            max,
+                        );
                     } else if *is_error {
-                        let why = output.as_deref().map(|o| format!(": {o}")).unwrap_or_default();
-                        self.memory.failed.push(item(cut(&format!("{what} failed{why}")), entries.clone()), max);
+                        let why = output
+                            .as_deref()
+                            .map(|o| format!(": {o}"))
+                            .unwrap_or_default();
+                        self.memory.failed.push(
+                            item(cut(&format!("{what} failed{why}")), entries.clone()),
+                            max,
+                        );
                     } else if !config.read_only_tools.iter().any(|t| t == &call.tool) {
-                        self.memory.completed.push(item(cut(&what), entries.clone()), max);
+                        self.memory
+                            .completed
+                            .push(item(cut(&what), entries.clone()), max);
                     }
                     let lower = what.to_lowercase();
-                    if !unknown && config.verify_words.iter().any(|w| lower.contains(w.as_str())) {
+                    if !unknown
+                        && config
+                            .verify_words
+                            .iter()
+                            .any(|w| lower.contains(w.as_str()))
+                    {
                         let verdict = if *is_error { "failed" } else { "passed" };
-                        self.memory.verification = Some(item(cut(&format!("{what} {verdict}")), entries));
+                        self.memory.verification =
+                            Some(item(cut(&format!("{what} {verdict}")), entries));
                     }
                     self.calls.remove(call_id);
                 }
@@ -243,7 +301,8 @@ impl MemoryState {
                         }
                         AppStateChange::Patch(p) => match p.get(key) {
                             Some(x) => {
-                                let slot = self.todo_values.entry(key.clone()).or_insert(Value::Null);
+                                let slot =
+                                    self.todo_values.entry(key.clone()).or_insert(Value::Null);
                                 merge_patch(slot, x);
                                 if slot.is_null() {
                                     self.todo_values.remove(key);
@@ -264,10 +323,27 @@ impl MemoryState {
                 self.memory.todos = self.render_todos(config);
             }
             EntryBody::Checkout(c) => {
-                let target = e.parent.as_ref().map_or_else(|| "the start".to_owned(), |p| format!("entry {p}"));
-                let from = c.from.as_ref().map(|f| format!(" from {f}")).unwrap_or_default();
-                let summary = c.summary.as_ref().map(|s| format!(": {s}")).unwrap_or_default();
-                self.memory.decisions.push(item(cut(&format!("rewound to {target}{from}{summary}")), vec![e.id.clone()]), max);
+                let target = e
+                    .parent
+                    .as_ref()
+                    .map_or_else(|| "the start".to_owned(), |p| format!("entry {p}"));
+                let from = c
+                    .from
+                    .as_ref()
+                    .map(|f| format!(" from {f}"))
+                    .unwrap_or_default();
+                let summary = c
+                    .summary
+                    .as_ref()
+                    .map(|s| format!(": {s}"))
+                    .unwrap_or_default();
+                self.memory.decisions.push(
+                    item(
+                        cut(&format!("rewound to {target}{from}{summary}")),
+                        vec![e.id.clone()],
+                    ),
+                    max,
+                );
             }
             EntryBody::Settings(s) => {
                 let changes: Vec<String> = s
@@ -279,14 +355,22 @@ impl MemoryState {
                         other => format!("{k} = {other}"),
                     })
                     .collect();
-                self.memory.decisions.push(item(cut(&format!("settings: {}", changes.join(", "))), vec![e.id.clone()]), max);
+                self.memory.decisions.push(
+                    item(
+                        cut(&format!("settings: {}", changes.join(", "))),
+                        vec![e.id.clone()],
+                    ),
+                    max,
+                );
             }
             EntryBody::Custom(c) if c.namespace.ends_with("decision") => {
                 let text = match &c.content {
                     Value::String(s) => s.clone(),
                     other => other.to_string(),
                 };
-                self.memory.decisions.push(item(cut(&text), vec![e.id.clone()]), max);
+                self.memory
+                    .decisions
+                    .push(item(cut(&text), vec![e.id.clone()]), max);
             }
             EntryBody::Custom(_)
             | EntryBody::Compaction(_)
@@ -295,7 +379,12 @@ impl MemoryState {
             | EntryBody::Ignored(_) => {}
         }
         for rule in &config.rules {
-            rule.observe(e, &CallLookup { calls: &self.calls }, &mut self.memory, config);
+            rule.observe(
+                e,
+                &CallLookup { calls: &self.calls },
+                &mut self.memory,
+                config,
+            );
         }
         self.bound(config);
     }
@@ -303,7 +392,9 @@ impl MemoryState {
     fn render_todos(&self, config: &MemoryConfig) -> Vec<Item> {
         let mut out = Vec::new();
         for key in &config.todo_keys {
-            let Some(Value::Array(list)) = self.todo_values.get(key) else { continue };
+            let Some(Value::Array(list)) = self.todo_values.get(key) else {
+                continue;
+            };
             let entries: Vec<EntryId> = self.todo_entry.get(key).cloned().into_iter().collect();
             for t in list {
                 let (text, done) = match t {
@@ -313,14 +404,21 @@ impl MemoryState {
                             .iter()
                             .find_map(|k| o.get(*k).and_then(Value::as_str))
                             .map_or_else(|| Value::Object(o.clone()).to_string(), str::to_owned);
-                        let done = ["done", "completed"].iter().any(|k| o.get(*k) == Some(&Value::Bool(true)))
-                            || o.get("status").and_then(Value::as_str).is_some_and(|s| s == "done" || s == "completed");
+                        let done = ["done", "completed"]
+                            .iter()
+                            .any(|k| o.get(*k) == Some(&Value::Bool(true)))
+                            || o.get("status")
+                                .and_then(Value::as_str)
+                                .is_some_and(|s| s == "done" || s == "completed");
                         (text, done)
                     }
                     other => (other.to_string(), false),
                 };
                 let mark = if done { "[x]" } else { "[ ]" };
-                out.push(Item { text: format!("{mark} {}", excerpt(&text, config.max_item_chars)), entries: entries.clone() });
+                out.push(Item {
+                    text: format!("{mark} {}", excerpt(&text, config.max_item_chars)),
+                    entries: entries.clone(),
+                });
             }
         }
         out
@@ -346,7 +444,12 @@ impl MemoryState {
 
 /// A short description of a tool call: its command, path or name.
 fn describe_call(tool: &str, args: &Value) -> String {
-    let field = |names: &[&str]| names.iter().find_map(|n| args.get(*n).and_then(Value::as_str)).map(str::to_owned);
+    let field = |names: &[&str]| {
+        names
+            .iter()
+            .find_map(|n| args.get(*n).and_then(Value::as_str))
+            .map(str::to_owned)
+    };
     if let Some(cmd) = field(&["command", "cmd"]) {
         return format!("{tool} `{}`", excerpt(&cmd, 80));
     }
@@ -358,7 +461,10 @@ fn describe_call(tool: &str, args: &Value) -> String {
 
 impl SessionMemory {
     /// Memory derived from scratch from the entries of a branch, root first.
-    pub fn derive<'a>(branch: impl IntoIterator<Item = &'a Entry>, config: &MemoryConfig) -> SessionMemory {
+    pub fn derive<'a>(
+        branch: impl IntoIterator<Item = &'a Entry>,
+        config: &MemoryConfig,
+    ) -> SessionMemory {
         let mut state = MemoryState::default();
         for e in branch {
             state.observe(e, config);
@@ -380,12 +486,20 @@ impl SessionMemory {
     /// The memory as text for the model (and for people): one section per
     /// kind, each item followed by the entries it came from.
     pub fn render(&self) -> String {
-        let mut out = String::from("Session memory (derived from the session log; [ids] are entries):\n");
+        let mut out =
+            String::from("Session memory (derived from the session log; [ids] are entries):\n");
         let refs = |i: &Item| {
             if i.entries.is_empty() {
                 String::new()
             } else {
-                format!(" [{}]", i.entries.iter().map(EntryId::as_str).collect::<Vec<_>>().join(", "))
+                format!(
+                    " [{}]",
+                    i.entries
+                        .iter()
+                        .map(EntryId::as_str)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
             }
         };
         if let Some(g) = &self.goal {
@@ -401,7 +515,11 @@ impl SessionMemory {
             if s.items.is_empty() && s.dropped == 0 {
                 return;
             }
-            let earlier = if s.dropped > 0 { format!(" ({} earlier not shown)", s.dropped) } else { String::new() };
+            let earlier = if s.dropped > 0 {
+                format!(" ({} earlier not shown)", s.dropped)
+            } else {
+                String::new()
+            };
             let _ = writeln!(out, "{name}{earlier}:");
             for i in &s.items {
                 let _ = writeln!(out, "- {}{}", i.text, refs(i));
@@ -431,7 +549,12 @@ pub(crate) struct MemoryTracker {
 
 impl MemoryTracker {
     pub fn new(config: MemoryConfig) -> MemoryTracker {
-        MemoryTracker { config: Arc::new(config), path: Vec::new(), state: MemoryState::default(), checkpoints: Vec::new() }
+        MemoryTracker {
+            config: Arc::new(config),
+            path: Vec::new(),
+            state: MemoryState::default(),
+            checkpoints: Vec::new(),
+        }
     }
 
     pub fn memory(&self) -> &SessionMemory {
@@ -442,7 +565,11 @@ impl MemoryTracker {
     pub fn push(&mut self, node: u32, entry: &Entry) {
         self.path.push(node);
         self.state.observe(entry, &self.config);
-        if self.path.len().is_multiple_of(self.config.checkpoint_every.max(1)) {
+        if self
+            .path
+            .len()
+            .is_multiple_of(self.config.checkpoint_every.max(1))
+        {
             self.checkpoints.push((self.path.len(), self.state.clone()));
         }
     }
@@ -453,7 +580,12 @@ impl MemoryTracker {
 
     /// Follows the branch to `target`: back to the common ancestor's
     /// checkpoint, then forward.
-    pub fn move_to(&mut self, tree: &Tree, target: Option<u32>, src: &dyn EntrySource) -> Result<(), ReadError> {
+    pub fn move_to(
+        &mut self,
+        tree: &Tree,
+        target: Option<u32>,
+        src: &dyn EntrySource,
+    ) -> Result<(), ReadError> {
         if target == self.leaf() {
             return Ok(());
         }

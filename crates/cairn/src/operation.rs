@@ -86,11 +86,19 @@ pub struct ToolOutput {
 impl ToolOutput {
     /// A successful text result.
     pub fn text(text: impl Into<String>) -> ToolOutput {
-        ToolOutput { content: vec![Block::Text { text: text.into() }], is_error: false, code: None }
+        ToolOutput {
+            content: vec![Block::Text { text: text.into() }],
+            is_error: false,
+            code: None,
+        }
     }
     /// A failed text result.
     pub fn error(text: impl Into<String>) -> ToolOutput {
-        ToolOutput { content: vec![Block::Text { text: text.into() }], is_error: true, code: None }
+        ToolOutput {
+            content: vec![Block::Text { text: text.into() }],
+            is_error: true,
+            code: None,
+        }
     }
 }
 
@@ -117,14 +125,21 @@ impl Session {
         }
         let entry = self.append(EntryBody::Message(input))?;
         let op = format!("op-{}", entry.seq + 1);
-        self.append_op(OpRecord::OpStarted(OpStarted { op: op.clone(), input: entry.id }))?;
-        Ok(Operation { session: self, id: op })
+        self.append_op(OpRecord::OpStarted(OpStarted {
+            op: op.clone(),
+            input: entry.id,
+        }))?;
+        Ok(Operation {
+            session: self,
+            id: op,
+        })
     }
 
     /// The open operation, to continue it (after a restart: resolve the
     /// verdict first).
     pub fn resume_operation(&self) -> Option<Operation<'_>> {
-        self.open_operation_id().map(|id| Operation { session: self, id })
+        self.open_operation_id()
+            .map(|id| Operation { session: self, id })
     }
 
     /// The recovery verdict for the last operation: a pure function of the log.
@@ -163,17 +178,29 @@ impl<'s> Operation<'s> {
     /// # Errors
     ///
     /// Append errors.
-    pub fn model_attempt(&self, provider: Option<&str>, model: Option<&str>) -> Result<ModelTicket, AppendError> {
-        let attempt = self.session.with_fold(|f| f.open().map_or(0, |p| p.attempts.len() as u32)) + 1;
+    pub fn model_attempt(
+        &self,
+        provider: Option<&str>,
+        model: Option<&str>,
+    ) -> Result<ModelTicket, AppendError> {
+        let attempt = self
+            .session
+            .with_fold(|f| f.open().map_or(0, |p| p.attempts.len() as u32))
+            + 1;
         let entry = self.session.fresh_entry_id();
-        self.session.append_op(OpRecord::ModelAttempted(ModelAttempted {
+        self.session
+            .append_op(OpRecord::ModelAttempted(ModelAttempted {
+                op: self.id.clone(),
+                attempt,
+                entry: entry.clone(),
+                provider: provider.map(str::to_owned),
+                model: model.map(str::to_owned),
+            }))?;
+        Ok(ModelTicket {
             op: self.id.clone(),
             attempt,
-            entry: entry.clone(),
-            provider: provider.map(str::to_owned),
-            model: model.map(str::to_owned),
-        }))?;
-        Ok(ModelTicket { op: self.id.clone(), attempt, entry })
+            entry,
+        })
     }
 
     /// Records the assistant's reply under the attempt's preallocated id.
@@ -182,10 +209,16 @@ impl<'s> Operation<'s> {
     ///
     /// [`Invalid::Other`] if the message is not an assistant message or the
     /// ticket is another operation's; append errors.
-    pub fn record_assistant(&self, ticket: ModelTicket, message: Message) -> Result<Appended, AppendError> {
+    pub fn record_assistant(
+        &self,
+        ticket: ModelTicket,
+        message: Message,
+    ) -> Result<Appended, AppendError> {
         self.own(&ticket.op)?;
         if message.role != Role::Assistant {
-            return Err(Invalid::Other("a model attempt's reply is an assistant message".into()).into());
+            return Err(
+                Invalid::Other("a model attempt's reply is an assistant message".into()).into(),
+            );
         }
         self.session.append_entry(NewEntry {
             id: Some(ticket.entry),
@@ -199,8 +232,18 @@ impl<'s> Operation<'s> {
     /// # Errors
     ///
     /// Append errors.
-    pub fn settle_usage(&self, entry: &EntryId, usage: Usage, latency_ms: Option<u64>) -> Result<(), AppendError> {
-        let r = UsageSettled { op: self.id.clone(), entry: entry.clone(), usage, latency_ms };
+    pub fn settle_usage(
+        &self,
+        entry: &EntryId,
+        usage: Usage,
+        latency_ms: Option<u64>,
+    ) -> Result<(), AppendError> {
+        let r = UsageSettled {
+            op: self.id.clone(),
+            entry: entry.clone(),
+            usage,
+            latency_ms,
+        };
         self.session.append_op(OpRecord::UsageSettled(r)).map(drop)
     }
 
@@ -210,8 +253,14 @@ impl<'s> Operation<'s> {
     ///
     /// Append errors.
     pub fn request_approval(&self, call_id: &str, tool: &str) -> Result<(), AppendError> {
-        let r = ApprovalRequested { op: self.id.clone(), call_id: call_id.to_owned(), tool: tool.to_owned() };
-        self.session.append_op(OpRecord::ApprovalRequested(r)).map(drop)
+        let r = ApprovalRequested {
+            op: self.id.clone(),
+            call_id: call_id.to_owned(),
+            tool: tool.to_owned(),
+        };
+        self.session
+            .append_op(OpRecord::ApprovalRequested(r))
+            .map(drop)
     }
 
     /// Records the human's answer. A denied call still needs a result: see
@@ -220,14 +269,21 @@ impl<'s> Operation<'s> {
     /// # Errors
     ///
     /// [`Invalid::Other`] if no approval was requested for the call; append errors.
-    pub fn resolve_approval(&self, call_id: &str, approved: bool, by: Option<&str>) -> Result<(), AppendError> {
+    pub fn resolve_approval(
+        &self,
+        call_id: &str,
+        approved: bool,
+        by: Option<&str>,
+    ) -> Result<(), AppendError> {
         let r = ApprovalResolved {
             op: self.id.clone(),
             call_id: call_id.to_owned(),
             approved,
             by: by.map(str::to_owned),
         };
-        self.session.append_op(OpRecord::ApprovalResolved(r)).map(drop)
+        self.session
+            .append_op(OpRecord::ApprovalResolved(r))
+            .map(drop)
     }
 
     /// Dispatches a tool call of the current branch (T1): returns only once
@@ -238,9 +294,15 @@ impl<'s> Operation<'s> {
     ///
     /// [`Invalid::Other`] if the call is not an unanswered call on the branch
     /// or was already dispatched; append errors.
-    pub fn dispatch_tool(&self, call_id: &str, effect: EffectClass) -> Result<ToolTicket, AppendError> {
+    pub fn dispatch_tool(
+        &self,
+        call_id: &str,
+        effect: EffectClass,
+    ) -> Result<ToolTicket, AppendError> {
         let (tool, arguments) = self.session.find_call(call_id).ok_or_else(|| {
-            AppendError::from(Invalid::Other(format!("tool call {call_id:?} is not on the current branch")))
+            AppendError::from(Invalid::Other(format!(
+                "tool call {call_id:?} is not on the current branch"
+            )))
         })?;
         let key = journal::idempotency_key(self.session.id(), &self.id, call_id);
         let result_entry = self.session.fresh_entry_id();
@@ -265,8 +327,16 @@ impl<'s> Operation<'s> {
             key: key.clone(),
             result_entry: result_entry.clone(),
         };
-        self.session.append_op_at(OpRecord::ToolDispatched(t), None, Some(Durability::Sync))?;
-        Ok(ToolTicket { op: self.id.clone(), call_id: call_id.to_owned(), tool: tool.to_owned(), key, effect, result_entry })
+        self.session
+            .append_op_at(OpRecord::ToolDispatched(t), None, Some(Durability::Sync))?;
+        Ok(ToolTicket {
+            op: self.id.clone(),
+            call_id: call_id.to_owned(),
+            tool: tool.to_owned(),
+            key,
+            effect,
+            result_entry,
+        })
     }
 
     /// Records a tool's result (T2) under its preallocated id; durable
@@ -276,7 +346,11 @@ impl<'s> Operation<'s> {
     ///
     /// [`Invalid`] if the ticket is another operation's or its call already
     /// has a result; append errors.
-    pub fn record_result(&self, ticket: ToolTicket, output: ToolOutput) -> Result<Appended, AppendError> {
+    pub fn record_result(
+        &self,
+        ticket: ToolTicket,
+        output: ToolOutput,
+    ) -> Result<Appended, AppendError> {
         self.record_result_with(ticket, output, Durability::Sync)
     }
 
@@ -285,20 +359,41 @@ impl<'s> Operation<'s> {
     /// # Errors
     ///
     /// As [`Operation::record_result`].
-    pub fn record_result_with(&self, ticket: ToolTicket, output: ToolOutput, d: Durability) -> Result<Appended, AppendError> {
+    pub fn record_result_with(
+        &self,
+        ticket: ToolTicket,
+        output: ToolOutput,
+        d: Durability,
+    ) -> Result<Appended, AppendError> {
         self.own(&ticket.op)?;
         self.append_result(Some(ticket.result_entry), &ticket.call_id, output, d)
     }
 
-    fn append_result(&self, id: Option<EntryId>, call_id: &str, output: ToolOutput, d: Durability) -> Result<Appended, AppendError> {
+    fn append_result(
+        &self,
+        id: Option<EntryId>,
+        call_id: &str,
+        output: ToolOutput,
+        d: Durability,
+    ) -> Result<Appended, AppendError> {
         let block = Block::ToolResult {
             call_id: call_id.to_owned(),
             content: output.content,
             is_error: output.is_error,
             code: output.code,
         };
-        let message = Message { role: Role::Tool, content: vec![block], usage: None, model: None, stop_reason: None };
-        let new = NewEntry { id, parent: Parent::Leaf, body: EntryBody::Message(message) };
+        let message = Message {
+            role: Role::Tool,
+            content: vec![block],
+            usage: None,
+            model: None,
+            stop_reason: None,
+        };
+        let new = NewEntry {
+            id,
+            parent: Parent::Leaf,
+            body: EntryBody::Message(message),
+        };
         self.session.append_entry_at(new, None, Some(d))
     }
 
@@ -352,7 +447,11 @@ impl<'s> Operation<'s> {
     /// # Errors
     ///
     /// As [`Operation::rerun`], less the effect-class check.
-    pub fn rerun_side_effect(&self, call: &PendingCall, decided_by: &str) -> Result<ToolTicket, AppendError> {
+    pub fn rerun_side_effect(
+        &self,
+        call: &PendingCall,
+        decided_by: &str,
+    ) -> Result<ToolTicket, AppendError> {
         self.request_approval(&call.call_id, &call.tool)?;
         self.resolve_approval(&call.call_id, true, Some(decided_by))?;
         self.redispatch(call)
@@ -360,9 +459,19 @@ impl<'s> Operation<'s> {
 
     fn redispatch(&self, call: &PendingCall) -> Result<ToolTicket, AppendError> {
         let (tool, arguments) = self.session.find_call(&call.call_id).ok_or_else(|| {
-            AppendError::from(Invalid::Other(format!("tool call {:?} is not on the current branch", call.call_id)))
+            AppendError::from(Invalid::Other(format!(
+                "tool call {:?} is not on the current branch",
+                call.call_id
+            )))
         })?;
-        self.dispatch(&call.call_id, &tool, &arguments, call.effect, call.key.clone(), call.result_entry.clone())
+        self.dispatch(
+            &call.call_id,
+            &tool,
+            &arguments,
+            call.effect,
+            call.key.clone(),
+            call.result_entry.clone(),
+        )
     }
 
     /// Records that an indeterminate call's outcome is unknown: a tool result
@@ -383,7 +492,12 @@ impl<'s> Operation<'s> {
             call.call_id, call.tool
         ));
         out.code = Some(journal::TOOL_OUTCOME_UNKNOWN.to_owned());
-        self.append_result(Some(call.result_entry.clone()), &call.call_id, out, Durability::Sync)
+        self.append_result(
+            Some(call.result_entry.clone()),
+            &call.call_id,
+            out,
+            Durability::Sync,
+        )
     }
 
     /// Records what a person says happened to an indeterminate call.
@@ -391,8 +505,17 @@ impl<'s> Operation<'s> {
     /// # Errors
     ///
     /// Append errors.
-    pub fn provide_outcome(&self, call: &PendingCall, output: ToolOutput) -> Result<Appended, AppendError> {
-        self.append_result(Some(call.result_entry.clone()), &call.call_id, output, Durability::Sync)
+    pub fn provide_outcome(
+        &self,
+        call: &PendingCall,
+        output: ToolOutput,
+    ) -> Result<Appended, AppendError> {
+        self.append_result(
+            Some(call.result_entry.clone()),
+            &call.call_id,
+            output,
+            Durability::Sync,
+        )
     }
 
     /// Records input that arrived while the operation ran.
@@ -401,7 +524,10 @@ impl<'s> Operation<'s> {
     ///
     /// Append errors.
     pub fn queue_input(&self, text: &str) -> Result<(), AppendError> {
-        let r = InputQueued { op: self.id.clone(), text: text.to_owned() };
+        let r = InputQueued {
+            op: self.id.clone(),
+            text: text.to_owned(),
+        };
         self.session.append_op(OpRecord::InputQueued(r)).map(drop)
     }
 
@@ -411,13 +537,21 @@ impl<'s> Operation<'s> {
     ///
     /// Append errors.
     pub fn finish(self, outcome: Outcome, error: Option<String>) -> Result<(), AppendError> {
-        let r = OpFinished { op: self.id.clone(), outcome, error };
+        let r = OpFinished {
+            op: self.id.clone(),
+            outcome,
+            error,
+        };
         self.session.append_op(OpRecord::OpFinished(r)).map(drop)
     }
 
     fn own(&self, op: &str) -> Result<(), AppendError> {
         if op != self.id {
-            return Err(Invalid::Other(format!("the ticket belongs to operation {op}, not {}", self.id)).into());
+            return Err(Invalid::Other(format!(
+                "the ticket belongs to operation {op}, not {}",
+                self.id
+            ))
+            .into());
         }
         Ok(())
     }
@@ -451,7 +585,11 @@ impl Default for Policy {
     /// Re-run what is safe, run what never started, deny unanswered approvals;
     /// `SideEffect` calls are always recorded as unknown.
     fn default() -> Policy {
-        Policy { rerun_safe: true, run_not_started: true, deny_pending_approvals: true }
+        Policy {
+            rerun_safe: true,
+            run_not_started: true,
+            deny_pending_approvals: true,
+        }
     }
 }
 
@@ -474,27 +612,43 @@ pub struct RecoveryReport {
 /// # Errors
 ///
 /// Append errors.
-pub fn recover(session: &Session, policy: Policy, mut runner: Option<&mut dyn ToolRunner>) -> Result<RecoveryReport, AppendError> {
+pub fn recover(
+    session: &Session,
+    policy: Policy,
+    mut runner: Option<&mut dyn ToolRunner>,
+) -> Result<RecoveryReport, AppendError> {
     let before = session.verdict();
     let mut actions = Vec::new();
     for _ in 0..8 {
         let verdict = session.verdict();
-        let Some(op) = session.resume_operation() else { break };
+        let Some(op) = session.resume_operation() else {
+            break;
+        };
         match &verdict {
             Verdict::IndeterminateTool { calls, .. } => {
                 for call in calls {
-                    let safe = matches!(call.effect, EffectClass::ReadOnly | EffectClass::Idempotent);
+                    let safe =
+                        matches!(call.effect, EffectClass::ReadOnly | EffectClass::Idempotent);
                     match runner.as_deref_mut() {
                         Some(r) if safe && policy.rerun_safe => {
                             let ticket = op.rerun(call)?;
-                            let args = session.find_call(&call.call_id).map(|(_, a)| a).unwrap_or(Value::Null);
+                            let args = session
+                                .find_call(&call.call_id)
+                                .map(|(_, a)| a)
+                                .unwrap_or(Value::Null);
                             let out = r.run(&call.call_id, &call.tool, &args, ticket.key());
                             op.record_result(ticket, out)?;
-                            actions.push(format!("re-ran {} ({}) with key {}", call.call_id, call.tool, call.key));
+                            actions.push(format!(
+                                "re-ran {} ({}) with key {}",
+                                call.call_id, call.tool, call.key
+                            ));
                         }
                         _ => {
                             op.record_unknown(call)?;
-                            actions.push(format!("recorded {} ({}) as TOOL_OUTCOME_UNKNOWN", call.call_id, call.tool));
+                            actions.push(format!(
+                                "recorded {} ({}) as TOOL_OUTCOME_UNKNOWN",
+                                call.call_id, call.tool
+                            ));
                         }
                     }
                 }
@@ -502,27 +656,42 @@ pub fn recover(session: &Session, policy: Policy, mut runner: Option<&mut dyn To
             Verdict::AwaitingApproval { calls, .. } if policy.deny_pending_approvals => {
                 for PendingApproval { call_id, tool } in calls {
                     op.resolve_approval(call_id, false, Some("cairn recover"))?;
-                    op.deny(call_id, "The approval prompt for this call was interrupted; the call was not run.")?;
-                    actions.push(format!("denied the unanswered approval of {call_id} ({tool})"));
+                    op.deny(
+                        call_id,
+                        "The approval prompt for this call was interrupted; the call was not run.",
+                    )?;
+                    actions.push(format!(
+                        "denied the unanswered approval of {call_id} ({tool})"
+                    ));
                 }
             }
             Verdict::ToolsNotStarted { calls, .. } => {
                 for call in calls {
                     if call.denied {
                         op.deny(&call.call_id, "A person denied this call; it was not run.")?;
-                        actions.push(format!("answered {} ({}) as denied, as a person decided", call.call_id, call.tool));
+                        actions.push(format!(
+                            "answered {} ({}) as denied, as a person decided",
+                            call.call_id, call.tool
+                        ));
                         continue;
                     }
                     match runner.as_deref_mut() {
                         Some(r) if policy.run_not_started => {
                             let ticket = op.dispatch_tool(&call.call_id, r.effect(&call.tool))?;
-                            let out = r.run(&call.call_id, &call.tool, &call.arguments, ticket.key());
+                            let out =
+                                r.run(&call.call_id, &call.tool, &call.arguments, ticket.key());
                             op.record_result(ticket, out)?;
-                            actions.push(format!("ran {} ({}), which had never started", call.call_id, call.tool));
+                            actions.push(format!(
+                                "ran {} ({}), which had never started",
+                                call.call_id, call.tool
+                            ));
                         }
                         _ => {
                             op.close_not_started(call)?;
-                            actions.push(format!("closed {} ({}) as TOOL_NOT_STARTED", call.call_id, call.tool));
+                            actions.push(format!(
+                                "closed {} ({}) as TOOL_NOT_STARTED",
+                                call.call_id, call.tool
+                            ));
                         }
                     }
                 }
@@ -536,5 +705,9 @@ pub fn recover(session: &Session, policy: Policy, mut runner: Option<&mut dyn To
             break;
         }
     }
-    Ok(RecoveryReport { before, actions, after: session.verdict() })
+    Ok(RecoveryReport {
+        before,
+        actions,
+        after: session.verdict(),
+    })
 }

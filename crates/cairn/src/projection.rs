@@ -80,7 +80,8 @@ pub struct ActiveCompaction {
 }
 
 /// Text that introduces a compaction summary to the model.
-pub const COMPACTION_PREFIX: &str = "The conversation before this point was compacted. Summary:\n\n";
+pub const COMPACTION_PREFIX: &str =
+    "The conversation before this point was compacted. Summary:\n\n";
 /// Text that introduces a checkout summary to the model.
 pub const CHECKOUT_PREFIX: &str =
     "The conversation returned here from another branch. Summary of that branch:\n\n";
@@ -151,7 +152,8 @@ impl Context {
             None => 0,
             Some((cpos, c)) => {
                 ctx.compaction = Some(active(&branch[cpos].id, c));
-                ctx.messages.push(summary_message(&branch[cpos].id, cpos as u32, c));
+                ctx.messages
+                    .push(summary_message(&branch[cpos].id, cpos as u32, c));
                 c.first_kept
                     .as_ref()
                     .and_then(|k| branch.iter().position(|e| &e.id == k))
@@ -168,7 +170,9 @@ impl Context {
 }
 
 /// Labels are a session-wide fold over every `label` entry in append order.
-pub(crate) fn fold_labels<'a>(entries: impl Iterator<Item = &'a Entry>) -> BTreeMap<String, EntryId> {
+pub(crate) fn fold_labels<'a>(
+    entries: impl Iterator<Item = &'a Entry>,
+) -> BTreeMap<String, EntryId> {
     let mut labels = BTreeMap::new();
     for e in entries {
         if let EntryBody::Label(l) = &e.body {
@@ -194,7 +198,10 @@ fn summary_message(id: &EntryId, pos: u32, c: &Compaction) -> ContextMessage {
     ContextMessage {
         entry: id.clone(),
         source: Source::CompactionSummary,
-        message: Arc::new(Message::text(Role::User, format!("{COMPACTION_PREFIX}{}", c.summary))),
+        message: Arc::new(Message::text(
+            Role::User,
+            format!("{COMPACTION_PREFIX}{}", c.summary),
+        )),
         pos,
     }
 }
@@ -206,14 +213,23 @@ fn message_of(e: &Entry, pos: u32) -> Option<ContextMessage> {
         EntryBody::Message(m) => (Source::Message, Arc::new(m.clone())),
         EntryBody::Checkout(c) => {
             let summary = c.summary.as_ref()?;
-            (Source::CheckoutSummary, Arc::new(Message::text(Role::User, format!("{CHECKOUT_PREFIX}{summary}"))))
+            (
+                Source::CheckoutSummary,
+                Arc::new(Message::text(
+                    Role::User,
+                    format!("{CHECKOUT_PREFIX}{summary}"),
+                )),
+            )
         }
         EntryBody::Custom(c) if c.visible => {
             let text = match &c.content {
                 Value::String(s) => s.clone(),
                 other => other.to_string(),
             };
-            (Source::Custom(c.namespace.clone()), Arc::new(Message::text(Role::User, text)))
+            (
+                Source::Custom(c.namespace.clone()),
+                Arc::new(Message::text(Role::User, text)),
+            )
         }
         EntryBody::Custom(_)
         | EntryBody::AppState(_)
@@ -223,7 +239,12 @@ fn message_of(e: &Entry, pos: u32) -> Option<ContextMessage> {
         | EntryBody::SessionInfo(_)
         | EntryBody::Ignored(_) => return None,
     };
-    Some(ContextMessage { entry: e.id.clone(), source, message, pos })
+    Some(ContextMessage {
+        entry: e.id.clone(),
+        source,
+        message,
+        pos,
+    })
 }
 
 /// Applies an app-state change: a full value, or an RFC 7386 merge patch.
@@ -347,7 +368,12 @@ impl Projector {
 
     /// Moves the branch end to `target`: truncates to the common ancestor and
     /// replays the entries from there to `target`.
-    pub fn move_to(&mut self, tree: &Tree, target: Option<u32>, src: &dyn EntrySource) -> Result<(), ReadError> {
+    pub fn move_to(
+        &mut self,
+        tree: &Tree,
+        target: Option<u32>,
+        src: &dyn EntrySource,
+    ) -> Result<(), ReadError> {
         if target == self.leaf() {
             return Ok(());
         }
@@ -369,15 +395,29 @@ impl Projector {
     /// Appends the nodes of `suffix` (a path continuing the branch) reading
     /// only what the context needs: app-state and settings entries always;
     /// message-producing entries only from the last compaction's kept range.
-    fn extend(&mut self, tree: &Tree, suffix: &[u32], src: &dyn EntrySource) -> Result<(), ReadError> {
-        if !suffix.iter().any(|&n| tree.node(n).kind == Kind::Compaction) {
+    fn extend(
+        &mut self,
+        tree: &Tree,
+        suffix: &[u32],
+        src: &dyn EntrySource,
+    ) -> Result<(), ReadError> {
+        if !suffix
+            .iter()
+            .any(|&n| tree.node(n).kind == Kind::Compaction)
+        {
             for &n in suffix {
                 match tree.node(n).kind {
-                    Kind::Message | Kind::Checkout | Kind::Custom | Kind::AppState | Kind::Settings => {
+                    Kind::Message
+                    | Kind::Checkout
+                    | Kind::Custom
+                    | Kind::AppState
+                    | Kind::Settings => {
                         let e = src.entry(n)?;
                         self.push(tree, n, &e, src)?;
                     }
-                    Kind::Compaction | Kind::Label | Kind::SessionInfo | Kind::Ignored => self.push_quiet(tree, n),
+                    Kind::Compaction | Kind::Label | Kind::SessionInfo | Kind::Ignored => {
+                        self.push_quiet(tree, n)
+                    }
                 }
             }
             return Ok(());
@@ -396,7 +436,12 @@ impl Projector {
                     self.path.push(n);
                     self.compactions.push(pos);
                 }
-                Kind::Message | Kind::Checkout | Kind::Custom | Kind::Label | Kind::SessionInfo | Kind::Ignored => {
+                Kind::Message
+                | Kind::Checkout
+                | Kind::Custom
+                | Kind::Label
+                | Kind::SessionInfo
+                | Kind::Ignored => {
                     self.path.push(n);
                 }
             }
@@ -420,13 +465,21 @@ impl Projector {
                 let snapshot = (self.state_marks.len() + 1)
                     .is_multiple_of(STATE_SNAPSHOT_EVERY)
                     .then(|| Arc::new(ctx.app_state.clone()));
-                self.state_marks.push(Mark { pos, node, snapshot });
+                self.state_marks.push(Mark {
+                    pos,
+                    node,
+                    snapshot,
+                });
             }
             EntryBody::Settings(s) => {
                 let ctx = Arc::make_mut(&mut self.ctx);
                 merge_settings(&mut ctx.settings, &s.values);
                 let snapshot = Some(Arc::new(ctx.settings.clone()));
-                self.settings_marks.push(Mark { pos, node, snapshot });
+                self.settings_marks.push(Mark {
+                    pos,
+                    node,
+                    snapshot,
+                });
             }
             EntryBody::Message(_)
             | EntryBody::Compaction(_)
@@ -438,7 +491,12 @@ impl Projector {
         }
     }
 
-    fn truncate(&mut self, tree: &Tree, keep: usize, src: &dyn EntrySource) -> Result<(), ReadError> {
+    fn truncate(
+        &mut self,
+        tree: &Tree,
+        keep: usize,
+        src: &dyn EntrySource,
+    ) -> Result<(), ReadError> {
         if keep >= self.path.len() {
             return Ok(());
         }
@@ -459,7 +517,9 @@ impl Projector {
         if dropped_compaction {
             self.rebuild_messages(tree, src)?;
         } else {
-            Arc::make_mut(&mut self.ctx).messages.retain(|m| m.pos < keep32);
+            Arc::make_mut(&mut self.ctx)
+                .messages
+                .retain(|m| m.pos < keep32);
             self.calls.retain(|_, c| c.pos < keep32);
             for c in self.calls.values_mut() {
                 if c.answered.is_some_and(|a| a >= keep32) {
@@ -474,7 +534,11 @@ impl Projector {
     fn replay_state(&self, src: &dyn EntrySource) -> Result<Value, ReadError> {
         let base = self.state_marks.iter().rposition(|m| m.snapshot.is_some());
         let mut state = match base {
-            Some(i) => self.state_marks[i].snapshot.as_deref().cloned().unwrap_or(Value::Null),
+            Some(i) => self.state_marks[i]
+                .snapshot
+                .as_deref()
+                .cloned()
+                .unwrap_or(Value::Null),
             None => (*self.initial_state).clone(),
         };
         for m in &self.state_marks[base.map_or(0, |i| i + 1)..] {
@@ -510,7 +574,10 @@ impl Projector {
         self.kept_from = start;
         for pos in start as usize..self.path.len() {
             let node = self.path[pos];
-            if matches!(tree.node(node).kind, Kind::Message | Kind::Checkout | Kind::Custom) {
+            if matches!(
+                tree.node(node).kind,
+                Kind::Message | Kind::Checkout | Kind::Custom
+            ) {
                 let e = src.entry(node)?;
                 if let Some(m) = message_of(&e, pos as u32) {
                     Self::track_calls(&mut self.calls, &m);
@@ -529,7 +596,13 @@ impl Projector {
             return;
         }
         for (call_id, _, _) in m.message.tool_calls() {
-            calls.insert(call_id.to_owned(), Call { pos: m.pos, answered: None });
+            calls.insert(
+                call_id.to_owned(),
+                Call {
+                    pos: m.pos,
+                    answered: None,
+                },
+            );
         }
         for call_id in m.message.tool_results() {
             if let Some(c) = calls.get_mut(call_id) {
@@ -539,7 +612,13 @@ impl Projector {
     }
 
     /// Appends `entry` (node `node`, whose parent is the current leaf) to the branch.
-    pub fn push(&mut self, tree: &Tree, node: u32, entry: &Entry, src: &dyn EntrySource) -> Result<(), ReadError> {
+    pub fn push(
+        &mut self,
+        tree: &Tree,
+        node: u32,
+        entry: &Entry,
+        src: &dyn EntrySource,
+    ) -> Result<(), ReadError> {
         let pos = self.path.len() as u32;
         self.path.push(node);
         Arc::make_mut(&mut self.ctx).leaf = Some(entry.id.clone());
@@ -548,14 +627,18 @@ impl Projector {
             EntryBody::Compaction(c) => {
                 self.compactions.push(pos);
                 let fk = match &c.first_kept {
-                    Some(k) => tree.get(k).and_then(|n| self.on_path(tree, n)).unwrap_or(pos + 1),
+                    Some(k) => tree
+                        .get(k)
+                        .and_then(|n| self.on_path(tree, n))
+                        .unwrap_or(pos + 1),
                     None => pos + 1,
                 };
                 if fk >= self.kept_from {
                     self.kept_from = fk;
                     self.calls.retain(|_, call| call.pos >= fk);
                     let ctx = Arc::make_mut(&mut self.ctx);
-                    ctx.messages.retain(|m| m.pos >= fk && m.source != Source::CompactionSummary);
+                    ctx.messages
+                        .retain(|m| m.pos >= fk && m.source != Source::CompactionSummary);
                     ctx.messages.insert(0, summary_message(&entry.id, pos, c));
                     ctx.compaction = Some(active(&entry.id, c));
                 } else {
@@ -578,7 +661,12 @@ impl Projector {
     }
 
     /// Checks that `entry` may be appended at the current leaf.
-    pub fn check(&self, tree: &Tree, entry: &Entry, src: &dyn EntrySource) -> Result<(), CheckError> {
+    pub fn check(
+        &self,
+        tree: &Tree,
+        entry: &Entry,
+        src: &dyn EntrySource,
+    ) -> Result<(), CheckError> {
         match &entry.body {
             EntryBody::Message(m) => {
                 let mut seen_calls = Vec::new();
@@ -597,7 +685,9 @@ impl Projector {
                         None if !seen_calls.contains(&call_id) => {
                             return Err(Invalid::NoSuchCall(call_id.to_owned()).into());
                         }
-                        Some(Call { answered: Some(_), .. }) => {
+                        Some(Call {
+                            answered: Some(_), ..
+                        }) => {
                             return Err(Invalid::AlreadyAnswered(call_id.to_owned()).into());
                         }
                         _ if answered.contains(&call_id) => {
@@ -619,7 +709,12 @@ impl Projector {
         }
     }
 
-    fn check_compaction(&self, tree: &Tree, c: &Compaction, src: &dyn EntrySource) -> Result<(), CheckError> {
+    fn check_compaction(
+        &self,
+        tree: &Tree,
+        c: &Compaction,
+        src: &dyn EntrySource,
+    ) -> Result<(), CheckError> {
         let fk = match &c.first_kept {
             None => self.path.len() as u32,
             Some(k) => {
@@ -628,11 +723,19 @@ impl Projector {
                 self.on_path(tree, node).ok_or_else(off)?
             }
         };
-        let fk_name = || c.first_kept.as_ref().map_or_else(|| "(nothing)".to_owned(), ToString::to_string);
+        let fk_name = || {
+            c.first_kept
+                .as_ref()
+                .map_or_else(|| "(nothing)".to_owned(), ToString::to_string)
+        };
         for (call_id, call) in &self.calls {
             let split = call.pos < fk && call.answered.is_none_or(|a| a >= fk);
             if split {
-                return Err(Invalid::SplitsToolCall { first_kept: fk_name(), call_id: call_id.clone() }.into());
+                return Err(Invalid::SplitsToolCall {
+                    first_kept: fk_name(),
+                    call_id: call_id.clone(),
+                }
+                .into());
             }
         }
         if fk < self.kept_from {
@@ -645,8 +748,15 @@ impl Projector {
                 }
                 if let EntryBody::Message(m) = &src.entry(node)?.body {
                     calls_in_range.extend(m.tool_calls().map(|(id, _, _)| id.to_owned()));
-                    if let Some(r) = m.tool_results().find(|r| !calls_in_range.iter().any(|c| c == r)) {
-                        return Err(Invalid::SplitsToolCall { first_kept: fk_name(), call_id: r.to_owned() }.into());
+                    if let Some(r) = m
+                        .tool_results()
+                        .find(|r| !calls_in_range.iter().any(|c| c == r))
+                    {
+                        return Err(Invalid::SplitsToolCall {
+                            first_kept: fk_name(),
+                            call_id: r.to_owned(),
+                        }
+                        .into());
                     }
                 }
             }
@@ -675,18 +785,30 @@ mod tests {
             (json!({"a":"b"}), json!({"a":"c"}), json!({"a":"c"})),
             (json!({"a":"b"}), json!({"b":"c"}), json!({"a":"b","b":"c"})),
             (json!({"a":"b"}), json!({"a":null}), json!({})),
-            (json!({"a":"b","b":"c"}), json!({"a":null}), json!({"b":"c"})),
+            (
+                json!({"a":"b","b":"c"}),
+                json!({"a":null}),
+                json!({"b":"c"}),
+            ),
             (json!({"a":["b"]}), json!({"a":"c"}), json!({"a":"c"})),
             (json!({"a":"c"}), json!({"a":["b"]}), json!({"a":["b"]})),
-            (json!({"a":{"b":"c"}}), json!({"a":{"b":"d","c":null}}), json!({"a":{"b":"d"}})),
+            (
+                json!({"a":{"b":"c"}}),
+                json!({"a":{"b":"d","c":null}}),
+                json!({"a":{"b":"d"}}),
+            ),
             (json!({"a":[{"b":"c"}]}), json!({"a":[1]}), json!({"a":[1]})),
-            (json!(["a","b"]), json!(["c","d"]), json!(["c","d"])),
+            (json!(["a", "b"]), json!(["c", "d"]), json!(["c", "d"])),
             (json!({"a":"b"}), json!(["c"]), json!(["c"])),
             (json!({"a":"foo"}), json!(null), json!(null)),
             (json!({"a":"foo"}), json!("bar"), json!("bar")),
             (json!({"e":null}), json!({"a":1}), json!({"e":null,"a":1})),
-            (json!([1,2]), json!({"a":"b","c":null}), json!({"a":"b"})),
-            (json!({}), json!({"a":{"bb":{"ccc":null}}}), json!({"a":{"bb":{}}})),
+            (json!([1, 2]), json!({"a":"b","c":null}), json!({"a":"b"})),
+            (
+                json!({}),
+                json!({"a":{"bb":{"ccc":null}}}),
+                json!({"a":{"bb":{}}}),
+            ),
         ];
         for (target, patch, want) in cases {
             let mut t = target.clone();

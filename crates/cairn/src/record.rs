@@ -216,9 +216,11 @@ impl Message {
     /// The tool calls in this message.
     pub fn tool_calls(&self) -> impl Iterator<Item = (&str, &str, &Value)> {
         self.content.iter().filter_map(|b| match b {
-            Block::ToolCall { call_id, name, arguments } => {
-                Some((call_id.as_str(), name.as_str(), arguments))
-            }
+            Block::ToolCall {
+                call_id,
+                name,
+                arguments,
+            } => Some((call_id.as_str(), name.as_str(), arguments)),
             _ => None,
         })
     }

@@ -63,7 +63,11 @@ pub struct NewEntry {
 impl NewEntry {
     /// An entry at the leaf with a generated id.
     pub fn at_leaf(body: EntryBody) -> NewEntry {
-        NewEntry { id: None, parent: Parent::Leaf, body }
+        NewEntry {
+            id: None,
+            parent: Parent::Leaf,
+            body,
+        }
     }
 }
 
@@ -160,11 +164,20 @@ fn read_record(log: &dyn Log, seq: u64) -> Result<Record, ReadError> {
     let line = log.read(seq)?;
     let damaged = |problem: String| {
         let offset = log.offset(seq);
-        ReadError::Damaged(Box::new(Damage { location: log.location().to_owned(), line: seq + 1, offset, problem }))
+        ReadError::Damaged(Box::new(Damage {
+            location: log.location().to_owned(),
+            line: seq + 1,
+            offset,
+            problem,
+        }))
     };
     let frame = Frame::parse(&line).map_err(|e| damaged(e.to_string()))?;
     let body = frame::decode_body(&frame).map_err(|e| damaged(e.to_string()))?;
-    Ok(Record { seq: frame.seq, ts: frame.ts.into_owned(), body })
+    Ok(Record {
+        seq: frame.seq,
+        ts: frame.ts.into_owned(),
+        body,
+    })
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -180,16 +193,20 @@ impl Session {
     pub fn create(backend: &dyn Backend, opts: NewSession) -> Result<Session, OpenError> {
         let id = opts.id.unwrap_or_else(SessionId::generate);
         let created = crate::time::now_rfc3339();
-        let cwd = opts
-            .cwd
-            .or_else(|| std::env::current_dir().ok().map(|p| p.display().to_string()));
+        let cwd = opts.cwd.or_else(|| {
+            std::env::current_dir()
+                .ok()
+                .map(|p| p.display().to_string())
+        });
         let header = Header {
             format: FORMAT_VERSION,
             session: id.clone(),
             created: created.clone(),
             cwd,
             title: opts.title.clone(),
-            app_state: opts.app_state.unwrap_or_else(|| Value::Object(Default::default())),
+            app_state: opts
+                .app_state
+                .unwrap_or_else(|| Value::Object(Default::default())),
             lineage: opts.lineage,
             writer: WRITER.to_owned(),
         };
@@ -197,7 +214,11 @@ impl Session {
     }
 
     /// Creates a session whose header record is `header`, written at `ts`.
-    pub(crate) fn create_with_header(backend: &dyn Backend, header: Header, ts: String) -> Result<Session, OpenError> {
+    pub(crate) fn create_with_header(
+        backend: &dyn Backend,
+        header: Header,
+        ts: String,
+    ) -> Result<Session, OpenError> {
         let id = header.session.clone();
         let line = frame::encode(0, &ts, &Body::Header(header.clone()));
         let created = ts;
@@ -219,7 +240,10 @@ impl Session {
             log,
             commit: GroupCommit::new(1),
             durability: Mutex::new(Durability::default()),
-            report: OpenReport { records: 1, torn: None },
+            report: OpenReport {
+                records: 1,
+                torn: None,
+            },
         })
     }
 
@@ -236,7 +260,11 @@ impl Session {
     /// [`OpenError::NotFound`], [`OpenError::InUse`], [`OpenError::Damaged`]
     /// (with line and byte offset), [`OpenError::NewerFormat`],
     /// [`OpenError::NotASession`], or I/O errors.
-    pub fn open(backend: &dyn Backend, id: &SessionId, access: Access) -> Result<Session, OpenError> {
+    pub fn open(
+        backend: &dyn Backend,
+        id: &SessionId,
+        access: Access,
+    ) -> Result<Session, OpenError> {
         let location = backend.location(id);
         let mut header: Option<Header> = None;
         let mut tree = Tree::default();
@@ -283,13 +311,14 @@ impl Session {
                         return Err(damaged("an entry without id or parent".into()));
                     };
                     let kind = Kind::from_name(&frame.kind);
-                    tree.insert(frame.seq, eid.clone(), parent.as_ref(), kind).map_err(|r| match r {
-                        Reject::DuplicateId => damaged(format!("entry id {eid} is used twice")),
-                        Reject::MissingParent => damaged(format!(
-                            "the parent {} of entry {eid} does not appear before it",
-                            parent.as_ref().map_or("?", |p| p.as_str())
-                        )),
-                    })?;
+                    tree.insert(frame.seq, eid.clone(), parent.as_ref(), kind)
+                        .map_err(|r| match r {
+                            Reject::DuplicateId => damaged(format!("entry id {eid} is used twice")),
+                            Reject::MissingParent => damaged(format!(
+                                "the parent {} of entry {eid} does not appear before it",
+                                parent.as_ref().map_or("?", |p| p.as_str())
+                            )),
+                        })?;
                 }
                 (_, Class::Op) => ops.push((frame.seq, frame.kind.clone().into_owned())),
             }
@@ -299,13 +328,20 @@ impl Session {
         };
         let opened = backend.open(id, access, &mut visit)?;
         let Some(header) = header else {
-            return Err(OpenError::NotASession { location, problem: "it has no header".into() });
+            return Err(OpenError::NotASession {
+                location,
+                problem: "it has no header".into(),
+            });
         };
         let log = opened.log;
         let records = log.len();
         let read_err = |e: ReadError| match e {
             ReadError::Damaged(d) => OpenError::Damaged(d),
-            ReadError::Io { location, source } => OpenError::Io { action: "read", location, source },
+            ReadError::Io { location, source } => OpenError::Io {
+                action: "read",
+                location,
+                source,
+            },
             ReadError::NoSuchRecord(seq) => OpenError::NotASession {
                 location: log.location().to_owned(),
                 problem: format!("record {seq} vanished while opening"),
@@ -315,17 +351,23 @@ impl Session {
         let mut labels = BTreeMap::new();
         let mut title = header.title.clone();
         {
-            let reader = Reader { log: &*log, tree: &tree };
-            proj.move_to(&tree, tree.last(), &reader).map_err(read_err)?;
+            let reader = Reader {
+                log: &*log,
+                tree: &tree,
+            };
+            proj.move_to(&tree, tree.last(), &reader)
+                .map_err(read_err)?;
             for (n, node) in tree.nodes().iter().enumerate() {
                 match node.kind {
                     Kind::Label => {
-                        if let EntryBody::Label(l) = reader.entry(n as u32).map_err(read_err)?.body {
+                        if let EntryBody::Label(l) = reader.entry(n as u32).map_err(read_err)?.body
+                        {
                             apply_label(&mut labels, l);
                         }
                     }
                     Kind::SessionInfo => {
-                        if let EntryBody::SessionInfo(i) = reader.entry(n as u32).map_err(read_err)?.body
+                        if let EntryBody::SessionInfo(i) =
+                            reader.entry(n as u32).map_err(read_err)?.body
                             && i.title.is_some()
                         {
                             title = i.title;
@@ -340,11 +382,24 @@ impl Session {
         Ok(Session {
             id: id.clone(),
             header,
-            inner: Mutex::new(Inner { tree, proj, labels, title, next_seq: records, last_ts, ops, fold, memory: None }),
+            inner: Mutex::new(Inner {
+                tree,
+                proj,
+                labels,
+                title,
+                next_seq: records,
+                last_ts,
+                ops,
+                fold,
+                memory: None,
+            }),
             log,
             commit: GroupCommit::new(records),
             durability: Mutex::new(Durability::default()),
-            report: OpenReport { records, torn: opened.torn },
+            report: OpenReport {
+                records,
+                torn: opened.torn,
+            },
         })
     }
 
@@ -393,7 +448,10 @@ impl Session {
         let mut g = lock(&self.inner);
         let inner = &mut *g;
         let mut tracker = MemoryTracker::new(config);
-        let reader = Reader { log: &*self.log, tree: &inner.tree };
+        let reader = Reader {
+            log: &*self.log,
+            tree: &inner.tree,
+        };
         tracker.move_to(&inner.tree, inner.proj.leaf(), &reader)?;
         inner.memory = Some(tracker);
         Ok(())
@@ -401,7 +459,10 @@ impl Session {
 
     /// The session memory of the current branch, if enabled.
     pub fn memory(&self) -> Option<SessionMemory> {
-        lock(&self.inner).memory.as_ref().map(|m| m.memory().clone())
+        lock(&self.inner)
+            .memory
+            .as_ref()
+            .map(|m| m.memory().clone())
     }
 
     /// The leaf: the entry appended last (`None` before the first entry).
@@ -413,7 +474,12 @@ impl Session {
     /// The branch: entry ids from the root to the leaf.
     pub fn branch(&self) -> Vec<EntryId> {
         let inner = lock(&self.inner);
-        inner.proj.path().iter().map(|&n| inner.tree.node(n).id.clone()).collect()
+        inner
+            .proj
+            .path()
+            .iter()
+            .map(|&n| inner.tree.node(n).id.clone())
+            .collect()
     }
 
     /// The title: the latest `session_info` title, else the header's.
@@ -477,7 +543,12 @@ impl Session {
             },
             None => None,
         };
-        inner.tree.children(n).into_iter().map(|c| inner.tree.node(c).id.clone()).collect()
+        inner
+            .tree
+            .children(n)
+            .into_iter()
+            .map(|c| inner.tree.node(c).id.clone())
+            .collect()
     }
 
     /// Resolves an entry reference: a full id, then a label, then a unique id prefix.
@@ -525,12 +596,22 @@ impl Session {
         let seqs: Vec<u64> = {
             let inner = lock(&self.inner);
             let mut seqs: Vec<u64> = inner.ops.iter().map(|(s, _)| *s).collect();
-            seqs.extend(inner.tree.nodes().iter().filter(|n| n.kind == Kind::Message).map(|n| n.seq));
+            seqs.extend(
+                inner
+                    .tree
+                    .nodes()
+                    .iter()
+                    .filter(|n| n.kind == Kind::Message)
+                    .map(|n| n.seq),
+            );
             seqs
         };
         let mut seqs = seqs;
         seqs.sort_unstable();
-        let records = seqs.into_iter().map(|s| self.record(s)).collect::<Result<Vec<_>, _>>()?;
+        let records = seqs
+            .into_iter()
+            .map(|s| self.record(s))
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(crate::steps::derive(&records))
     }
 
@@ -542,8 +623,15 @@ impl Session {
     /// id gives `Ok(None)`; read failures give [`ReadError`].
     pub fn entry(&self, id: &EntryId) -> Result<Option<Entry>, ReadError> {
         let inner = lock(&self.inner);
-        let Some(n) = inner.tree.get(id) else { return Ok(None) };
-        Reader { log: &*self.log, tree: &inner.tree }.entry(n).map(Some)
+        let Some(n) = inner.tree.get(id) else {
+            return Ok(None);
+        };
+        Reader {
+            log: &*self.log,
+            tree: &inner.tree,
+        }
+        .entry(n)
+        .map(Some)
     }
 
     /// The entries from the root to `to` (inclusive), decoded, with their times.
@@ -554,7 +642,12 @@ impl Session {
     pub fn branch_entries(&self, to: Option<&EntryId>) -> Result<Vec<(Entry, String)>, ReadError> {
         let inner = lock(&self.inner);
         let n = match to {
-            Some(id) => Some(inner.tree.get(id).ok_or(ReadError::NoSuchRecord(u64::MAX))?),
+            Some(id) => Some(
+                inner
+                    .tree
+                    .get(id)
+                    .ok_or(ReadError::NoSuchRecord(u64::MAX))?,
+            ),
             None => None,
         };
         let mut out = Vec::new();
@@ -575,10 +668,19 @@ impl Session {
     pub fn first_user_message(&self) -> Result<Option<String>, ReadError> {
         let seqs: Vec<u64> = {
             let inner = lock(&self.inner);
-            inner.tree.nodes().iter().filter(|n| n.kind == Kind::Message).map(|n| n.seq).collect()
+            inner
+                .tree
+                .nodes()
+                .iter()
+                .filter(|n| n.kind == Kind::Message)
+                .map(|n| n.seq)
+                .collect()
         };
         for seq in seqs {
-            if let Body::Entry(Entry { body: EntryBody::Message(m), .. }) = self.record(seq)?.body
+            if let Body::Entry(Entry {
+                body: EntryBody::Message(m),
+                ..
+            }) = self.record(seq)?.body
                 && m.role == Role::User
             {
                 return Ok(Some(m.plain_text()));
@@ -634,13 +736,22 @@ impl Session {
                 }
             },
         };
-        let parent_node = inner.tree.check(&id, parent.as_ref()).map_err(|r| match r {
-            Reject::DuplicateId => Invalid::DuplicateId(id.to_string()),
-            Reject::MissingParent => {
-                Invalid::MissingParent(parent.as_ref().map_or_else(String::new, ToString::to_string))
-            }
-        })?;
-        let entry = Entry { id, parent, body: new.body };
+        let parent_node = inner
+            .tree
+            .check(&id, parent.as_ref())
+            .map_err(|r| match r {
+                Reject::DuplicateId => Invalid::DuplicateId(id.to_string()),
+                Reject::MissingParent => Invalid::MissingParent(
+                    parent
+                        .as_ref()
+                        .map_or_else(String::new, ToString::to_string),
+                ),
+            })?;
+        let entry = Entry {
+            id,
+            parent,
+            body: new.body,
+        };
         match &entry.body {
             EntryBody::Label(l) => check_label(&inner.tree, &inner.labels, l)?,
             EntryBody::Custom(c) if c.namespace.is_empty() => {
@@ -650,7 +761,10 @@ impl Session {
         }
         inner.fold.check_entry(&entry)?;
         let old_leaf = inner.proj.leaf();
-        let reader = Reader { log: &*self.log, tree: &inner.tree };
+        let reader = Reader {
+            log: &*self.log,
+            tree: &inner.tree,
+        };
         inner.proj.move_to(&inner.tree, parent_node, &reader)?;
         if let Err(e) = inner.proj.check(&inner.tree, &entry, &reader) {
             inner.proj.move_to(&inner.tree, old_leaf, &reader)?;
@@ -668,11 +782,19 @@ impl Session {
         }
         inner.next_seq += 1;
         inner.last_ts = ts;
-        let node = match inner.tree.insert(seq, entry.id.clone(), entry.parent.as_ref(), kind_of(&entry.body)) {
+        let node = match inner.tree.insert(
+            seq,
+            entry.id.clone(),
+            entry.parent.as_ref(),
+            kind_of(&entry.body),
+        ) {
             Ok(n) => n,
             Err(_) => return Err(Invalid::Other("the tree rejected a checked entry".into()).into()),
         };
-        let reader = Reader { log: &*self.log, tree: &inner.tree };
+        let reader = Reader {
+            log: &*self.log,
+            tree: &inner.tree,
+        };
         inner.proj.push(&inner.tree, node, &entry, &reader)?;
         inner.fold.apply_entry(&entry);
         if let Some(m) = inner.memory.as_mut() {
@@ -691,7 +813,10 @@ impl Session {
             EntryBody::SessionInfo(i) if i.title.is_some() => inner.title = i.title.clone(),
             _ => {}
         }
-        let appended = Appended { seq, id: Some(entry.id) };
+        let appended = Appended {
+            seq,
+            id: Some(entry.id),
+        };
         self.finish_write(g, seq + 1, durability)?;
         Ok(appended)
     }
@@ -743,7 +868,11 @@ impl Session {
     /// # Errors
     ///
     /// As [`Session::append_entry`]; [`Invalid::MissingParent`] for an unknown target.
-    pub fn checkout(&self, target: Option<&EntryId>, summary: Option<String>) -> Result<Appended, AppendError> {
+    pub fn checkout(
+        &self,
+        target: Option<&EntryId>,
+        summary: Option<String>,
+    ) -> Result<Appended, AppendError> {
         let from = self.leaf();
         self.append_entry(NewEntry {
             id: None,
@@ -759,7 +888,10 @@ impl Session {
     /// As [`Session::append_entry`]; [`Invalid::Label`] for a bad name, an
     /// unknown target, or removing a label that does not exist.
     pub fn label(&self, name: &str, target: Option<&EntryId>) -> Result<Appended, AppendError> {
-        self.append(EntryBody::Label(Label { name: name.to_owned(), target: target.cloned() }))
+        self.append(EntryBody::Label(Label {
+            name: name.to_owned(),
+            target: target.cloned(),
+        }))
     }
 
     /// Makes every record appended so far durable, whatever the durability mode.
@@ -772,7 +904,10 @@ impl Session {
         self.check_writable()?;
         // Even with nothing left to sync, a handle whose write failed is dead.
         if let Some(cause) = self.log.poisoned() {
-            return Err(AppendError::Poisoned { session: self.log.location().to_owned(), cause });
+            return Err(AppendError::Poisoned {
+                session: self.log.location().to_owned(),
+                cause,
+            });
         }
         self.commit.wait_durable(&*self.log, upto)
     }
@@ -791,7 +926,8 @@ impl Session {
         loop {
             let id = EntryId::random();
             let reserved = inner.fold.open().is_some_and(|p| {
-                p.attempts.iter().any(|a| a.entry == id) || p.dispatched.iter().any(|d| d.record.result_entry == id)
+                p.attempts.iter().any(|a| a.entry == id)
+                    || p.dispatched.iter().any(|d| d.record.result_entry == id)
             });
             if inner.tree.get(&id).is_none() && !reserved {
                 return id;
@@ -803,20 +939,30 @@ impl Session {
     pub(crate) fn find_call(&self, call_id: &str) -> Option<(String, Value)> {
         let ctx = self.context();
         ctx.messages().iter().rev().find_map(|m| {
-            m.message().tool_calls().find(|(id, _, _)| *id == call_id).map(|(_, name, args)| (name.to_owned(), args.clone()))
+            m.message()
+                .tool_calls()
+                .find(|(id, _, _)| *id == call_id)
+                .map(|(_, name, args)| (name.to_owned(), args.clone()))
         })
     }
 
     fn check_writable(&self) -> Result<(), AppendError> {
         if !self.log.is_writer() {
-            return Err(AppendError::ReadOnly { session: self.id.to_string() });
+            return Err(AppendError::ReadOnly {
+                session: self.id.to_string(),
+            });
         }
         Ok(())
     }
 
     /// Acknowledges a write under `durability`; releases the session lock
     /// before waiting for a group sync.
-    fn finish_write(&self, g: MutexGuard<'_, Inner>, upto: u64, durability: Durability) -> Result<(), AppendError> {
+    fn finish_write(
+        &self,
+        g: MutexGuard<'_, Inner>,
+        upto: u64,
+        durability: Durability,
+    ) -> Result<(), AppendError> {
         match durability {
             Durability::Sync => {
                 self.log.sync()?;
@@ -842,7 +988,11 @@ impl Session {
 /// operation decides the verdict and status, so resume reads no more than it.
 fn fold_last_operation(log: &dyn Log, ops: &[(u64, String)]) -> Result<OpFold, ReadError> {
     let mut fold = OpFold::default();
-    let start = ops.iter().rev().find(|(_, k)| k == "op_started").map(|(s, _)| *s);
+    let start = ops
+        .iter()
+        .rev()
+        .find(|(_, k)| k == "op_started")
+        .map(|(s, _)| *s);
     if let Some(start) = start {
         for seq in start..log.len() {
             fold.apply(&read_record(log, seq)?.body);
@@ -856,7 +1006,11 @@ enum HeaderProblem {
     Bad(String),
 }
 
-fn check_header(frame: &Frame<'_>, id: &SessionId, location: &str) -> Result<Header, HeaderProblem> {
+fn check_header(
+    frame: &Frame<'_>,
+    id: &SessionId,
+    location: &str,
+) -> Result<Header, HeaderProblem> {
     // Look at the version before anything else: a newer header may not decode.
     let version = serde_json::from_str::<Value>(frame.data.get())
         .ok()
@@ -866,7 +1020,11 @@ fn check_header(frame: &Frame<'_>, id: &SessionId, location: &str) -> Result<Hea
             return Err(HeaderProblem::Newer(u32::try_from(v).unwrap_or(u32::MAX)));
         }
         Some(_) => {}
-        None => return Err(HeaderProblem::Bad("the header has no format version".into())),
+        None => {
+            return Err(HeaderProblem::Bad(
+                "the header has no format version".into(),
+            ));
+        }
     }
     let header = match frame::decode_body(frame) {
         Ok(Body::Header(h)) => h,
@@ -883,13 +1041,22 @@ fn check_header(frame: &Frame<'_>, id: &SessionId, location: &str) -> Result<Hea
 }
 
 fn check_label(tree: &Tree, labels: &BTreeMap<String, EntryId>, l: &Label) -> Result<(), Invalid> {
-    let bad = |problem: String| Invalid::Label { name: l.name.clone(), problem };
+    let bad = |problem: String| Invalid::Label {
+        name: l.name.clone(),
+        problem,
+    };
     if !id::is_name(&l.name) {
-        return Err(bad("a label name is 1 to 64 characters of A-Z, a-z, 0-9, '-', '_' and '.'".into()));
+        return Err(bad(
+            "a label name is 1 to 64 characters of A-Z, a-z, 0-9, '-', '_' and '.'".into(),
+        ));
     }
     match &l.target {
-        Some(t) if tree.get(t).is_none() => Err(bad(format!("its target {t} is not an entry of this session"))),
-        None if !labels.contains_key(&l.name) => Err(bad("there is no such label to remove".into())),
+        Some(t) if tree.get(t).is_none() => Err(bad(format!(
+            "its target {t} is not an entry of this session"
+        ))),
+        None if !labels.contains_key(&l.name) => {
+            Err(bad("there is no such label to remove".into()))
+        }
         _ => Ok(()),
     }
 }

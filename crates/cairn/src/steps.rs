@@ -98,12 +98,37 @@ pub fn derive(records: &[Record]) -> Vec<Step> {
                 OpRecord::OpStarted(s) => {
                     current_op = s.op.clone();
                     open_ops.insert(s.op.clone(), true);
-                    let name = s.input.as_ref().and_then(|i| user_text.get(i)).cloned().unwrap_or_default();
-                    push(&mut steps, StepKind::Input, name, StepStatus::Ok, &s.op, &r.ts, None, s.input.clone(), None);
+                    let name = s
+                        .input
+                        .as_ref()
+                        .and_then(|i| user_text.get(i))
+                        .cloned()
+                        .unwrap_or_default();
+                    push(
+                        &mut steps,
+                        StepKind::Input,
+                        name,
+                        StepStatus::Ok,
+                        &s.op,
+                        &r.ts,
+                        None,
+                        s.input.clone(),
+                        None,
+                    );
                 }
                 OpRecord::ModelAttempted(m) => {
                     let name = m.model.clone().unwrap_or_else(|| "model".into());
-                    push(&mut steps, StepKind::Model, name, StepStatus::Running, &m.op, &r.ts, None, Some(m.entry.clone()), None);
+                    push(
+                        &mut steps,
+                        StepKind::Model,
+                        name,
+                        StepStatus::Running,
+                        &m.op,
+                        &r.ts,
+                        None,
+                        Some(m.entry.clone()),
+                        None,
+                    );
                     model_by_entry.insert(m.entry.clone(), steps.len() - 1);
                 }
                 OpRecord::UsageSettled(u) => {
@@ -116,7 +141,17 @@ pub fn derive(records: &[Record]) -> Vec<Step> {
                 }
                 OpRecord::ToolDispatched(t) => {
                     let parent = model_by_call.get(&t.call_id).map(|(n, _)| *n);
-                    push(&mut steps, StepKind::Tool, t.tool.clone(), StepStatus::Running, &t.op, &r.ts, parent, Some(t.result_entry.clone()), Some(t.call_id.clone()));
+                    push(
+                        &mut steps,
+                        StepKind::Tool,
+                        t.tool.clone(),
+                        StepStatus::Running,
+                        &t.op,
+                        &r.ts,
+                        parent,
+                        Some(t.result_entry.clone()),
+                        Some(t.call_id.clone()),
+                    );
                     tool_by_call.insert(t.call_id.clone(), steps.len() - 1);
                 }
                 OpRecord::OpFinished(f) => {
@@ -128,7 +163,9 @@ pub fn derive(records: &[Record]) -> Vec<Step> {
                 | OpRecord::Ignored(_) => {}
             },
             Body::Entry(e) => {
-                let EntryBody::Message(m) = &e.body else { continue };
+                let EntryBody::Message(m) = &e.body else {
+                    continue;
+                };
                 if m.role == Role::User {
                     user_text.insert(e.id.clone(), crate::store::excerpt(&m.plain_text(), 60));
                 }
@@ -153,14 +190,26 @@ pub fn derive(records: &[Record]) -> Vec<Step> {
                     }
                 }
                 for b in &m.content {
-                    let Block::ToolResult { call_id, is_error, code, .. } = b else { continue };
+                    let Block::ToolResult {
+                        call_id,
+                        is_error,
+                        code,
+                        ..
+                    } = b
+                    else {
+                        continue;
+                    };
                     let status = match code.as_deref() {
                         Some(TOOL_OUTCOME_UNKNOWN) => StepStatus::Unknown,
                         Some(TOOL_NOT_STARTED) => StepStatus::NotStarted,
                         _ if *is_error => StepStatus::Error,
                         _ => StepStatus::Ok,
                     };
-                    match tool_by_call.get(call_id).copied().filter(|&i| steps[i].status == StepStatus::Running) {
+                    match tool_by_call
+                        .get(call_id)
+                        .copied()
+                        .filter(|&i| steps[i].status == StepStatus::Running)
+                    {
                         Some(i) => {
                             let s = &mut steps[i];
                             s.status = status;
@@ -170,9 +219,25 @@ pub fn derive(records: &[Record]) -> Vec<Step> {
                             // Answered without a dispatch: denied, closed as never
                             // started, or run by a host outside the operation API.
                             // Only calls a recorded model step asked for are steps.
-                            let Some((parent, tool)) = model_by_call.get(call_id).cloned() else { continue };
-                            let status = if status == StepStatus::Error { StepStatus::NotStarted } else { status };
-                            push(&mut steps, StepKind::Tool, tool, status, &current_op, &r.ts, Some(parent), Some(e.id.clone()), Some(call_id.clone()));
+                            let Some((parent, tool)) = model_by_call.get(call_id).cloned() else {
+                                continue;
+                            };
+                            let status = if status == StepStatus::Error {
+                                StepStatus::NotStarted
+                            } else {
+                                status
+                            };
+                            push(
+                                &mut steps,
+                                StepKind::Tool,
+                                tool,
+                                status,
+                                &current_op,
+                                &r.ts,
+                                Some(parent),
+                                Some(e.id.clone()),
+                                Some(call_id.clone()),
+                            );
                         }
                     }
                 }
@@ -186,13 +251,18 @@ pub fn derive(records: &[Record]) -> Vec<Step> {
         if s.kind != StepKind::Model {
             continue;
         }
-        let later = later_model_in_op.insert(s.op.clone(), true).unwrap_or(false);
+        let later = later_model_in_op
+            .insert(s.op.clone(), true)
+            .unwrap_or(false);
         if s.status == StepStatus::Running && (later || open_ops.get(&s.op) == Some(&false)) {
             s.status = StepStatus::Interrupted;
         }
     }
     for s in &mut steps {
-        if s.kind == StepKind::Tool && s.status == StepStatus::Running && open_ops.get(&s.op) == Some(&false) {
+        if s.kind == StepKind::Tool
+            && s.status == StepStatus::Running
+            && open_ops.get(&s.op) == Some(&false)
+        {
             s.status = StepStatus::Unknown;
         }
     }

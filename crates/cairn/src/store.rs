@@ -130,24 +130,35 @@ impl Store {
         if !id::is_session_id_prefix(&q) {
             return Err(self.no_such(query));
         }
-        let mut found: Vec<SessionId> =
-            self.backend.list()?.into_iter().filter(|id| id.as_str().starts_with(&q)).collect();
+        let mut found: Vec<SessionId> = self
+            .backend
+            .list()?
+            .into_iter()
+            .filter(|id| id.as_str().starts_with(&q))
+            .collect();
         found.sort();
         match found.len() {
             0 => Err(self.no_such(query)),
             1 => Ok(found.remove(0)),
             n => {
-                let mut candidates: Vec<String> = found.iter().take(10).map(ToString::to_string).collect();
+                let mut candidates: Vec<String> =
+                    found.iter().take(10).map(ToString::to_string).collect();
                 if n > 10 {
                     candidates.push(format!("and {} more", n - 10));
                 }
-                Err(StoreError::Ambiguous { query: query.to_owned(), candidates })
+                Err(StoreError::Ambiguous {
+                    query: query.to_owned(),
+                    candidates,
+                })
             }
         }
     }
 
     fn no_such(&self, query: &str) -> StoreError {
-        StoreError::NoSuchSession { query: query.to_owned(), store: self.backend.describe() }
+        StoreError::NoSuchSession {
+            query: query.to_owned(),
+            store: self.backend.describe(),
+        }
     }
 
     /// The most recently updated session (for `--continue`).
@@ -182,8 +193,13 @@ impl Store {
         let mut out = Vec::with_capacity(ids.len());
         let mut fresh = BTreeMap::new();
         for id in ids {
-            let Ok(stamp) = self.backend.stamp(&id) else { continue };
-            let cached = catalog.sessions.remove(id.as_str()).filter(|c| c.stamp == stamp && c.summary.id == id);
+            let Ok(stamp) = self.backend.stamp(&id) else {
+                continue;
+            };
+            let cached = catalog
+                .sessions
+                .remove(id.as_str())
+                .filter(|c| c.stamp == stamp && c.summary.id == id);
             let entry = match cached {
                 Some(c) => c,
                 None => {
@@ -206,7 +222,10 @@ impl Store {
         }
         changed |= !catalog.sessions.is_empty();
         if changed {
-            let c = Catalog { version: CATALOG_VERSION, sessions: fresh };
+            let c = Catalog {
+                version: CATALOG_VERSION,
+                sessions: fresh,
+            };
             if let Ok(bytes) = serde_json::to_vec(&c) {
                 self.backend.save_catalog(&bytes);
             }
@@ -240,8 +259,20 @@ impl Store {
     ///
     /// [`StoreError::Append`] with [`crate::Invalid::Other`] when the depth
     /// would exceed `max_depth`; as [`Session::create`].
-    pub fn spawn_child(&self, parent: &Session, call_id: &str, title: Option<String>, max_depth: u32) -> Result<Session, StoreError> {
-        let depth = parent.header().lineage.parent.as_ref().map_or(0, |p| p.depth) + 1;
+    pub fn spawn_child(
+        &self,
+        parent: &Session,
+        call_id: &str,
+        title: Option<String>,
+        max_depth: u32,
+    ) -> Result<Session, StoreError> {
+        let depth = parent
+            .header()
+            .lineage
+            .parent
+            .as_ref()
+            .map_or(0, |p| p.depth)
+            + 1;
         if depth > max_depth {
             return Err(crate::AppendError::from(crate::Invalid::Other(format!(
                 "spawning from session {} would reach delegation depth {depth}, beyond the maximum {max_depth}",
@@ -251,9 +282,18 @@ impl Store {
         }
         let lineage = Lineage {
             forked_from: None,
-            parent: Some(crate::record::SpawnOrigin { session: parent.id().clone(), call_id: call_id.to_owned(), depth }),
+            parent: Some(crate::record::SpawnOrigin {
+                session: parent.id().clone(),
+                call_id: call_id.to_owned(),
+                depth,
+            }),
         };
-        Ok(self.create(NewSession { title, cwd: parent.header().cwd.clone(), lineage, ..Default::default() })?)
+        Ok(self.create(NewSession {
+            title,
+            cwd: parent.header().cwd.clone(),
+            lineage,
+            ..Default::default()
+        })?)
     }
 
     /// Removes a session.
@@ -280,7 +320,12 @@ impl Store {
     /// # Errors
     ///
     /// Open, read or append errors; the partial fork is removed on failure.
-    pub fn fork(&self, source: &Session, at: Option<&EntryId>, title: Option<String>) -> Result<Session, StoreError> {
+    pub fn fork(
+        &self,
+        source: &Session,
+        at: Option<&EntryId>,
+        title: Option<String>,
+    ) -> Result<Session, StoreError> {
         let entries = source.branch_entries(at)?;
         let h = source.header();
         let fork = self.create(NewSession {
@@ -289,7 +334,10 @@ impl Store {
             cwd: h.cwd.clone(),
             app_state: Some(h.app_state.clone()),
             lineage: Lineage {
-                forked_from: Some(ForkOrigin { session: source.id().clone(), entry: at.cloned() }),
+                forked_from: Some(ForkOrigin {
+                    session: source.id().clone(),
+                    entry: at.cloned(),
+                }),
                 parent: h.lineage.parent.clone(),
             },
         })?;
@@ -375,7 +423,9 @@ pub fn child_reference(child: &SessionId) -> crate::record::Block {
 ///
 /// A read error finding the first user message.
 pub fn summary_of(s: &Session) -> Result<SessionSummary, crate::error::ReadError> {
-    let first = s.first_user_message()?.map(|t| excerpt(&t, FIRST_MESSAGE_CHARS));
+    let first = s
+        .first_user_message()?
+        .map(|t| excerpt(&t, FIRST_MESSAGE_CHARS));
     Ok(SessionSummary {
         id: s.id().clone(),
         title: s.title(),
@@ -384,8 +434,18 @@ pub fn summary_of(s: &Session) -> Result<SessionSummary, crate::error::ReadError
         entries: s.entry_count() as u64,
         records: s.len(),
         first_message: first,
-        forked_from: s.header().lineage.forked_from.as_ref().map(|f| f.session.clone()),
-        parent: s.header().lineage.parent.as_ref().map(|p| p.session.clone()),
+        forked_from: s
+            .header()
+            .lineage
+            .forked_from
+            .as_ref()
+            .map(|f| f.session.clone()),
+        parent: s
+            .header()
+            .lineage
+            .parent
+            .as_ref()
+            .map(|p| p.session.clone()),
         phase: s.phase(),
         status: s.phase().status(s.is_writer()),
     })
@@ -426,10 +486,22 @@ pub fn excerpt(text: &str, max: usize) -> String {
 ///
 /// [`OpenError::NotASession`] when the file name is not `<session id>.jsonl`.
 pub fn locate_path(path: &Path) -> Result<(Store, SessionId), OpenError> {
-    let not = |problem: &str| OpenError::NotASession { location: path.display().to_string(), problem: problem.into() };
-    let name = path.file_name().and_then(|n| n.to_str()).ok_or_else(|| not("it has no file name"))?;
-    let stem = name.strip_suffix(".jsonl").ok_or_else(|| not("a session file is named <session id>.jsonl"))?;
-    let id = SessionId::parse(stem).map_err(|_| not("a session file is named <session id>.jsonl"))?;
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let not = |problem: &str| OpenError::NotASession {
+        location: path.display().to_string(),
+        problem: problem.into(),
+    };
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .ok_or_else(|| not("it has no file name"))?;
+    let stem = name
+        .strip_suffix(".jsonl")
+        .ok_or_else(|| not("a session file is named <session id>.jsonl"))?;
+    let id =
+        SessionId::parse(stem).map_err(|_| not("a session file is named <session id>.jsonl"))?;
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     Ok((Store::with_backend(Arc::new(FileBackend::new(dir))), id))
 }

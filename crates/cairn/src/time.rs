@@ -99,10 +99,20 @@ mod tests {
 
     #[test]
     fn parse_inverts_format() {
-        for ms in [0, 1, 999, 951_782_400_123, 1_795_999_942_001, 4_102_444_800_000] {
+        for ms in [
+            0,
+            1,
+            999,
+            951_782_400_123,
+            1_795_999_942_001,
+            4_102_444_800_000,
+        ] {
             assert_eq!(parse_millis(&format_millis(ms)), Some(ms));
         }
-        assert_eq!(parse_millis("2026-11-30T00:52:22Z"), Some(1_795_999_942_000));
+        assert_eq!(
+            parse_millis("2026-11-30T00:52:22Z"),
+            Some(1_795_999_942_000)
+        );
         assert_eq!(parse_millis("not a time"), None);
         assert_eq!(parse_millis("2026-13-30T00:52:22Z"), None);
     }

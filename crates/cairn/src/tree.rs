@@ -100,12 +100,24 @@ impl Tree {
     }
 
     /// Adds an entry; its parent must already be in the tree.
-    pub fn insert(&mut self, seq: u64, id: EntryId, parent: Option<&EntryId>, kind: Kind) -> Result<u32, Reject> {
+    pub fn insert(
+        &mut self,
+        seq: u64,
+        id: EntryId,
+        parent: Option<&EntryId>,
+        kind: Kind,
+    ) -> Result<u32, Reject> {
         let parent = self.check(&id, parent)?;
         let depth = parent.map_or(0, |p| self.nodes[p as usize].depth + 1);
         let n = self.nodes.len() as u32;
         self.by_id.insert(id.clone(), n);
-        self.nodes.push(Node { seq, id, parent, depth, kind });
+        self.nodes.push(Node {
+            seq,
+            id,
+            parent,
+            depth,
+            kind,
+        });
         Ok(n)
     }
 
@@ -123,7 +135,9 @@ impl Tree {
 
     /// The children of `n` (roots for `None`), in append order.
     pub fn children(&self, n: Option<u32>) -> Vec<u32> {
-        (0..self.nodes.len() as u32).filter(|&c| self.nodes[c as usize].parent == n).collect()
+        (0..self.nodes.len() as u32)
+            .filter(|&c| self.nodes[c as usize].parent == n)
+            .collect()
     }
 
     /// Resolves a full id or a unique id prefix.
@@ -143,12 +157,18 @@ impl Tree {
             [] => Err(LookupError::NotFound(query.to_owned())),
             [one] => Ok(*one),
             many => {
-                let mut candidates: Vec<String> =
-                    many.iter().take(10).map(|&n| self.nodes[n as usize].id.to_string()).collect();
+                let mut candidates: Vec<String> = many
+                    .iter()
+                    .take(10)
+                    .map(|&n| self.nodes[n as usize].id.to_string())
+                    .collect();
                 if many.len() > 10 {
                     candidates.push(format!("and {} more", many.len() - 10));
                 }
-                Err(LookupError::Ambiguous { query: query.to_owned(), candidates })
+                Err(LookupError::Ambiguous {
+                    query: query.to_owned(),
+                    candidates,
+                })
             }
         }
     }

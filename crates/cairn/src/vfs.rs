@@ -189,7 +189,10 @@ impl Vfs for StdVfs {
         Ok(Arc::new(StdFile(o.open(path)?)))
     }
     fn create_dir_all(&self, path: &Path) -> io::Result<()> {
-        fs::DirBuilder::new().recursive(true).mode(0o700).create(path)
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(path)
     }
     fn sync_dir(&self, path: &Path) -> io::Result<()> {
         File::open(path)?.sync_all()
@@ -263,7 +266,9 @@ pub fn read_all(vfs: &dyn Vfs, path: &Path) -> io::Result<Vec<u8>> {
 ///
 /// Any I/O error; `path` then still holds its old content.
 pub fn write_atomic(vfs: &dyn Vfs, path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let dir = path.parent().map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+    let dir = path
+        .parent()
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
     let mut rnd = [0u8; 4];
     crate::id::fill_random(&mut rnd);

@@ -76,7 +76,9 @@ fn estimate_block(b: &Block) -> usize {
     match b {
         Block::Text { text } => estimate_text(text),
         Block::Thinking { thinking, .. } => estimate_text(thinking),
-        Block::ToolCall { name, arguments, .. } => estimate_text(name) + estimate_text(&arguments.to_string()),
+        Block::ToolCall {
+            name, arguments, ..
+        } => estimate_text(name) + estimate_text(&arguments.to_string()),
         Block::ToolResult { content, .. } => 2 + content.iter().map(estimate_block).sum::<usize>(),
         // Providers bill images by size; a flat estimate keeps the heuristic simple.
         Block::Image { .. } => 1000,
@@ -97,14 +99,21 @@ pub struct ViewBuilder<'h> {
 
 impl std::fmt::Debug for ViewBuilder<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ViewBuilder").field("budget", &self.budget).finish_non_exhaustive()
+        f.debug_struct("ViewBuilder")
+            .field("budget", &self.budget)
+            .finish_non_exhaustive()
     }
 }
 
 impl<'h> ViewBuilder<'h> {
     /// A builder with a system prompt (or none).
     pub fn new(system: Option<String>) -> ViewBuilder<'h> {
-        ViewBuilder { system, budget: None, memory_role: Role::Developer, on_over_budget: None }
+        ViewBuilder {
+            system,
+            budget: None,
+            memory_role: Role::Developer,
+            on_over_budget: None,
+        }
     }
 
     /// The token budget.
@@ -147,7 +156,11 @@ impl<'h> ViewBuilder<'h> {
             tokens.context += estimate_message(cm.message());
             messages.push((Part::Context, cm.message().clone()));
         }
-        let view = ModelView { messages, tokens, budget: self.budget };
+        let view = ModelView {
+            messages,
+            tokens,
+            budget: self.budget,
+        };
         if view.over_budget()
             && let Some(hook) = self.on_over_budget.as_mut()
         {

@@ -14,8 +14,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use cairn::{
-    Access, Block, Durability, EffectClass, Message, NewSession, Outcome, Policy, Role,
-    SessionId, Status, Store, ToolOutput, ToolRunner, Verdict,
+    Access, Block, Durability, EffectClass, Message, NewSession, Outcome, Policy, Role, SessionId,
+    Status, Store, ToolOutput, ToolRunner, Verdict,
 };
 use serde_json::{Value, json};
 
@@ -35,7 +35,10 @@ const BOUNDARIES: &[&str] = &[
 ];
 
 fn counter(dir: &Path) -> u64 {
-    std::fs::read_to_string(dir.join("charges")).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0)
+    std::fs::read_to_string(dir.join("charges"))
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0)
 }
 
 /// The stand-in for a paid API: increments the counter durably.
@@ -53,7 +56,11 @@ struct Runner {
 
 impl ToolRunner for Runner {
     fn effect(&self, tool: &str) -> EffectClass {
-        if tool == "charge" { EffectClass::SideEffect } else { EffectClass::ReadOnly }
+        if tool == "charge" {
+            EffectClass::SideEffect
+        } else {
+            EffectClass::ReadOnly
+        }
     }
     fn run(&mut self, _call_id: &str, tool: &str, _arguments: &Value, _key: &str) -> ToolOutput {
         if tool == "charge" {
@@ -71,7 +78,9 @@ impl ToolRunner for Runner {
 #[test]
 #[ignore = "run by crash_at_every_boundary_is_recovered_with_at_most_one_charge as a child process"]
 fn crash_child() {
-    let Ok(dir) = std::env::var(CHILD_ENV) else { return };
+    let Ok(dir) = std::env::var(CHILD_ENV) else {
+        return;
+    };
     let dir = PathBuf::from(dir);
     let stop = std::env::var(STOP_ENV).unwrap_or_default();
     let out = std::io::stdout();
@@ -94,7 +103,12 @@ fn crash_child() {
     let s = store.open(&id, Access::Write).unwrap();
     // Buffered: T1 and T2 must still be synced by the operation API.
     s.set_durability(Durability::Buffered);
-    let op = s.start_operation(Message::text(Role::User, "charge me for panel 3 and show the balance")).unwrap();
+    let op = s
+        .start_operation(Message::text(
+            Role::User,
+            "charge me for panel 3 and show the balance",
+        ))
+        .unwrap();
     say(format!("ack {}", s.len() - 1));
     let ticket = op.model_attempt(Some("scripted"), Some("m1")).unwrap();
     say(format!("ack {}", s.len() - 1));
@@ -102,8 +116,16 @@ fn crash_child() {
     let reply = Message {
         role: Role::Assistant,
         content: vec![
-            Block::ToolCall { call_id: "c1".into(), name: "charge".into(), arguments: json!({"credits": 10}) },
-            Block::ToolCall { call_id: "c2".into(), name: "read".into(), arguments: json!({"what": "balance"}) },
+            Block::ToolCall {
+                call_id: "c1".into(),
+                name: "charge".into(),
+                arguments: json!({"credits": 10}),
+            },
+            Block::ToolCall {
+                call_id: "c2".into(),
+                name: "read".into(),
+                arguments: json!({"what": "balance"}),
+            },
         ],
         usage: None,
         model: Some("m1".into()),
@@ -128,9 +150,14 @@ fn crash_child() {
     say(format!("ack {}", s.len() - 1));
     boundary("after_t2");
     let t2 = op.dispatch_tool("c2", EffectClass::ReadOnly).unwrap();
-    op.record_result(t2, ToolOutput::text("balance: 10")).unwrap();
+    op.record_result(t2, ToolOutput::text("balance: 10"))
+        .unwrap();
     let ticket = op.model_attempt(Some("scripted"), Some("m1")).unwrap();
-    op.record_assistant(ticket, Message::text(Role::Assistant, "Done: charged once.")).unwrap();
+    op.record_assistant(
+        ticket,
+        Message::text(Role::Assistant, "Done: charged once."),
+    )
+    .unwrap();
     op.finish(Outcome::Completed, None).unwrap();
     say(format!("ack {}", s.len() - 1));
     boundary("done");
@@ -157,7 +184,13 @@ fn crash_at_every_boundary_is_recovered_with_at_most_one_charge() {
         std::fs::write(dir.join("id"), id.as_str()).unwrap();
 
         let mut child = Command::new(&exe)
-            .args(["--exact", "crash_child", "--ignored", "--nocapture", "--test-threads=1"])
+            .args([
+                "--exact",
+                "crash_child",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env(CHILD_ENV, &dir)
             .env(STOP_ENV, boundary)
             .stdin(Stdio::piped())
@@ -179,7 +212,15 @@ fn crash_at_every_boundary_is_recovered_with_at_most_one_charge() {
         }
         assert!(reached, "the child never reached {boundary}");
         if boundary != "done" {
-            assert_eq!(store.status(&id).unwrap(), if boundary == "during_approval" { Status::Paused } else { Status::Running }, "{boundary}: status while the writer is alive");
+            assert_eq!(
+                store.status(&id).unwrap(),
+                if boundary == "during_approval" {
+                    Status::Paused
+                } else {
+                    Status::Running
+                },
+                "{boundary}: status while the writer is alive"
+            );
         }
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();
@@ -188,9 +229,17 @@ fn crash_at_every_boundary_is_recovered_with_at_most_one_charge() {
         let status = store.status(&id).unwrap();
         let s = store.open(&id, Access::Write).unwrap();
         let acked = acked.expect("the child acknowledged records");
-        assert!(s.len() > acked, "{boundary}: acknowledged record {acked} lost (session has {})", s.len());
+        assert!(
+            s.len() > acked,
+            "{boundary}: acknowledged record {acked} lost (session has {})",
+            s.len()
+        );
         let verdict = s.verdict();
-        assert_eq!(verdict.name(), expected_verdict(boundary), "{boundary}: {verdict:?}");
+        assert_eq!(
+            verdict.name(),
+            expected_verdict(boundary),
+            "{boundary}: {verdict:?}"
+        );
         match boundary {
             "during_approval" => assert_eq!(status, Status::Paused),
             "done" => assert_eq!(status, Status::Succeeded),
@@ -205,29 +254,45 @@ fn crash_at_every_boundary_is_recovered_with_at_most_one_charge() {
         let mut runner = Runner { dir: dir.clone() };
         let report = cairn::recover(&s, Policy::default(), Some(&mut runner)).unwrap();
         let charges = counter(&dir);
-        assert!(charges <= 1, "{boundary}: charged {charges} times ({report:?})");
+        assert!(
+            charges <= 1,
+            "{boundary}: charged {charges} times ({report:?})"
+        );
         if matches!(boundary, "after_t1" | "in_tool_after_effect" | "before_t2") {
-            assert_eq!(charges, charges_before, "{boundary}: a SideEffect call was re-run by recovery");
+            assert_eq!(
+                charges, charges_before,
+                "{boundary}: a SideEffect call was re-run by recovery"
+            );
         }
         // After recovery the provider would accept the history.
         let ctx = s.context();
         for m in ctx.messages() {
             for (call_id, _, _) in m.message().tool_calls() {
-                let answered = ctx.messages().iter().any(|r| r.message().tool_results().any(|c| c == call_id));
-                assert!(answered, "{boundary}: call {call_id} has no result after recovery: {report:?}");
+                let answered = ctx
+                    .messages()
+                    .iter()
+                    .any(|r| r.message().tool_results().any(|c| c == call_id));
+                assert!(
+                    answered,
+                    "{boundary}: call {call_id} has no result after recovery: {report:?}"
+                );
             }
         }
         if boundary == "in_tool_after_effect" || boundary == "before_t2" || boundary == "after_t1" {
             let unknown = ctx.messages().iter().any(|m| {
                 m.message().content.iter().any(|b| matches!(b, Block::ToolResult { code: Some(c), .. } if c == cairn::journal::TOOL_OUTCOME_UNKNOWN))
             });
-            assert!(unknown, "{boundary}: the SideEffect call was not recorded as unknown");
+            assert!(
+                unknown,
+                "{boundary}: the SideEffect call was not recorded as unknown"
+            );
         }
         if boundary == "during_model_call" {
             // Retry the model call: the new attempt gets a new preallocated id.
             let op = s.resume_operation().unwrap();
             let ticket = op.model_attempt(None, None).unwrap();
-            op.record_assistant(ticket, Message::text(Role::Assistant, "retried")).unwrap();
+            op.record_assistant(ticket, Message::text(Role::Assistant, "retried"))
+                .unwrap();
             op.finish(Outcome::Completed, None).unwrap();
             assert_eq!(s.verdict().name(), "Finished");
         }

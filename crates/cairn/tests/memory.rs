@@ -20,19 +20,33 @@ use proptest::prelude::*;
 use serde_json::{Value, json};
 
 fn small_config() -> MemoryConfig {
-    MemoryConfig { max_items: 3, max_chars: 700, checkpoint_every: 4, ..MemoryConfig::default() }
+    MemoryConfig {
+        max_items: 3,
+        max_chars: 700,
+        checkpoint_every: 4,
+        ..MemoryConfig::default()
+    }
 }
 
 fn branch_memory(s: &Session, config: &MemoryConfig) -> SessionMemory {
     let leaf = s.context().leaf().cloned();
-    let entries: Vec<_> = s.branch_entries(leaf.as_ref()).unwrap().into_iter().map(|(e, _)| e).collect();
+    let entries: Vec<_> = s
+        .branch_entries(leaf.as_ref())
+        .unwrap()
+        .into_iter()
+        .map(|(e, _)| e)
+        .collect();
     SessionMemory::derive(&entries, config)
 }
 
 fn call(id: &str, tool: &str, args: Value) -> Message {
     Message {
         role: Role::Assistant,
-        content: vec![Block::ToolCall { call_id: id.into(), name: tool.into(), arguments: args }],
+        content: vec![Block::ToolCall {
+            call_id: id.into(),
+            name: tool.into(),
+            arguments: args,
+        }],
         usage: None,
         model: None,
         stop_reason: None,
@@ -42,7 +56,12 @@ fn call(id: &str, tool: &str, args: Value) -> Message {
 fn result(id: &str, text: &str, is_error: bool) -> Message {
     Message {
         role: Role::Tool,
-        content: vec![Block::ToolResult { call_id: id.into(), content: vec![Block::Text { text: text.into() }], is_error, code: None }],
+        content: vec![Block::ToolResult {
+            call_id: id.into(),
+            content: vec![Block::Text { text: text.into() }],
+            is_error,
+            code: None,
+        }],
         usage: None,
         model: None,
         stop_reason: None,
@@ -52,7 +71,11 @@ fn result(id: &str, text: &str, is_error: bool) -> Message {
 #[derive(Debug, Clone)]
 enum Op {
     User(String),
-    Tool { tool: &'static str, arg: &'static str, ok: bool },
+    Tool {
+        tool: &'static str,
+        arg: &'static str,
+        ok: bool,
+    },
     Todos(Vec<(String, bool)>),
     PatchTodos(Option<Vec<String>>),
     Setting(&'static str),
@@ -140,9 +163,21 @@ fn memory_follows_the_branch_after_a_checkout() {
     let backend = MemoryBackend::new();
     let s = Session::create(&backend, NewSession::default()).unwrap();
     s.enable_memory(MemoryConfig::default()).unwrap();
-    let first = s.append(EntryBody::Message(Message::text(Role::User, "draw panel 1"))).unwrap();
-    s.append(EntryBody::Message(Message::text(Role::User, "side plot: the wrong pill"))).unwrap();
-    assert_eq!(s.memory().unwrap().goal.unwrap().text, "side plot: the wrong pill");
+    let first = s
+        .append(EntryBody::Message(Message::text(
+            Role::User,
+            "draw panel 1",
+        )))
+        .unwrap();
+    s.append(EntryBody::Message(Message::text(
+        Role::User,
+        "side plot: the wrong pill",
+    )))
+    .unwrap();
+    assert_eq!(
+        s.memory().unwrap().goal.unwrap().text,
+        "side plot: the wrong pill"
+    );
     s.checkout(first.id.as_ref(), None).unwrap();
     let m = s.memory().unwrap();
     assert_eq!(m.goal.unwrap().text, "draw panel 1");
@@ -158,36 +193,89 @@ fn golden_memory_of_a_realistic_session_reads_well_and_stays_bounded() {
     let config = MemoryConfig::default();
     s.enable_memory(config.clone()).unwrap();
     let add = |id: &str, body: EntryBody| {
-        s.append_entry(NewEntry { id: Some(EntryId::parse(id).unwrap()), parent: Parent::Leaf, body }).unwrap();
+        s.append_entry(NewEntry {
+            id: Some(EntryId::parse(id).unwrap()),
+            parent: Parent::Leaf,
+            body,
+        })
+        .unwrap();
     };
     let msg = |m: Message| EntryBody::Message(m);
-    add("u1", msg(Message::text(Role::User, "Fix the off-by-one in the pager and make the tests pass")));
-    add("s1", EntryBody::AppState(AppStateChange::Set(json!({"todos": [
-        {"text": "reproduce the bug", "done": false},
-        {"text": "fix pager.rs", "done": false},
-        {"text": "run the tests", "done": false}
-    ]}))));
-    add("a1", msg(call("c1", "read_file", json!({"path": "src/pager.rs"}))));
+    add(
+        "u1",
+        msg(Message::text(
+            Role::User,
+            "Fix the off-by-one in the pager and make the tests pass",
+        )),
+    );
+    add(
+        "s1",
+        EntryBody::AppState(AppStateChange::Set(json!({"todos": [
+            {"text": "reproduce the bug", "done": false},
+            {"text": "fix pager.rs", "done": false},
+            {"text": "run the tests", "done": false}
+        ]}))),
+    );
+    add(
+        "a1",
+        msg(call("c1", "read_file", json!({"path": "src/pager.rs"}))),
+    );
     add("r1", msg(result("c1", "fn page(...)", false)));
-    add("a2", msg(call("c2", "edit_file", json!({"path": "src/pager.rs"}))));
+    add(
+        "a2",
+        msg(call("c2", "edit_file", json!({"path": "src/pager.rs"}))),
+    );
     add("r2", msg(result("c2", "applied 1 edit", false)));
-    add("a3", msg(call("c3", "bash", json!({"command": "cargo test"}))));
-    add("r3", msg(result("c3", "test pager::last_page ... FAILED\n1 failed", true)));
-    add("d1", EntryBody::Custom(Custom { namespace: "agent.decision".into(), visible: false, content: json!("use saturating_sub instead of a manual check") }));
-    add("a4", msg(call("c4", "edit_file", json!({"path": "src/pager.rs"}))));
+    add(
+        "a3",
+        msg(call("c3", "bash", json!({"command": "cargo test"}))),
+    );
+    add(
+        "r3",
+        msg(result(
+            "c3",
+            "test pager::last_page ... FAILED\n1 failed",
+            true,
+        )),
+    );
+    add(
+        "d1",
+        EntryBody::Custom(Custom {
+            namespace: "agent.decision".into(),
+            visible: false,
+            content: json!("use saturating_sub instead of a manual check"),
+        }),
+    );
+    add(
+        "a4",
+        msg(call("c4", "edit_file", json!({"path": "src/pager.rs"}))),
+    );
     add("r4", msg(result("c4", "applied 1 edit", false)));
     // A side branch: an experiment that gets abandoned.
-    add("a5", msg(call("c5", "bash", json!({"command": "rm -rf target"}))));
+    add(
+        "a5",
+        msg(call("c5", "bash", json!({"command": "rm -rf target"}))),
+    );
     add("r5", msg(result("c5", "", false)));
-    s.checkout(Some(&EntryId::parse("r4").unwrap()), Some("cleaning target/ was not needed".into())).unwrap();
+    s.checkout(
+        Some(&EntryId::parse("r4").unwrap()),
+        Some("cleaning target/ was not needed".into()),
+    )
+    .unwrap();
     let checkout = s.leaf().unwrap();
-    add("a6", msg(call("c6", "bash", json!({"command": "cargo test"}))));
+    add(
+        "a6",
+        msg(call("c6", "bash", json!({"command": "cargo test"}))),
+    );
     add("r6", msg(result("c6", "test result: ok. 12 passed", false)));
-    add("s2", EntryBody::AppState(AppStateChange::Patch(json!({"todos": [
-        {"text": "reproduce the bug", "done": true},
-        {"text": "fix pager.rs", "done": true},
-        {"text": "run the tests", "done": true}
-    ]}))));
+    add(
+        "s2",
+        EntryBody::AppState(AppStateChange::Patch(json!({"todos": [
+            {"text": "reproduce the bug", "done": true},
+            {"text": "fix pager.rs", "done": true},
+            {"text": "run the tests", "done": true}
+        ]}))),
+    );
     let m = s.memory().unwrap();
     assert_eq!(m, branch_memory(&s, &config));
     let expected = format!(
@@ -211,24 +299,44 @@ Verification: bash `cargo test` passed [a6, r6]
     );
     assert_eq!(m.render(), expected);
     assert!(m.render().chars().count() <= config.max_chars);
-    assert!(!m.render().contains("rm -rf"), "the abandoned branch does not leak into memory");
+    assert!(
+        !m.render().contains("rm -rf"),
+        "the abandoned branch does not leak into memory"
+    );
 }
 
 #[test]
 fn old_items_are_dropped_and_counted_to_stay_under_the_bound() {
     let backend = MemoryBackend::new();
     let s = Session::create(&backend, NewSession::default()).unwrap();
-    let config = MemoryConfig { max_items: 4, max_chars: 500, ..MemoryConfig::default() };
+    let config = MemoryConfig {
+        max_items: 4,
+        max_chars: 500,
+        ..MemoryConfig::default()
+    };
     s.enable_memory(config.clone()).unwrap();
     for i in 0..40 {
         let cid = format!("c{i}");
-        s.append(EntryBody::Message(call(&cid, "write_file", json!({"path": format!("src/file_{i}_with_a_long_name.rs")})))).unwrap();
-        s.append(EntryBody::Message(result(&cid, "ok", false))).unwrap();
+        s.append(EntryBody::Message(call(
+            &cid,
+            "write_file",
+            json!({"path": format!("src/file_{i}_with_a_long_name.rs")}),
+        )))
+        .unwrap();
+        s.append(EntryBody::Message(result(&cid, "ok", false)))
+            .unwrap();
     }
     let m = s.memory().unwrap();
-    assert!(m.render().chars().count() <= config.max_chars, "{}", m.render());
+    assert!(
+        m.render().chars().count() <= config.max_chars,
+        "{}",
+        m.render()
+    );
     assert_eq!(m.completed.items.len() as u64 + m.completed.dropped, 40);
-    assert!(m.completed.items.back().unwrap().text.contains("file_39"), "the newest items are kept");
+    assert!(
+        m.completed.items.back().unwrap().text.contains("file_39"),
+        "the newest items are kept"
+    );
     assert!(m.render().contains("earlier not shown"));
 }
 
@@ -237,7 +345,11 @@ fn the_view_puts_memory_after_the_system_prompt_and_reports_the_budget() {
     let backend = MemoryBackend::new();
     let s = Session::create(&backend, NewSession::default()).unwrap();
     s.enable_memory(MemoryConfig::default()).unwrap();
-    s.append(EntryBody::Message(Message::text(Role::User, "hello ".repeat(100)))).unwrap();
+    s.append(EntryBody::Message(Message::text(
+        Role::User,
+        "hello ".repeat(100),
+    )))
+    .unwrap();
     let memory = s.memory().unwrap();
     let ctx = s.context();
     let calls = Arc::new(std::sync::Mutex::new(0));
@@ -249,7 +361,11 @@ fn the_view_puts_memory_after_the_system_prompt_and_reports_the_budget() {
     let parts: Vec<Part> = view.messages.iter().map(|(p, _)| *p).collect();
     assert_eq!(parts, vec![Part::System, Part::Memory, Part::Context]);
     assert_eq!(view.messages[1].1.role, Role::Developer);
-    assert!(view.tokens.context >= 150, "600 characters are about 150 tokens: {:?}", view.tokens);
+    assert!(
+        view.tokens.context >= 150,
+        "600 characters are about 150 tokens: {:?}",
+        view.tokens
+    );
     assert!(view.over_budget());
     assert_eq!(*calls.lock().unwrap(), 1);
     let mut roomy = ViewBuilder::new(None).budget(10_000);

@@ -26,7 +26,10 @@ use serde_json::{Value, json};
 
 /// DESIGN.md's table, evaluated directly over decoded records.
 fn oracle(records: &[Body]) -> &'static str {
-    let Some(start) = records.iter().rposition(|r| matches!(r, Body::Op(OpRecord::OpStarted(_)))) else {
+    let Some(start) = records
+        .iter()
+        .rposition(|r| matches!(r, Body::Op(OpRecord::OpStarted(_))))
+    else {
         return "Ready";
     };
     let op = &records[start..];
@@ -41,7 +44,9 @@ fn oracle(records: &[Body]) -> &'static str {
         .iter()
         .filter_map(|r| match r {
             Body::Entry(e) => match &e.body {
-                EntryBody::Message(m) => Some(m.tool_results().map(str::to_owned).collect::<Vec<_>>()),
+                EntryBody::Message(m) => {
+                    Some(m.tool_results().map(str::to_owned).collect::<Vec<_>>())
+                }
                 _ => None,
             },
             _ => None,
@@ -51,14 +56,22 @@ fn oracle(records: &[Body]) -> &'static str {
     let dispatched: Vec<(String, String)> = op
         .iter()
         .filter_map(|r| match r {
-            Body::Op(OpRecord::ToolDispatched(t)) => Some((t.call_id.clone(), t.result_entry.to_string())),
+            Body::Op(OpRecord::ToolDispatched(t)) => {
+                Some((t.call_id.clone(), t.result_entry.to_string()))
+            }
             _ => None,
         })
         .collect();
-    if dispatched.iter().any(|(_, result)| !entry_ids.contains(result)) {
+    if dispatched
+        .iter()
+        .any(|(_, result)| !entry_ids.contains(result))
+    {
         return "IndeterminateTool";
     }
-    if op.iter().any(|r| matches!(r, Body::Op(OpRecord::OpFinished(_)))) {
+    if op
+        .iter()
+        .any(|r| matches!(r, Body::Op(OpRecord::OpFinished(_))))
+    {
         return "Finished";
     }
     let requested: Vec<&str> = op
@@ -94,7 +107,9 @@ fn oracle(records: &[Body]) -> &'static str {
     });
     if let Some(m) = last_assistant {
         let dispatched: HashSet<&str> = dispatched.iter().map(|(c, _)| c.as_str()).collect();
-        if m.tool_calls().any(|(c, _, _)| !dispatched.contains(c) && !answered.contains(c)) {
+        if m.tool_calls()
+            .any(|(c, _, _)| !dispatched.contains(c) && !answered.contains(c))
+        {
             return "ToolsNotStarted";
         }
     }
@@ -102,14 +117,21 @@ fn oracle(records: &[Body]) -> &'static str {
 }
 
 fn decoded(lines: &[Vec<u8>]) -> Vec<Body> {
-    lines.iter().map(|l| cairn::frame::decode_line(l).unwrap().2).collect()
+    lines
+        .iter()
+        .map(|l| cairn::frame::decode_line(l).unwrap().2)
+        .collect()
 }
 
 fn every_call_answered(s: &Session) -> Result<(), String> {
     let ctx = s.context();
     for m in ctx.messages() {
         for (call_id, _, _) in m.message().tool_calls() {
-            if !ctx.messages().iter().any(|r| r.message().tool_results().any(|c| c == call_id)) {
+            if !ctx
+                .messages()
+                .iter()
+                .any(|r| r.message().tool_results().any(|c| c == call_id))
+            {
                 return Err(format!("call {call_id} has no result"));
             }
         }
@@ -155,7 +177,10 @@ struct OpPlan {
 }
 
 fn call_plan() -> impl Strategy<Value = CallPlan> {
-    (prop_oneof![Just("read"), Just("put"), Just("bash")], prop_oneof![Just(None), Just(Some(true)), Just(Some(false))])
+    (
+        prop_oneof![Just("read"), Just("put"), Just("bash")],
+        prop_oneof![Just(None), Just(Some(true)), Just(Some(false))],
+    )
         .prop_map(|(tool, approval)| CallPlan { tool, approval })
 }
 
@@ -163,15 +188,25 @@ fn op_plan() -> impl Strategy<Value = OpPlan> {
     (
         0usize..2,
         prop::collection::vec(call_plan(), 0..4),
-        prop_oneof![Just(Outcome::Completed), Just(Outcome::Failed), Just(Outcome::Aborted)],
+        prop_oneof![
+            Just(Outcome::Completed),
+            Just(Outcome::Failed),
+            Just(Outcome::Aborted)
+        ],
     )
-        .prop_map(|(interrupted_attempts, calls, outcome)| OpPlan { interrupted_attempts, calls, outcome })
+        .prop_map(|(interrupted_attempts, calls, outcome)| OpPlan {
+            interrupted_attempts,
+            calls,
+            outcome,
+        })
 }
 
 /// Runs the plans through the operation API, as an agent loop would.
 fn run_plans(s: &Session, plans: &[OpPlan]) {
     for (n, plan) in plans.iter().enumerate() {
-        let op = s.start_operation(Message::text(Role::User, format!("task {n}"))).unwrap();
+        let op = s
+            .start_operation(Message::text(Role::User, format!("task {n}")))
+            .unwrap();
         for _ in 0..plan.interrupted_attempts {
             let _lost = op.model_attempt(Some("p"), Some("m")).unwrap();
         }
@@ -180,15 +215,26 @@ fn run_plans(s: &Session, plans: &[OpPlan]) {
             .calls
             .iter()
             .enumerate()
-            .map(|(i, c)| Block::ToolCall { call_id: format!("o{n}c{i}"), name: c.tool.into(), arguments: json!({"i": i}) })
+            .map(|(i, c)| Block::ToolCall {
+                call_id: format!("o{n}c{i}"),
+                name: c.tool.into(),
+                arguments: json!({"i": i}),
+            })
             .collect();
-        let reply = Message { role: Role::Assistant, content, usage: None, model: Some("m".into()), stop_reason: None };
+        let reply = Message {
+            role: Role::Assistant,
+            content,
+            usage: None,
+            model: Some("m".into()),
+            stop_reason: None,
+        };
         op.record_assistant(ticket, reply).unwrap();
         for (i, c) in plan.calls.iter().enumerate() {
             let call_id = format!("o{n}c{i}");
             if let Some(approved) = c.approval {
                 op.request_approval(&call_id, c.tool).unwrap();
-                op.resolve_approval(&call_id, approved, Some("test")).unwrap();
+                op.resolve_approval(&call_id, approved, Some("test"))
+                    .unwrap();
                 if !approved {
                     op.deny(&call_id, "denied").unwrap();
                     continue;
@@ -198,7 +244,8 @@ fn run_plans(s: &Session, plans: &[OpPlan]) {
             op.record_result(t, ToolOutput::text("ok")).unwrap();
         }
         let ticket = op.model_attempt(Some("p"), Some("m")).unwrap();
-        op.record_assistant(ticket, Message::text(Role::Assistant, "done")).unwrap();
+        op.record_assistant(ticket, Message::text(Role::Assistant, "done"))
+            .unwrap();
         op.finish(plan.outcome, None).unwrap();
     }
 }
@@ -208,30 +255,54 @@ fn check_prefix(lines: &[Vec<u8>], id: &cairn::SessionId) -> Result<(), TestCase
     backend.put_raw(id, lines.to_vec());
     let s = Session::open(&backend, id, Access::Write).unwrap();
     let v = s.verdict();
-    prop_assert_eq!(v.name(), oracle(&decoded(lines)), "prefix of {} records: {:?}", lines.len(), v);
+    prop_assert_eq!(
+        v.name(),
+        oracle(&decoded(lines)),
+        "prefix of {} records: {:?}",
+        lines.len(),
+        v
+    );
     let mut runner = CountingRunner { runs: Vec::new() };
     let report = cairn::recover(&s, Policy::default(), Some(&mut runner)).unwrap();
     if let Err(e) = every_call_answered(&s) {
-        return Err(TestCaseError::fail(format!("{e} after recovery at prefix {}: {report:?}", lines.len())));
+        return Err(TestCaseError::fail(format!(
+            "{e} after recovery at prefix {}: {report:?}",
+            lines.len()
+        )));
     }
     prop_assert!(
-        matches!(report.after, Verdict::Finished { .. } | Verdict::Ready { .. } | Verdict::ProviderInterrupted { .. }),
+        matches!(
+            report.after,
+            Verdict::Finished { .. } | Verdict::Ready { .. } | Verdict::ProviderInterrupted { .. }
+        ),
         "recovery left {:?}",
         report.after
     );
     // A call a person denied is never run by recovery.
     if let Verdict::ToolsNotStarted { calls, .. } = &report.before {
         for c in calls.iter().filter(|c| c.denied) {
-            prop_assert!(!runner.runs.iter().any(|(id, _)| id == &c.call_id), "ran denied call {}", c.call_id);
+            prop_assert!(
+                !runner.runs.iter().any(|(id, _)| id == &c.call_id),
+                "ran denied call {}",
+                c.call_id
+            );
         }
     }
     // A SideEffect call is never re-run by the default policy.
     if let Verdict::IndeterminateTool { calls, .. } = &report.before {
         for c in calls.iter().filter(|c| c.effect == EffectClass::SideEffect) {
-            prop_assert!(!runner.runs.iter().any(|(id, _)| id == &c.call_id), "re-ran side effect {}", c.call_id);
+            prop_assert!(
+                !runner.runs.iter().any(|(id, _)| id == &c.call_id),
+                "re-ran side effect {}",
+                c.call_id
+            );
         }
         for c in calls.iter().filter(|c| c.effect != EffectClass::SideEffect) {
-            prop_assert!(runner.runs.contains(&(c.call_id.clone(), c.key.clone())), "{} not re-run with its key", c.call_id);
+            prop_assert!(
+                runner.runs.contains(&(c.call_id.clone(), c.key.clone())),
+                "{} not re-run with its key",
+                c.call_id
+            );
         }
     }
     Ok(())
@@ -334,26 +405,47 @@ impl Vfs for RecVfs {
 fn t1_is_synced_before_dispatch_returns_even_under_buffered_durability() {
     let tmp = tempfile::tempdir().unwrap();
     let rec = Arc::new(Recording::default());
-    let backend = cairn::FileBackend::with_vfs(tmp.path().join("sessions"), Arc::new(RecVfs(rec.clone())));
+    let backend =
+        cairn::FileBackend::with_vfs(tmp.path().join("sessions"), Arc::new(RecVfs(rec.clone())));
     let store = Store::with_backend(Arc::new(backend));
     let s = store.create(NewSession::default()).unwrap();
     s.set_durability(Durability::Buffered);
     let op = s.start_operation(Message::text(Role::User, "go")).unwrap();
     let ticket = op.model_attempt(None, None).unwrap();
-    let call = Block::ToolCall { call_id: "c1".into(), name: "bash".into(), arguments: json!({"cmd": "rm -rf build"}) };
-    let reply = Message { role: Role::Assistant, content: vec![call], usage: None, model: None, stop_reason: None };
+    let call = Block::ToolCall {
+        call_id: "c1".into(),
+        name: "bash".into(),
+        arguments: json!({"cmd": "rm -rf build"}),
+    };
+    let reply = Message {
+        role: Role::Assistant,
+        content: vec![call],
+        usage: None,
+        model: None,
+        stop_reason: None,
+    };
     op.record_assistant(ticket, reply).unwrap();
     // Buffered appends so far: no sync after the header's.
     let before = rec.events.lock().unwrap().clone();
-    assert!(matches!(before.last(), Some(Event::Write(_))), "buffered appends are not synced: {before:?}");
+    assert!(
+        matches!(before.last(), Some(Event::Write(_))),
+        "buffered appends are not synced: {before:?}"
+    );
     rec.events.lock().unwrap().clear();
     let t = op.dispatch_tool("c1", EffectClass::SideEffect).unwrap();
     // The tool may start now: T1 must be written and then synced.
-    assert_eq!(*rec.events.lock().unwrap(), vec![Event::Write(rec_len(&s)), Event::Sync]);
+    assert_eq!(
+        *rec.events.lock().unwrap(),
+        vec![Event::Write(rec_len(&s)), Event::Sync]
+    );
     rec.events.lock().unwrap().clear();
     op.record_result(t, ToolOutput::text("done")).unwrap();
     let ev = rec.events.lock().unwrap().clone();
-    assert_eq!(ev.last(), Some(&Event::Sync), "T2 is durable by default: {ev:?}");
+    assert_eq!(
+        ev.last(),
+        Some(&Event::Sync),
+        "T2 is durable by default: {ev:?}"
+    );
 }
 
 fn rec_len(s: &Session) -> usize {
@@ -368,8 +460,18 @@ fn session_with_call(tool: &str) -> (MemoryBackend, Session) {
     {
         let op = s.start_operation(Message::text(Role::User, "go")).unwrap();
         let ticket = op.model_attempt(None, None).unwrap();
-        let call = Block::ToolCall { call_id: "c1".into(), name: tool.into(), arguments: json!({}) };
-        let reply = Message { role: Role::Assistant, content: vec![call], usage: None, model: None, stop_reason: None };
+        let call = Block::ToolCall {
+            call_id: "c1".into(),
+            name: tool.into(),
+            arguments: json!({}),
+        };
+        let reply = Message {
+            role: Role::Assistant,
+            content: vec![call],
+            usage: None,
+            model: None,
+            stop_reason: None,
+        };
         op.record_assistant(ticket, reply).unwrap();
     }
     (backend, s)
@@ -392,10 +494,15 @@ fn an_assistant_entry_must_use_its_preallocated_id() {
     let msg = is_invalid(s.append(EntryBody::Message(Message::text(Role::Assistant, "sneaky"))));
     assert!(msg.contains(ticket.entry().as_str()), "{msg}");
     // The reserved id cannot be taken by another kind of entry either.
-    let other = NewEntry { id: Some(ticket.entry().clone()), parent: Parent::Leaf, body: EntryBody::Message(Message::text(Role::User, "x")) };
+    let other = NewEntry {
+        id: Some(ticket.entry().clone()),
+        parent: Parent::Leaf,
+        body: EntryBody::Message(Message::text(Role::User, "x")),
+    };
     is_invalid(s.append_entry(other));
     assert_eq!(s.len(), n, "nothing was written");
-    op.record_assistant(ticket, Message::text(Role::Assistant, "ok")).unwrap();
+    op.record_assistant(ticket, Message::text(Role::Assistant, "ok"))
+        .unwrap();
 }
 
 #[test]
@@ -406,8 +513,19 @@ fn a_dispatched_call_is_answered_only_under_its_result_id() {
     // A second dispatch of the same call is refused (a ticket is used once).
     is_invalid(op.dispatch_tool("c1", EffectClass::SideEffect));
     // A result for it appended around the ticket is refused.
-    let block = Block::ToolResult { call_id: "c1".into(), content: vec![], is_error: false, code: None };
-    let rogue = Message { role: Role::Tool, content: vec![block], usage: None, model: None, stop_reason: None };
+    let block = Block::ToolResult {
+        call_id: "c1".into(),
+        content: vec![],
+        is_error: false,
+        code: None,
+    };
+    let rogue = Message {
+        role: Role::Tool,
+        content: vec![block],
+        usage: None,
+        model: None,
+        stop_reason: None,
+    };
     let msg = is_invalid(s.append(EntryBody::Message(rogue)));
     assert!(msg.contains(t.result_entry().as_str()), "{msg}");
     op.record_result(t, ToolOutput::text("ok")).unwrap();
@@ -422,12 +540,15 @@ fn a_ticket_of_another_operation_is_refused() {
     let t = op.dispatch_tool("c1", EffectClass::SideEffect).unwrap();
     op.record_result(t, ToolOutput::text("ok")).unwrap();
     let ticket = op.model_attempt(None, None).unwrap();
-    op.record_assistant(ticket, Message::text(Role::Assistant, "done")).unwrap();
+    op.record_assistant(ticket, Message::text(Role::Assistant, "done"))
+        .unwrap();
     op.finish(Outcome::Completed, None).unwrap();
     let (_b2, other) = session_with_call("read");
     let op2 = other.resume_operation().unwrap();
     let t2 = op2.dispatch_tool("c1", EffectClass::ReadOnly).unwrap();
-    let op1 = s.start_operation(Message::text(Role::User, "again")).unwrap();
+    let op1 = s
+        .start_operation(Message::text(Role::User, "again"))
+        .unwrap();
     is_invalid(op1.record_result(t2, ToolOutput::text("x")));
 }
 
@@ -435,7 +556,11 @@ fn a_ticket_of_another_operation_is_refused() {
 fn only_one_operation_is_open_at_a_time() {
     let (_b, s) = session_with_call("bash");
     is_invalid(s.start_operation(Message::text(Role::User, "second")));
-    is_invalid(s.append_op(OpRecord::OpFinished(cairn::record::OpFinished { op: "op-9".into(), outcome: Outcome::Completed, error: None })));
+    is_invalid(s.append_op(OpRecord::OpFinished(cairn::record::OpFinished {
+        op: "op-9".into(),
+        outcome: Outcome::Completed,
+        error: None,
+    })));
 }
 
 #[test]
@@ -443,7 +568,9 @@ fn recovery_never_reruns_a_side_effect_without_a_person() {
     let (_b, s) = session_with_call("bash");
     let op = s.resume_operation().unwrap();
     let _t = op.dispatch_tool("c1", EffectClass::SideEffect).unwrap();
-    let Verdict::IndeterminateTool { calls, .. } = s.verdict() else { panic!("{:?}", s.verdict()) };
+    let Verdict::IndeterminateTool { calls, .. } = s.verdict() else {
+        panic!("{:?}", s.verdict())
+    };
     let msg = is_invalid(op.rerun(&calls[0]));
     assert!(msg.contains("side effects"), "{msg}");
     // A person may decide to re-run it; the decision is recorded.
@@ -461,14 +588,34 @@ fn idempotency_key_is_the_same_after_a_restart() {
     let id = s.id().clone();
     let op = s.start_operation(Message::text(Role::User, "go")).unwrap();
     let ticket = op.model_attempt(None, None).unwrap();
-    let call = Block::ToolCall { call_id: "c1".into(), name: "put".into(), arguments: json!({"k": 1}) };
-    op.record_assistant(ticket, Message { role: Role::Assistant, content: vec![call], usage: None, model: None, stop_reason: None }).unwrap();
-    let key = op.dispatch_tool("c1", EffectClass::Idempotent).unwrap().key().to_owned();
+    let call = Block::ToolCall {
+        call_id: "c1".into(),
+        name: "put".into(),
+        arguments: json!({"k": 1}),
+    };
+    op.record_assistant(
+        ticket,
+        Message {
+            role: Role::Assistant,
+            content: vec![call],
+            usage: None,
+            model: None,
+            stop_reason: None,
+        },
+    )
+    .unwrap();
+    let key = op
+        .dispatch_tool("c1", EffectClass::Idempotent)
+        .unwrap()
+        .key()
+        .to_owned();
     drop(op);
     drop(s);
     for _ in 0..3 {
         let s = store.open(&id, Access::Write).unwrap();
-        let Verdict::IndeterminateTool { calls, .. } = s.verdict() else { panic!() };
+        let Verdict::IndeterminateTool { calls, .. } = s.verdict() else {
+            panic!()
+        };
         assert_eq!(calls[0].key, key);
         assert_eq!(cairn::journal::idempotency_key(&id, "op-2", "c1"), key);
     }
@@ -494,14 +641,19 @@ fn status_follows_the_last_operation() {
     op.resolve_approval("c9", false, None).unwrap();
     op.finish(Outcome::Failed, Some("boom".into())).unwrap();
     assert_eq!(store.status(&id).unwrap(), Status::Failed);
-    let op = s.start_operation(Message::text(Role::User, "again")).unwrap();
+    let op = s
+        .start_operation(Message::text(Role::User, "again"))
+        .unwrap();
     drop(op);
     drop(s);
     assert_eq!(store.status(&id).unwrap(), Status::Interrupted);
     let listed = store.list().unwrap();
     assert_eq!(listed[0].status, Status::Interrupted);
     let s = store.open(&id, Access::Write).unwrap();
-    s.resume_operation().unwrap().finish(Outcome::Completed, None).unwrap();
+    s.resume_operation()
+        .unwrap()
+        .finish(Outcome::Completed, None)
+        .unwrap();
     assert_eq!(store.status(&id).unwrap(), Status::Succeeded);
 }
 
@@ -511,26 +663,45 @@ fn steps_are_numbered_stably_and_link_tools_to_their_model_call() {
     let store = Store::open_dir(tmp.path());
     let s = store.create(NewSession::default()).unwrap();
     let id = s.id().clone();
-    run_plans(&s, &[OpPlan {
-        interrupted_attempts: 1,
-        calls: vec![CallPlan { tool: "read", approval: None }, CallPlan { tool: "bash", approval: Some(false) }],
-        outcome: Outcome::Completed,
-    }]);
+    run_plans(
+        &s,
+        &[OpPlan {
+            interrupted_attempts: 1,
+            calls: vec![
+                CallPlan {
+                    tool: "read",
+                    approval: None,
+                },
+                CallPlan {
+                    tool: "bash",
+                    approval: Some(false),
+                },
+            ],
+            outcome: Outcome::Completed,
+        }],
+    );
     let steps = s.steps().unwrap();
     drop(s);
     let again = store.open(&id, Access::Read).unwrap().steps().unwrap();
     assert_eq!(steps, again, "steps are a function of the log");
     let kinds: Vec<(StepKind, StepStatus)> = steps.iter().map(|s| (s.kind, s.status)).collect();
-    assert_eq!(kinds, vec![
-        (StepKind::Input, StepStatus::Ok),
-        (StepKind::Model, StepStatus::Interrupted),
-        (StepKind::Model, StepStatus::Ok),
-        (StepKind::Tool, StepStatus::Ok),
-        (StepKind::Tool, StepStatus::NotStarted),
-        (StepKind::Model, StepStatus::Ok),
-    ]);
+    assert_eq!(
+        kinds,
+        vec![
+            (StepKind::Input, StepStatus::Ok),
+            (StepKind::Model, StepStatus::Interrupted),
+            (StepKind::Model, StepStatus::Ok),
+            (StepKind::Tool, StepStatus::Ok),
+            (StepKind::Tool, StepStatus::NotStarted),
+            (StepKind::Model, StepStatus::Ok),
+        ]
+    );
     assert_eq!(steps[0].label(), "s0001");
-    assert_eq!(steps[3].parent, Some(3), "the read call was requested by model step s0003");
+    assert_eq!(
+        steps[3].parent,
+        Some(3),
+        "the read call was requested by model step s0003"
+    );
     assert_eq!(steps[3].name, "read");
     assert_eq!(steps[0].name, "task 0");
 }
@@ -539,15 +710,27 @@ fn steps_are_numbered_stably_and_link_tools_to_their_model_call() {
 fn subagents_name_their_parent_and_depth_is_bounded() {
     let store = Store::with_backend(Arc::new(MemoryBackend::new()));
     let root = store.create(NewSession::default()).unwrap();
-    let child = store.spawn_child(&root, "call-1", Some("child".into()), 2).unwrap();
+    let child = store
+        .spawn_child(&root, "call-1", Some("child".into()), 2)
+        .unwrap();
     let lineage = child.header().lineage.parent.clone().unwrap();
-    assert_eq!((lineage.session, lineage.call_id.as_str(), lineage.depth), (root.id().clone(), "call-1", 1));
+    assert_eq!(
+        (lineage.session, lineage.call_id.as_str(), lineage.depth),
+        (root.id().clone(), "call-1", 1)
+    );
     let grandchild = store.spawn_child(&child, "call-2", None, 2).unwrap();
-    assert_eq!(grandchild.header().lineage.parent.as_ref().unwrap().depth, 2);
-    let err = store.spawn_child(&grandchild, "call-3", None, 2).unwrap_err();
+    assert_eq!(
+        grandchild.header().lineage.parent.as_ref().unwrap().depth,
+        2
+    );
+    let err = store
+        .spawn_child(&grandchild, "call-3", None, 2)
+        .unwrap_err();
     assert!(err.to_string().contains("beyond the maximum 2"), "{err}");
     let reference = cairn::child_reference(child.id());
-    assert!(matches!(reference, Block::Blob { uri, .. } if uri == format!("cairn:session/{}", child.id())));
+    assert!(
+        matches!(reference, Block::Blob { uri, .. } if uri == format!("cairn:session/{}", child.id()))
+    );
 }
 
 /// Regression: a crash between a person's "no" and the denial's tool result
@@ -558,10 +741,16 @@ fn recovery_never_runs_a_call_a_person_denied() {
     let op = s.resume_operation().unwrap();
     op.request_approval("c1", "bash").unwrap();
     op.resolve_approval("c1", false, Some("alice")).unwrap();
-    let Verdict::ToolsNotStarted { calls, .. } = s.verdict() else { panic!("{:?}", s.verdict()) };
+    let Verdict::ToolsNotStarted { calls, .. } = s.verdict() else {
+        panic!("{:?}", s.verdict())
+    };
     assert!(calls[0].denied);
     let mut runner = CountingRunner { runs: Vec::new() };
     cairn::recover(&s, Policy::default(), Some(&mut runner)).unwrap();
-    assert!(runner.runs.is_empty(), "ran a denied call: {:?}", runner.runs);
+    assert!(
+        runner.runs.is_empty(),
+        "ran a denied call: {:?}",
+        runner.runs
+    );
     every_call_answered(&s).unwrap();
 }

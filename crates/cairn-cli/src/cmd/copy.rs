@@ -31,7 +31,10 @@ pub fn run(ctx: &Ctx, from: &Path, to: &Path) -> Result<Status> {
     }
     out.flush()?;
     if !report.failed.is_empty() {
-        bail!("{} session(s) could not be copied (listed above)", report.failed.len());
+        bail!(
+            "{} session(s) could not be copied (listed above)",
+            report.failed.len()
+        );
     }
     Ok(Status::Ok)
 }

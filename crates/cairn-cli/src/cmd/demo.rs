@@ -7,8 +7,7 @@ use std::path::Path;
 
 use anyhow::{Context as _, Result, bail, ensure};
 use cairn::{
-    Access, AppStateChange, Appended, Block, EntryBody, EntryId, Message, NewSession, Role,
-    Session,
+    Access, AppStateChange, Appended, Block, EntryBody, EntryId, Message, NewSession, Role, Session,
 };
 use serde_json::json;
 

@@ -27,7 +27,13 @@ pub fn run(ctx: &Ctx, all: bool, json: bool) -> Result<Status> {
     // session could not be read at all.
     let statuses: Vec<&str> = sessions[..shown]
         .iter()
-        .map(|s| if s.records == 0 { "unreadable" } else { s.status.as_str() })
+        .map(|s| {
+            if s.records == 0 {
+                "unreadable"
+            } else {
+                s.status.as_str()
+            }
+        })
         .collect();
     let mut out = ctx.out();
     if json {

@@ -80,8 +80,16 @@ pub fn run(cli: Cli) -> Result<Status> {
             output,
         } => export::run(&ctx, &target, format, output.as_deref()),
         Command::Demo => demo::run(&ctx),
-        Command::Steps { target, count, json } => ops::steps(&ctx, &target, count, json),
-        Command::Recover { target, policy, json } => ops::recover(&ctx, &target, policy, json),
+        Command::Steps {
+            target,
+            count,
+            json,
+        } => ops::steps(&ctx, &target, count, json),
+        Command::Recover {
+            target,
+            policy,
+            json,
+        } => ops::recover(&ctx, &target, policy, json),
         Command::Memory { target, json } => ops::memory(&ctx, &target, json),
         Command::Copy { from, to } => copy::run(&ctx, &from, &to),
     }

@@ -34,7 +34,10 @@ pub fn steps(ctx: &Ctx, arg: &SessionArg, last: Option<usize>, json: bool) -> Re
         out.line("no steps yet: steps come from operations (`cairn agent`, or op_* records)")?;
         return Ok(Status::Ok);
     }
-    out.put(Style::Dim, "STEP   TYPE   NAME                         STATUS       TIME    TOKENS")?;
+    out.put(
+        Style::Dim,
+        "STEP   TYPE   NAME                         STATUS       TIME    TOKENS",
+    )?;
     out.nl()?;
     for s in shown {
         step_line(&mut out, s)?;
@@ -60,7 +63,10 @@ fn step_line(out: &mut Out<'_>, s: &Step) -> Result<()> {
         StepStatus::NotStarted => ("not started", Style::Dim),
     };
     let time = s.duration_ms.map_or_else(|| "-".to_owned(), duration);
-    let tokens = s.usage.as_ref().map_or_else(|| "-".to_owned(), |u| format!("{}/{}", u.input, u.output));
+    let tokens = s
+        .usage
+        .as_ref()
+        .map_or_else(|| "-".to_owned(), |u| format!("{}/{}", u.input, u.output));
     out.spans(&[
         (Style::Bold, &format!("{}  ", s.label())),
         (Style::Plain, &pad(kind, 7)),
@@ -73,7 +79,11 @@ fn step_line(out: &mut Out<'_>, s: &Step) -> Result<()> {
 }
 
 fn duration(ms: u64) -> String {
-    if ms < 1000 { format!("{ms}ms") } else { format!("{:.1}s", ms as f64 / 1000.0) }
+    if ms < 1000 {
+        format!("{ms}ms")
+    } else {
+        format!("{:.1}s", ms as f64 / 1000.0)
+    }
 }
 
 /// Runs `cairn recover`.
@@ -82,10 +92,19 @@ fn duration(ms: u64) -> String {
 ///
 /// Opening the session (a writer must not hold it), appending results, or
 /// writing output.
-pub fn recover(ctx: &Ctx, arg: &SessionArg, policy: Option<RecoverPolicy>, json: bool) -> Result<Status> {
+pub fn recover(
+    ctx: &Ctx,
+    arg: &SessionArg,
+    policy: Option<RecoverPolicy>,
+    json: bool,
+) -> Result<Status> {
     let spec = target::spec(arg)?;
     let interactive = policy.is_none() && std::io::stdin().is_terminal() && !json;
-    let access = if policy.is_some() || interactive { Access::Write } else { Access::Read };
+    let access = if policy.is_some() || interactive {
+        Access::Write
+    } else {
+        Access::Read
+    };
     let (_, session) = target::open(ctx, &spec, access)?;
     let before = session.verdict();
     let mut actions: Vec<String> = Vec::new();
@@ -117,7 +136,12 @@ pub fn recover(ctx: &Ctx, arg: &SessionArg, policy: Option<RecoverPolicy>, json:
 }
 
 fn needs_resolution(v: &Verdict) -> bool {
-    matches!(v, Verdict::IndeterminateTool { .. } | Verdict::AwaitingApproval { .. } | Verdict::ToolsNotStarted { .. })
+    matches!(
+        v,
+        Verdict::IndeterminateTool { .. }
+            | Verdict::AwaitingApproval { .. }
+            | Verdict::ToolsNotStarted { .. }
+    )
 }
 
 fn describe_verdict(out: &mut Out<'_>, v: &Verdict) -> Result<()> {
@@ -161,7 +185,12 @@ fn describe_verdict(out: &mut Out<'_>, v: &Verdict) -> Result<()> {
 }
 
 /// Resolves the open operation once, by policy or by asking on the terminal.
-fn resolve(session: &Session, op: &Operation<'_>, policy: Option<RecoverPolicy>, actions: &mut Vec<String>) -> Result<()> {
+fn resolve(
+    session: &Session,
+    op: &Operation<'_>,
+    policy: Option<RecoverPolicy>,
+    actions: &mut Vec<String>,
+) -> Result<()> {
     // Every resolution changes the verdict; a few rounds reach a fixed point
     // (e.g. a denied approval leaves the other calls not started).
     for _ in 0..8 {
@@ -172,7 +201,10 @@ fn resolve(session: &Session, op: &Operation<'_>, policy: Option<RecoverPolicy>,
                     match policy {
                         Some(RecoverPolicy::Unknown) => {
                             op.record_unknown(c)?;
-                            actions.push(format!("recorded {} ({}) as TOOL_OUTCOME_UNKNOWN", c.call_id, c.tool));
+                            actions.push(format!(
+                                "recorded {} ({}) as TOOL_OUTCOME_UNKNOWN",
+                                c.call_id, c.tool
+                            ));
                         }
                         None => ask_indeterminate(op, c, actions)?,
                     }
@@ -182,7 +214,15 @@ fn resolve(session: &Session, op: &Operation<'_>, policy: Option<RecoverPolicy>,
                 for c in calls {
                     let deny = match policy {
                         Some(RecoverPolicy::Unknown) => true,
-                        None => ask(&format!("{} ({}) awaits approval: [d]eny, or [s]kip? ", c.call_id, c.tool), &["d", "s"])? == "d",
+                        None => {
+                            ask(
+                                &format!(
+                                    "{} ({}) awaits approval: [d]eny, or [s]kip? ",
+                                    c.call_id, c.tool
+                                ),
+                                &["d", "s"],
+                            )? == "d"
+                        }
                     };
                     if deny {
                         op.resolve_approval(&c.call_id, false, Some("cairn recover"))?;
@@ -195,11 +235,22 @@ fn resolve(session: &Session, op: &Operation<'_>, policy: Option<RecoverPolicy>,
                 for c in calls {
                     let close = match policy {
                         Some(RecoverPolicy::Unknown) => true,
-                        None => ask(&format!("{} ({}) never started: [c]lose it as not started, or [s]kip? ", c.call_id, c.tool), &["c", "s"])? == "c",
+                        None => {
+                            ask(
+                                &format!(
+                                    "{} ({}) never started: [c]lose it as not started, or [s]kip? ",
+                                    c.call_id, c.tool
+                                ),
+                                &["c", "s"],
+                            )? == "c"
+                        }
                     };
                     if close {
                         op.close_not_started(c)?;
-                        actions.push(format!("closed {} ({}) as TOOL_NOT_STARTED", c.call_id, c.tool));
+                        actions.push(format!(
+                            "closed {} ({}) as TOOL_NOT_STARTED",
+                            c.call_id, c.tool
+                        ));
                     }
                 }
             }
@@ -220,12 +271,21 @@ fn ask_indeterminate(op: &Operation<'_>, c: &PendingCall, actions: &mut Vec<Stri
     match ask(&q, &["u", "t", "s"])?.as_str() {
         "u" => {
             op.record_unknown(c)?;
-            actions.push(format!("recorded {} ({}) as TOOL_OUTCOME_UNKNOWN", c.call_id, c.tool));
+            actions.push(format!(
+                "recorded {} ({}) as TOOL_OUTCOME_UNKNOWN",
+                c.call_id, c.tool
+            ));
         }
         "t" => {
             let text = ask_line("what happened? ")?;
-            op.provide_outcome(c, ToolOutput::text(format!("(recorded by a person after a crash) {text}")))?;
-            actions.push(format!("recorded what a person said happened to {} ({})", c.call_id, c.tool));
+            op.provide_outcome(
+                c,
+                ToolOutput::text(format!("(recorded by a person after a crash) {text}")),
+            )?;
+            actions.push(format!(
+                "recorded what a person said happened to {} ({})",
+                c.call_id, c.tool
+            ));
         }
         _ => {}
     }

@@ -12,8 +12,8 @@ use assert_cmd::Command;
 use cairn::frame;
 use cairn::record::{ModelAttempted, OpStarted, ToolDispatched};
 use cairn::{
-    Access, AppStateChange, Block, Body, Compaction, EntryBody, EntryId, Message, NewEntry,
-    EffectClass, NewSession, OpRecord, Parent, Role, Session, SessionId, Settings, Store, Usage,
+    Access, AppStateChange, Block, Body, Compaction, EffectClass, EntryBody, EntryId, Message,
+    NewEntry, NewSession, OpRecord, Parent, Role, Session, SessionId, Settings, Store, Usage,
 };
 use serde_json::json;
 
@@ -292,8 +292,11 @@ pub fn storyboard(home: &Home) {
     // An operation whose tool call was dispatched (T1) when the process died,
     // then recovered: its result is recorded as TOOL_OUTCOME_UNKNOWN.
     let op = "op-17";
-    s.append_op(OpRecord::OpStarted(OpStarted { op: op.into(), input: Some(eid("u4")) }))
-        .unwrap();
+    s.append_op(OpRecord::OpStarted(OpStarted {
+        op: op.into(),
+        input: Some(eid("u4")),
+    }))
+    .unwrap();
     s.append_op(OpRecord::ModelAttempted(ModelAttempted {
         op: op.into(),
         attempt: 1,
@@ -313,7 +316,12 @@ pub fn storyboard(home: &Home) {
                 name: "render_panel".into(),
                 arguments: json!({"panel": 4}),
             }],
-            usage: Some(Usage { input: 300, output: 12, cached: 0, cost: None }),
+            usage: Some(Usage {
+                input: 300,
+                output: 12,
+                cached: 0,
+                cost: None,
+            }),
             model: Some("demo-model-2".into()),
             stop_reason: Some("tool_use".into()),
         }),
@@ -338,7 +346,10 @@ pub fn storyboard(home: &Home) {
     let resumed = s.resume_operation().unwrap();
     resumed.record_unknown(&calls[0]).unwrap();
     resumed
-        .finish(cairn::Outcome::Failed, Some("interrupted by a crash".into()))
+        .finish(
+            cairn::Outcome::Failed,
+            Some("interrupted by a crash".into()),
+        )
         .unwrap();
     drop(s);
     fix_times(&home.file(STORY));

@@ -37,7 +37,9 @@ impl FileBackend {
     /// Sessions in `dir` through the given I/O seam (for fault-injection tests).
     pub fn with_vfs(dir: impl Into<PathBuf>, vfs: Arc<dyn Vfs>) -> FileBackend {
         let dir = dir.into();
-        let catalog = dir.parent().map_or_else(|| dir.join("catalog.json"), |p| p.join("catalog.json"));
+        let catalog = dir
+            .parent()
+            .map_or_else(|| dir.join("catalog.json"), |p| p.join("catalog.json"));
         FileBackend { dir, catalog, vfs }
     }
 
@@ -58,8 +60,15 @@ impl FileBackend {
     /// Takes the writer lock of a session, writing our pid into the lock file.
     fn lock(&self, id: &SessionId) -> Result<Arc<dyn VfsFile>, OpenError> {
         let path = self.lock_path(id);
-        let io_err = |action, source| OpenError::Io { action, location: path.display().to_string(), source };
-        let f = self.vfs.open(&path, OpenMode::CreateOrOpen).map_err(|e| io_err("open lock file", e))?;
+        let io_err = |action, source| OpenError::Io {
+            action,
+            location: path.display().to_string(),
+            source,
+        };
+        let f = self
+            .vfs
+            .open(&path, OpenMode::CreateOrOpen)
+            .map_err(|e| io_err("open lock file", e))?;
         // `writer_active` probes by taking the lock for an instant; a few
         // short retries keep such a probe from looking like a writer.
         let mut locked = f.try_lock().map_err(|e| io_err("lock", e))?;
@@ -73,12 +82,19 @@ impl FileBackend {
         if !locked {
             let mut buf = [0u8; 32];
             let n = f.read_at(&mut buf, 0).unwrap_or(0);
-            let holder = std::str::from_utf8(&buf[..n]).ok().and_then(|s| s.trim().parse().ok());
-            return Err(OpenError::InUse { session: id.to_string(), holder });
+            let holder = std::str::from_utf8(&buf[..n])
+                .ok()
+                .and_then(|s| s.trim().parse().ok());
+            return Err(OpenError::InUse {
+                session: id.to_string(),
+                holder,
+            });
         }
         let pid = format!("{}\n", std::process::id());
         // The pid is a courtesy for error messages; failing to write it is harmless.
-        let _ = f.set_len(0).and_then(|()| f.write_all_at(pid.as_bytes(), 0));
+        let _ = f
+            .set_len(0)
+            .and_then(|()| f.write_all_at(pid.as_bytes(), 0));
         Ok(f)
     }
 }
@@ -95,19 +111,37 @@ impl Backend for FileBackend {
     fn create(&self, id: &SessionId, header: &[u8]) -> Result<Box<dyn Log>, OpenError> {
         let path = self.path(id);
         let location = path.display().to_string();
-        let io_err = |action, source| OpenError::Io { action, location: location.clone(), source };
-        self.vfs.create_dir_all(&self.dir).map_err(|e| io_err("create the directory of", e))?;
+        let io_err = |action, source| OpenError::Io {
+            action,
+            location: location.clone(),
+            source,
+        };
+        self.vfs
+            .create_dir_all(&self.dir)
+            .map_err(|e| io_err("create the directory of", e))?;
         let lock = self.lock(id)?;
         let file = match self.vfs.open(&path, OpenMode::CreateNew) {
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                return Err(OpenError::AlreadyExists { session: id.to_string(), location: self.describe() });
+                return Err(OpenError::AlreadyExists {
+                    session: id.to_string(),
+                    location: self.describe(),
+                });
             }
             r => r.map_err(|e| io_err("create", e))?,
         };
-        file.write_all_at(header, 0).map_err(|e| io_err("write the header of", e))?;
+        file.write_all_at(header, 0)
+            .map_err(|e| io_err("write the header of", e))?;
         file.sync_data().map_err(|e| io_err("sync", e))?;
-        self.vfs.sync_dir(&self.dir).map_err(|e| io_err("sync the directory of", e))?;
-        Ok(Box::new(FileLog::new(location, file, Some(lock), vec![0], header.len() as u64)))
+        self.vfs
+            .sync_dir(&self.dir)
+            .map_err(|e| io_err("sync the directory of", e))?;
+        Ok(Box::new(FileLog::new(
+            location,
+            file,
+            Some(lock),
+            vec![0],
+            header.len() as u64,
+        )))
     }
 
     fn open(
@@ -118,16 +152,25 @@ impl Backend for FileBackend {
     ) -> Result<Opened, OpenError> {
         let path = self.path(id);
         let location = path.display().to_string();
-        let io_err = |action, source| OpenError::Io { action, location: location.clone(), source };
+        let io_err = |action, source| OpenError::Io {
+            action,
+            location: location.clone(),
+            source,
+        };
         match self.vfs.metadata(&path) {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                return Err(OpenError::NotFound { session: id.to_string(), location: self.describe() });
+                return Err(OpenError::NotFound {
+                    session: id.to_string(),
+                    location: self.describe(),
+                });
             }
             Err(e) => return Err(io_err("inspect", e)),
             Ok(m) if m.is_symlink || !m.is_file => {
                 return Err(OpenError::NotASession {
                     location,
-                    problem: "it is not a regular file (cairn does not follow symlinks in its store)".into(),
+                    problem:
+                        "it is not a regular file (cairn does not follow symlinks in its store)"
+                            .into(),
                 });
             }
             Ok(_) => {}
@@ -136,16 +179,29 @@ impl Backend for FileBackend {
             Access::Write => Some(self.lock(id)?),
             Access::Read => None,
         };
-        let mode = if lock.is_some() { OpenMode::ReadWrite } else { OpenMode::Read };
+        let mode = if lock.is_some() {
+            OpenMode::ReadWrite
+        } else {
+            OpenMode::Read
+        };
         let file = self.vfs.open(&path, mode).map_err(|e| io_err("open", e))?;
         let scan = scan(&*file, &location, visit)?;
         let mut torn = None;
         if let Some(bad) = scan.bad {
             let len = scan.file_len - bad.offset;
-            let mut tail = TornTail { offset: bad.offset, len, saved_to: None, cut: false, problem: bad.problem };
+            let mut tail = TornTail {
+                offset: bad.offset,
+                len,
+                saved_to: None,
+                cut: false,
+                problem: bad.problem,
+            };
             if lock.is_some() {
-                let saved = self.save_torn(&path, &*file, bad.offset, len).map_err(|e| io_err("save the torn tail of", e))?;
-                file.set_len(bad.offset).map_err(|e| io_err("cut the torn tail of", e))?;
+                let saved = self
+                    .save_torn(&path, &*file, bad.offset, len)
+                    .map_err(|e| io_err("save the torn tail of", e))?;
+                file.set_len(bad.offset)
+                    .map_err(|e| io_err("cut the torn tail of", e))?;
                 file.sync_data().map_err(|e| io_err("sync", e))?;
                 tail.saved_to = Some(saved.display().to_string());
                 tail.cut = true;
@@ -153,13 +209,20 @@ impl Backend for FileBackend {
             torn = Some(tail);
         }
         let log = FileLog::new(location, file, lock, scan.offsets, scan.end);
-        Ok(Opened { log: Box::new(log), torn })
+        Ok(Opened {
+            log: Box::new(log),
+            torn,
+        })
     }
 
     fn list(&self) -> Result<Vec<SessionId>, StoreError> {
         let names = match self.vfs.read_dir(&self.dir) {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-            r => r.map_err(|source| StoreError::Io { action: "list", location: self.describe(), source })?,
+            r => r.map_err(|source| StoreError::Io {
+                action: "list",
+                location: self.describe(),
+                source,
+            })?,
         };
         Ok(names
             .iter()
@@ -170,11 +233,19 @@ impl Backend for FileBackend {
 
     fn stamp(&self, id: &SessionId) -> Result<Stamp, StoreError> {
         match self.vfs.metadata(&self.path(id)) {
-            Ok(m) => Ok(Stamp { len: m.len, modified_ns: m.modified_ns }),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                Err(StoreError::NoSuchSession { query: id.to_string(), store: self.describe() })
-            }
-            Err(source) => Err(StoreError::Io { action: "inspect", location: self.location(id), source }),
+            Ok(m) => Ok(Stamp {
+                len: m.len,
+                modified_ns: m.modified_ns,
+            }),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Err(StoreError::NoSuchSession {
+                query: id.to_string(),
+                store: self.describe(),
+            }),
+            Err(source) => Err(StoreError::Io {
+                action: "inspect",
+                location: self.location(id),
+                source,
+            }),
         }
     }
 
@@ -189,17 +260,28 @@ impl Backend for FileBackend {
     fn remove(&self, id: &SessionId) -> Result<(), StoreError> {
         let path = self.path(id);
         if self.vfs.metadata(&path).is_err() {
-            return Err(StoreError::NoSuchSession { query: id.to_string(), store: self.describe() });
+            return Err(StoreError::NoSuchSession {
+                query: id.to_string(),
+                store: self.describe(),
+            });
         }
         let lock = self.lock(id)?;
         self.vfs
             .remove_file(&path)
-            .map_err(|source| StoreError::Io { action: "remove", location: path.display().to_string(), source })?;
+            .map_err(|source| StoreError::Io {
+                action: "remove",
+                location: path.display().to_string(),
+                source,
+            })?;
         let _ = self.vfs.remove_file(&self.lock_path(id));
         drop(lock);
         self.vfs
             .sync_dir(&self.dir)
-            .map_err(|source| StoreError::Io { action: "sync", location: self.describe(), source })
+            .map_err(|source| StoreError::Io {
+                action: "sync",
+                location: self.describe(),
+                source,
+            })
     }
 
     fn load_catalog(&self) -> Option<Vec<u8>> {
@@ -212,10 +294,19 @@ impl Backend for FileBackend {
 }
 
 impl FileBackend {
-    fn save_torn(&self, path: &Path, file: &dyn VfsFile, offset: u64, len: u64) -> io::Result<PathBuf> {
+    fn save_torn(
+        &self,
+        path: &Path,
+        file: &dyn VfsFile,
+        offset: u64,
+        len: u64,
+    ) -> io::Result<PathBuf> {
         let mut bytes = vec![0u8; usize::try_from(len).map_err(io::Error::other)?];
         read_exact_at(file, &mut bytes, offset)?;
-        let stamp: String = crate::time::now_rfc3339().chars().filter(|c| !matches!(c, '-' | ':')).collect();
+        let stamp: String = crate::time::now_rfc3339()
+            .chars()
+            .filter(|c| !matches!(c, '-' | ':'))
+            .collect();
         let mut target = PathBuf::from(format!("{}.torn-{stamp}", path.display()));
         let mut n = 1;
         while self.vfs.metadata(&target).is_ok() {
@@ -235,7 +326,10 @@ fn read_exact_at(file: &dyn VfsFile, buf: &mut [u8], offset: u64) -> io::Result<
     while done < buf.len() {
         let n = file.read_at(&mut buf[done..], offset + done as u64)?;
         if n == 0 {
-            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "the file is shorter than expected"));
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the file is shorter than expected",
+            ));
         }
         done += n;
     }
@@ -260,7 +354,11 @@ struct Scan {
 /// means damage in the middle (a hard error), and only damaged lines to the
 /// end of the file make a torn tail.
 fn scan(file: &dyn VfsFile, location: &str, visit: &mut Visitor<'_>) -> Result<Scan, OpenError> {
-    let io_err = |source| OpenError::Io { action: "read", location: location.to_owned(), source };
+    let io_err = |source| OpenError::Io {
+        action: "read",
+        location: location.to_owned(),
+        source,
+    };
     let file_len = file.len().map_err(io_err)?;
     let mut offsets = Vec::new();
     let mut bad: Option<Bad> = None;
@@ -274,10 +372,16 @@ fn scan(file: &dyn VfsFile, location: &str, visit: &mut Visitor<'_>) -> Result<S
         // Never past the length measured above: a reader racing a writer's
         // append would otherwise see a tail beyond `file_len`.
         let want = file_len.saturating_sub(read_off).min(READ_CHUNK as u64) as usize;
-        let n = if want > 0 { file.read_at(&mut chunk[..want], read_off).map_err(io_err)? } else { 0 };
+        let n = if want > 0 {
+            file.read_at(&mut chunk[..want], read_off).map_err(io_err)?
+        } else {
+            0
+        };
         let eof = n == 0;
         read_off += n as u64;
-        let data: &[u8] = if carry.is_empty() { &chunk[..n] } else {
+        let data: &[u8] = if carry.is_empty() {
+            &chunk[..n]
+        } else {
             carry.extend_from_slice(&chunk[..n]);
             &carry
         };
@@ -288,18 +392,32 @@ fn scan(file: &dyn VfsFile, location: &str, visit: &mut Visitor<'_>) -> Result<S
             match frame::check(line) {
                 Ok(()) => {
                     if let Some(b) = &bad {
-                        return Err(damaged(location, b.index, b.offset, format!(
-                            "{}, and intact records follow it, so it is not a torn tail", b.problem
-                        )));
+                        return Err(damaged(
+                            location,
+                            b.index,
+                            b.offset,
+                            format!(
+                                "{}, and intact records follow it, so it is not a torn tail",
+                                b.problem
+                            ),
+                        ));
                     }
-                    visit(RawLine { index, offset, bytes: line })?;
+                    visit(RawLine {
+                        index,
+                        offset,
+                        bytes: line,
+                    })?;
                     offsets.push(offset);
                     index += 1;
                     end = offset + line.len() as u64;
                 }
                 Err(d) => {
                     if bad.is_none() {
-                        bad = Some(Bad { offset, index, problem: d.to_string() });
+                        bad = Some(Bad {
+                            offset,
+                            index,
+                            problem: d.to_string(),
+                        });
                     }
                 }
             }
@@ -309,7 +427,11 @@ fn scan(file: &dyn VfsFile, location: &str, visit: &mut Visitor<'_>) -> Result<S
         pos += start as u64;
         if eof {
             if !rest.is_empty() && bad.is_none() {
-                bad = Some(Bad { offset: pos, index, problem: frame::FrameDamage::Incomplete.to_string() });
+                bad = Some(Bad {
+                    offset: pos,
+                    index,
+                    problem: frame::FrameDamage::Incomplete.to_string(),
+                });
             }
             break;
         }
@@ -320,13 +442,26 @@ fn scan(file: &dyn VfsFile, location: &str, visit: &mut Visitor<'_>) -> Result<S
             None => "the file is empty".to_owned(),
             Some(b) => format!("its header (line 1) is unreadable: {}", b.problem),
         };
-        return Err(OpenError::NotASession { location: location.to_owned(), problem });
+        return Err(OpenError::NotASession {
+            location: location.to_owned(),
+            problem,
+        });
     }
-    Ok(Scan { offsets, end, file_len, bad })
+    Ok(Scan {
+        offsets,
+        end,
+        file_len,
+        bad,
+    })
 }
 
 fn damaged(location: &str, index: u64, offset: u64, problem: String) -> OpenError {
-    OpenError::Damaged(Box::new(Damage { location: location.to_owned(), line: index + 1, offset, problem }))
+    OpenError::Damaged(Box::new(Damage {
+        location: location.to_owned(),
+        line: index + 1,
+        offset,
+        problem,
+    }))
 }
 
 /// An open session file.
@@ -348,7 +483,13 @@ struct Index {
 }
 
 impl FileLog {
-    fn new(location: String, file: Arc<dyn VfsFile>, lock: Option<Arc<dyn VfsFile>>, offsets: Vec<u64>, end: u64) -> FileLog {
+    fn new(
+        location: String,
+        file: Arc<dyn VfsFile>,
+        lock: Option<Arc<dyn VfsFile>>,
+        offsets: Vec<u64>,
+        end: u64,
+    ) -> FileLog {
         FileLog {
             location,
             file,
@@ -360,10 +501,20 @@ impl FileLog {
 
     fn check_writable(&self) -> Result<(), AppendError> {
         if self.lock.is_none() {
-            return Err(AppendError::ReadOnly { session: self.location.clone() });
+            return Err(AppendError::ReadOnly {
+                session: self.location.clone(),
+            });
         }
-        if let Some(cause) = self.poisoned.lock().unwrap_or_else(PoisonError::into_inner).as_ref() {
-            return Err(AppendError::Poisoned { session: self.location.clone(), cause: cause.clone() });
+        if let Some(cause) = self
+            .poisoned
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+        {
+            return Err(AppendError::Poisoned {
+                session: self.location.clone(),
+                cause: cause.clone(),
+            });
         }
         Ok(())
     }
@@ -373,7 +524,11 @@ impl FileLog {
         if p.is_none() {
             *p = Some(format!("{action} failed: {source}"));
         }
-        AppendError::Io { action, location: self.location.clone(), source }
+        AppendError::Io {
+            action,
+            location: self.location.clone(),
+            source,
+        }
     }
 }
 
@@ -383,7 +538,11 @@ impl Log for FileLog {
     }
 
     fn len(&self) -> u64 {
-        self.index.read().unwrap_or_else(PoisonError::into_inner).offsets.len() as u64
+        self.index
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .offsets
+            .len() as u64
     }
 
     fn read(&self, seq: u64) -> Result<Vec<u8>, ReadError> {
@@ -394,14 +553,18 @@ impl Log for FileLog {
             (start, idx.offsets.get(i + 1).copied().unwrap_or(idx.end))
         };
         let mut buf = vec![0u8; (end - start) as usize];
-        read_exact_at(&*self.file, &mut buf, start)
-            .map_err(|source| ReadError::Io { location: self.location.clone(), source })?;
+        read_exact_at(&*self.file, &mut buf, start).map_err(|source| ReadError::Io {
+            location: self.location.clone(),
+            source,
+        })?;
         frame::check(&buf).map_err(|d| {
             ReadError::Damaged(Box::new(Damage {
                 location: self.location.clone(),
                 line: seq + 1,
                 offset: start,
-                problem: format!("{d} (it verified when the session was opened: the file changed underneath)"),
+                problem: format!(
+                    "{d} (it verified when the session was opened: the file changed underneath)"
+                ),
             }))
         })?;
         Ok(buf)
@@ -417,7 +580,9 @@ impl Log for FileLog {
             offsets.push(idx.end + buf.len() as u64);
             buf.extend_from_slice(l);
         }
-        self.file.write_all_at(&buf, idx.end).map_err(|e| self.poison("write", e))?;
+        self.file
+            .write_all_at(&buf, idx.end)
+            .map_err(|e| self.poison("write", e))?;
         idx.end += buf.len() as u64;
         idx.offsets.extend(offsets);
         Ok(())
@@ -433,15 +598,25 @@ impl Log for FileLog {
     }
 
     fn byte_len(&self) -> u64 {
-        self.index.read().unwrap_or_else(PoisonError::into_inner).end
+        self.index
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .end
     }
 
     fn offset(&self, seq: u64) -> u64 {
         let idx = self.index.read().unwrap_or_else(PoisonError::into_inner);
-        usize::try_from(seq).ok().and_then(|i| idx.offsets.get(i)).copied().unwrap_or(0)
+        usize::try_from(seq)
+            .ok()
+            .and_then(|i| idx.offsets.get(i))
+            .copied()
+            .unwrap_or(0)
     }
 
     fn poisoned(&self) -> Option<String> {
-        self.poisoned.lock().unwrap_or_else(PoisonError::into_inner).clone()
+        self.poisoned
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 }

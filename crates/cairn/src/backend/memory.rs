@@ -46,20 +46,31 @@ impl MemoryBackend {
 
     fn take_lock(&self, id: &SessionId, s: &Arc<MemSession>) -> Result<(), OpenError> {
         if s.locked.swap(true, Ordering::AcqRel) {
-            return Err(OpenError::InUse { session: id.to_string(), holder: Some(std::process::id()) });
+            return Err(OpenError::InUse {
+                session: id.to_string(),
+                holder: Some(std::process::id()),
+            });
         }
         Ok(())
     }
 
     /// Replaces a session's raw lines (tests use it to plant damage).
     pub fn put_raw(&self, id: &SessionId, lines: Vec<Vec<u8>>) {
-        let s = Arc::new(MemSession { lines: Mutex::new(lines), ..MemSession::default() });
+        let s = Arc::new(MemSession {
+            lines: Mutex::new(lines),
+            ..MemSession::default()
+        });
         self.shared().sessions.insert(id.clone(), s);
     }
 
     /// A session's raw lines.
     pub fn raw(&self, id: &SessionId) -> Option<Vec<Vec<u8>>> {
-        self.get(id).map(|s| s.lines.lock().unwrap_or_else(PoisonError::into_inner).clone())
+        self.get(id).map(|s| {
+            s.lines
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone()
+        })
     }
 }
 
@@ -75,7 +86,10 @@ impl Backend for MemoryBackend {
     fn create(&self, id: &SessionId, header: &[u8]) -> Result<Box<dyn Log>, OpenError> {
         let mut shared = self.shared();
         if shared.sessions.contains_key(id) {
-            return Err(OpenError::AlreadyExists { session: id.to_string(), location: self.describe() });
+            return Err(OpenError::AlreadyExists {
+                session: id.to_string(),
+                location: self.describe(),
+            });
         }
         let s = Arc::new(MemSession {
             lines: Mutex::new(vec![header.to_vec()]),
@@ -83,22 +97,43 @@ impl Backend for MemoryBackend {
             version: Default::default(),
         });
         shared.sessions.insert(id.clone(), s.clone());
-        Ok(Box::new(MemLog { location: self.location(id), session: s, writer: true }))
+        Ok(Box::new(MemLog {
+            location: self.location(id),
+            session: s,
+            writer: true,
+        }))
     }
 
-    fn open(&self, id: &SessionId, access: Access, visit: &mut Visitor<'_>) -> Result<Opened, OpenError> {
+    fn open(
+        &self,
+        id: &SessionId,
+        access: Access,
+        visit: &mut Visitor<'_>,
+    ) -> Result<Opened, OpenError> {
         let location = self.location(id);
-        let s = self
-            .get(id)
-            .ok_or_else(|| OpenError::NotFound { session: id.to_string(), location: self.describe() })?;
+        let s = self.get(id).ok_or_else(|| OpenError::NotFound {
+            session: id.to_string(),
+            location: self.describe(),
+        })?;
         let writer = access == Access::Write;
         if writer {
             self.take_lock(id, &s)?;
         }
-        let log = MemLog { location: location.clone(), session: s.clone(), writer };
-        let lines = s.lines.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let log = MemLog {
+            location: location.clone(),
+            session: s.clone(),
+            writer,
+        };
+        let lines = s
+            .lines
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
         if lines.is_empty() {
-            return Err(OpenError::NotASession { location, problem: "the session is empty".into() });
+            return Err(OpenError::NotASession {
+                location,
+                problem: "the session is empty".into(),
+            });
         }
         for (i, line) in lines.iter().enumerate() {
             if let Err(d) = crate::frame::check(line) {
@@ -109,9 +144,16 @@ impl Backend for MemoryBackend {
                     problem: d.to_string(),
                 })));
             }
-            visit(RawLine { index: i as u64, offset: 0, bytes: line })?;
+            visit(RawLine {
+                index: i as u64,
+                offset: 0,
+                bytes: line,
+            })?;
         }
-        Ok(Opened { log: Box::new(log), torn: None })
+        Ok(Opened {
+            log: Box::new(log),
+            torn: None,
+        })
     }
 
     fn list(&self) -> Result<Vec<SessionId>, StoreError> {
@@ -119,24 +161,34 @@ impl Backend for MemoryBackend {
     }
 
     fn stamp(&self, id: &SessionId) -> Result<Stamp, StoreError> {
-        let s = self
-            .get(id)
-            .ok_or_else(|| StoreError::NoSuchSession { query: id.to_string(), store: self.describe() })?;
+        let s = self.get(id).ok_or_else(|| StoreError::NoSuchSession {
+            query: id.to_string(),
+            store: self.describe(),
+        })?;
         let len = s.lines.lock().unwrap_or_else(PoisonError::into_inner).len() as u64;
-        Ok(Stamp { len, modified_ns: u128::from(s.version.load(Ordering::Acquire)) })
+        Ok(Stamp {
+            len,
+            modified_ns: u128::from(s.version.load(Ordering::Acquire)),
+        })
     }
 
     fn writer_active(&self, id: &SessionId) -> bool {
-        self.get(id).is_some_and(|s| s.locked.load(Ordering::Acquire))
+        self.get(id)
+            .is_some_and(|s| s.locked.load(Ordering::Acquire))
     }
 
     fn remove(&self, id: &SessionId) -> Result<(), StoreError> {
         let mut shared = self.shared();
         match shared.sessions.get(id) {
-            None => Err(StoreError::NoSuchSession { query: id.to_string(), store: "memory".into() }),
-            Some(s) if s.locked.load(Ordering::Acquire) => {
-                Err(OpenError::InUse { session: id.to_string(), holder: Some(std::process::id()) }.into())
+            None => Err(StoreError::NoSuchSession {
+                query: id.to_string(),
+                store: "memory".into(),
+            }),
+            Some(s) if s.locked.load(Ordering::Acquire) => Err(OpenError::InUse {
+                session: id.to_string(),
+                holder: Some(std::process::id()),
             }
+            .into()),
             Some(_) => {
                 shared.sessions.remove(id);
                 Ok(())
@@ -174,11 +226,19 @@ impl Log for MemLog {
     }
 
     fn len(&self) -> u64 {
-        self.session.lines.lock().unwrap_or_else(PoisonError::into_inner).len() as u64
+        self.session
+            .lines
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len() as u64
     }
 
     fn read(&self, seq: u64) -> Result<Vec<u8>, ReadError> {
-        let lines = self.session.lines.lock().unwrap_or_else(PoisonError::into_inner);
+        let lines = self
+            .session
+            .lines
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         usize::try_from(seq)
             .ok()
             .and_then(|i| lines.get(i))
@@ -188,16 +248,24 @@ impl Log for MemLog {
 
     fn append(&self, new: &[Vec<u8>]) -> Result<(), AppendError> {
         if !self.writer {
-            return Err(AppendError::ReadOnly { session: self.location.clone() });
+            return Err(AppendError::ReadOnly {
+                session: self.location.clone(),
+            });
         }
-        self.session.lines.lock().unwrap_or_else(PoisonError::into_inner).extend(new.iter().cloned());
+        self.session
+            .lines
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend(new.iter().cloned());
         self.session.version.fetch_add(1, Ordering::AcqRel);
         Ok(())
     }
 
     fn sync(&self) -> Result<(), AppendError> {
         if !self.writer {
-            return Err(AppendError::ReadOnly { session: self.location.clone() });
+            return Err(AppendError::ReadOnly {
+                session: self.location.clone(),
+            });
         }
         Ok(())
     }
@@ -207,6 +275,12 @@ impl Log for MemLog {
     }
 
     fn byte_len(&self) -> u64 {
-        self.session.lines.lock().unwrap_or_else(PoisonError::into_inner).iter().map(|l| l.len() as u64).sum()
+        self.session
+            .lines
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|l| l.len() as u64)
+            .sum()
     }
 }

@@ -97,8 +97,12 @@ pub trait Backend: Send + Sync + fmt::Debug {
     ///
     /// [`OpenError::NotFound`], [`OpenError::InUse`], [`OpenError::Damaged`]
     /// for damage anywhere but the tail, errors returned by `visit`, or I/O errors.
-    fn open(&self, id: &SessionId, access: Access, visit: &mut Visitor<'_>)
-    -> Result<Opened, OpenError>;
+    fn open(
+        &self,
+        id: &SessionId,
+        access: Access,
+        visit: &mut Visitor<'_>,
+    ) -> Result<Opened, OpenError>;
 
     /// The ids of all sessions, in no particular order.
     ///
