@@ -1,0 +1,115 @@
+//! Open + context of a long session vs reading its file and counting lines
+//! with memchr (both with a warm page cache), and bytes on disk per entry vs
+//! bytes of the entries' JSON content, measured on the same file.
+
+use std::fs::File;
+use std::io::Read;
+use std::path::Path;
+
+use anyhow::{Context as _, Result, bail};
+use cairn::{Access, Session, SessionId, Store};
+
+use super::Bench;
+use crate::config::issue;
+use crate::fixture::{self, Plan};
+use crate::measure::{best, timed};
+use crate::report::{Figure, Target, Unit};
+
+pub fn run(b: &Bench) -> Result<Vec<Figure>> {
+    let s = &b.sizes;
+    let home = b.sub("open")?;
+    let w = fixture::write_session(&home, &Plan::linear(s.open_entries, 11), true)?;
+    // Warm the page cache and check the fixture once, untimed.
+    count_lines(&w.path)?;
+    let (_, warm) = open_context(&home, &w.id)?;
+    if warm != w.context_messages {
+        bail!(
+            "the fixture's context has {warm} messages, {} expected",
+            w.context_messages
+        );
+    }
+    let mut cairn_ms = Vec::new();
+    let mut base_ms = Vec::new();
+    for _ in 0..s.open_repeats {
+        let (t, lines) = timed(|| count_lines(&w.path))?;
+        if lines != w.entries + 1 {
+            bail!(
+                "counted {lines} lines in {}, wrote {}",
+                w.path.display(),
+                w.entries + 1
+            );
+        }
+        base_ms.push(t * 1e3);
+        let (t, _) = timed(|| open_context(&home, &w.id))?;
+        cairn_ms.push(t * 1e3);
+    }
+    let scaled = s.scaled("entries", s.open_entries as u64, issue::OPEN_ENTRIES as u64);
+    let open = Figure::new(
+        "open_context",
+        format!("open + context, {} entries", crate::report::thousands(w.entries)),
+        Unit::Millis,
+        best(cairn_ms),
+        "read the file and count lines with memchr",
+        best(base_ms),
+        Some(Target::AtMost(3.0)),
+    )
+    .scaled(scaled.clone())
+    .note(format!(
+        "{:.1} MiB, no compaction (the context holds all {} messages); writer open; warm page cache; best of {}",
+        w.bytes as f64 / 1048576.0,
+        w.context_messages,
+        s.open_repeats
+    ));
+
+    let per_entry = w.bytes as f64 / w.entries as f64;
+    let data_per_entry = w.data_bytes as f64 / w.entries as f64;
+    let size = Figure::new(
+        "bytes_per_entry",
+        "bytes on disk per entry",
+        Unit::Bytes,
+        per_entry,
+        "bytes of the entry's JSON content (its `data` value)",
+        data_per_entry,
+        Some(Target::AtMost(1.15)),
+    )
+    .note(format!(
+        "framing per record (seq, ts, kind, id, parent, crc, newline): {:.0} B; the header is counted in the file size",
+        per_entry - data_per_entry
+    ))
+    .note(format!(
+        "file length {} B; allocated on disk {} B",
+        crate::report::thousands(w.bytes),
+        crate::report::thousands(allocated(&w.path).unwrap_or(0))
+    ));
+    Ok(vec![open, size])
+}
+
+/// Opens a session for writing and takes its context: the session (so the
+/// caller can drop it after stopping its clock) and the number of messages.
+pub fn open_context(home: &Path, id: &SessionId) -> Result<(Session, usize)> {
+    let store = Store::open_dir(home);
+    let session = store
+        .open(id, Access::Write)
+        .with_context(|| format!("opening session {id}"))?;
+    let n = session.context().messages().len();
+    Ok((session, n))
+}
+
+/// Reads a file in 1 MiB chunks and counts its newlines with memchr.
+pub fn count_lines(path: &Path) -> Result<u64> {
+    let mut f = File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut n = 0u64;
+    loop {
+        let got = f.read(&mut buf)?;
+        if got == 0 {
+            return Ok(n);
+        }
+        n += memchr::memchr_iter(b'\n', &buf[..got]).count() as u64;
+    }
+}
+
+fn allocated(path: &Path) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| m.blocks() * 512)
+}
