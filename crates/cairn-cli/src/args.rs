@@ -306,12 +306,29 @@ Example:
         output: Option<PathBuf>,
     },
 
-    /// A guided tour of the journal: branches, rewind, a crash, a fork.
+    /// The tour: a comic-storyboard agent on cairn, crashes included.
     ///
-    /// Creates a session in the store (--store, or the default), narrating
-    /// each step. Offline and deterministic apart from ids and times.
-    #[command(after_help = "Examples:\n  cairn demo\n  cairn --store /tmp/cairn-demo demo")]
-    Demo,
+    /// Runs the reference agent offline on a scripted provider in the store
+    /// (--store, or the default), narrating each step: app state set by a
+    /// tool, a side plot, a rewind that restores the state, a paid render
+    /// killed with SIGKILL after the charge and recovered with one charge, a
+    /// side-effect tool recorded as unknown, and a fork. With --journal, a
+    /// tour of the journal itself instead (torn tail included).
+    #[command(after_help = "Examples:\n  cairn demo\n  cairn --store /tmp/cairn-demo demo\n  cairn demo --journal")]
+    Demo {
+        /// Tour the journal itself (branches, rewind, a torn tail, a fork).
+        #[arg(long)]
+        journal: bool,
+    },
+
+    /// Run the reference agent: a REPL, or one prompt with -p.
+    ///
+    /// Talks to any OpenAI-compatible Chat Completions endpoint (hosted,
+    /// vLLM, llama.cpp's server, Ollama) or replays a script offline. Every
+    /// step is journalled; after a crash, --resume acts on the recovery
+    /// verdict.
+    #[command(after_help = "Examples:\n  CAIRN_API_KEY=... cairn agent --base-url https://api.openai.com/v1 --model gpt-4o-mini\n  cairn agent --base-url http://localhost:11434/v1 --model qwen2.5-coder -p 'list the files'\n  cairn agent --resume 01jx --on-unknown mark")]
+    Agent(cairn_agent::AgentArgs),
 
     /// The numbered steps: user inputs, model calls and tool calls.
     ///

@@ -18,6 +18,10 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
+    // The demo runs its crash steps as child processes of this executable.
+    if let Some(code) = cairn_agent::child::run_if_requested() {
+        return code;
+    }
     let cli = args::Cli::parse();
     match cmd::run(cli) {
         Ok(cmd::Status::Ok) => ExitCode::SUCCESS,

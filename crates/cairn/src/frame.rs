@@ -135,13 +135,100 @@ pub struct Frame<'a> {
     /// Parent entry id: absent for non-entries, `null` for a root entry.
     #[serde(default, deserialize_with = "present")]
     pub parent: Option<Option<EntryId>>,
-    /// The kind-specific payload.
-    #[serde(borrow)]
-    pub data: &'a RawValue,
+    /// The kind-specific payload, undecoded.
+    #[serde(borrow, deserialize_with = "raw_data")]
+    pub data: Data<'a>,
+}
+
+/// The `data` of a line as stored: its JSON text, not yet decoded (and, on
+/// the fast path of [`Frame::parse`], not yet validated: the checksum vouches
+/// for the bytes; decoding reports anything malformed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Data<'a>(&'a [u8]);
+
+impl<'a> Data<'a> {
+    /// The JSON text's bytes.
+    pub fn bytes(&self) -> &'a [u8] {
+        self.0
+    }
+
+    /// The JSON text (empty if it is not UTF-8, which then fails to decode).
+    pub fn get(&self) -> &'a str {
+        std::str::from_utf8(self.0).unwrap_or("")
+    }
+}
+
+fn raw_data<'de, D: Deserializer<'de>>(d: D) -> Result<Data<'de>, D::Error> {
+    let raw = <&'de RawValue>::deserialize(d)?;
+    Ok(Data(raw.get().as_bytes()))
 }
 
 fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<EntryId>>, D::Error> {
     Option::<EntryId>::deserialize(d).map(Some)
+}
+
+/// The frame fields of a line written in the canonical member order of
+/// FORMAT.md, read without a JSON parser; `None` sends the caller to the
+/// general parser (other member orders, escapes in the frame strings).
+fn parse_canonical(line: &[u8]) -> Option<Frame<'_>> {
+    let body = line.strip_suffix(b"\n").unwrap_or(line);
+    let data_end = body.len().checked_sub(TRAILER_LEN)?;
+    let trailer = &body[data_end..];
+    if !trailer.starts_with(TRAILER_PREFIX) || !trailer.ends_with(b"\"}") {
+        return None;
+    }
+    let body = &body[..data_end];
+    // Only the frame members need to be text here; `data` is validated when decoded.
+    let data_at = memchr::memmem::find(body, b",\"data\":")?;
+    let head = std::str::from_utf8(&body[..data_at]).ok()?;
+    let data = &body[data_at + 8..];
+    if data.is_empty() {
+        return None;
+    }
+    let rest = head.strip_prefix("{\"seq\":")?;
+    let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+    if digits == 0 || (digits > 1 && rest.starts_with('0')) {
+        return None;
+    }
+    let seq: u64 = rest[..digits].parse().ok()?;
+    let (ts, rest) = string_member(&rest[digits..], ",\"ts\":")?;
+    let (kind, mut rest) = string_member(rest, ",\"kind\":")?;
+    let mut ignorable = false;
+    if let Some(r) = rest.strip_prefix(",\"ignorable\":true") {
+        ignorable = true;
+        rest = r;
+    }
+    let (mut id, mut parent) = (None, None);
+    if rest.starts_with(",\"id\":") {
+        let (i, r) = string_member(rest, ",\"id\":")?;
+        id = Some(EntryId::parse(i).ok()?);
+        let r = r.strip_prefix(",\"parent\":")?;
+        if r == "null" {
+            parent = Some(None);
+        } else {
+            let (p, r) = string_member(r, "")?;
+            if !r.is_empty() {
+                return None;
+            }
+            parent = Some(Some(EntryId::parse(p).ok()?));
+        }
+        rest = "";
+    }
+    if !rest.is_empty() {
+        return None;
+    }
+    Some(Frame { seq, ts: Cow::Borrowed(ts), kind: Cow::Borrowed(kind), ignorable, id, parent, data: Data(data) })
+}
+
+/// `prefix` then a JSON string without escapes; returns it and what follows.
+fn string_member<'s>(s: &'s str, prefix: &str) -> Option<(&'s str, &'s str)> {
+    let r = s.strip_prefix(prefix)?.strip_prefix('"')?;
+    let end = r.find('"')?;
+    let value = &r[..end];
+    if value.contains('\\') || value.chars().any(char::is_control) {
+        return None;
+    }
+    Some((value, &r[end + 1..]))
 }
 
 /// What class of record a frame holds, known without decoding its data.
@@ -185,7 +272,11 @@ impl Frame<'_> {
     /// [`DecodeError::Json`] when the line is not a JSON object with the
     /// required fields.
     pub fn parse(line: &[u8]) -> Result<Frame<'_>, DecodeError> {
-        serde_json::from_slice(line).map_err(|e| DecodeError::Json(e.to_string()))
+        if let Some(f) = parse_canonical(line) {
+            return Ok(f);
+        }
+        let body = line.strip_suffix(b"\n").unwrap_or(line);
+        serde_json::from_slice(body).map_err(|e| DecodeError::Json(e.to_string()))
     }
 
     /// The class of the record, checking that entry kinds carry `id` and
@@ -243,7 +334,7 @@ pub enum Body {
 }
 
 fn data<T: for<'de> Deserialize<'de>>(frame: &Frame<'_>) -> Result<T, DecodeError> {
-    serde_json::from_str(frame.data.get())
+    serde_json::from_slice(frame.data.bytes())
         .map_err(|e| DecodeError::Json(format!("{} data: {e}", frame.kind)))
 }
 
@@ -297,38 +388,38 @@ pub fn decode_body(frame: &Frame<'_>) -> Result<Body, DecodeError> {
     })
 }
 
-fn entry_data(body: &EntryBody) -> Result<String, serde_json::Error> {
+fn entry_data(out: &mut Vec<u8>, body: &EntryBody) -> Result<(), serde_json::Error> {
     match body {
-        EntryBody::Message(m) => serde_json::to_string(m),
-        EntryBody::AppState(a) => serde_json::to_string(a),
-        EntryBody::Compaction(c) => serde_json::to_string(c),
-        EntryBody::Checkout(c) => serde_json::to_string(c),
-        EntryBody::Settings(s) => serde_json::to_string(s),
-        EntryBody::Label(l) => serde_json::to_string(l),
-        EntryBody::SessionInfo(s) => serde_json::to_string(s),
-        EntryBody::Custom(c) => serde_json::to_string(c),
-        EntryBody::Ignored(u) => serde_json::to_string(&u.data),
+        EntryBody::Message(m) => serde_json::to_writer(&mut *out, m),
+        EntryBody::AppState(a) => serde_json::to_writer(&mut *out, a),
+        EntryBody::Compaction(c) => serde_json::to_writer(&mut *out, c),
+        EntryBody::Checkout(c) => serde_json::to_writer(&mut *out, c),
+        EntryBody::Settings(s) => serde_json::to_writer(&mut *out, s),
+        EntryBody::Label(l) => serde_json::to_writer(&mut *out, l),
+        EntryBody::SessionInfo(s) => serde_json::to_writer(&mut *out, s),
+        EntryBody::Custom(c) => serde_json::to_writer(&mut *out, c),
+        EntryBody::Ignored(u) => serde_json::to_writer(&mut *out, &u.data),
     }
 }
 
-fn op_data(op: &OpRecord) -> Result<String, serde_json::Error> {
+fn op_data(out: &mut Vec<u8>, op: &OpRecord) -> Result<(), serde_json::Error> {
     match op {
-        OpRecord::OpStarted(r) => serde_json::to_string(r),
-        OpRecord::ModelAttempted(r) => serde_json::to_string(r),
-        OpRecord::UsageSettled(r) => serde_json::to_string(r),
-        OpRecord::ApprovalRequested(r) => serde_json::to_string(r),
-        OpRecord::ApprovalResolved(r) => serde_json::to_string(r),
-        OpRecord::ToolDispatched(r) => serde_json::to_string(r),
-        OpRecord::InputQueued(r) => serde_json::to_string(r),
-        OpRecord::OpFinished(r) => serde_json::to_string(r),
-        OpRecord::Ignored(u) => serde_json::to_string(&u.data),
+        OpRecord::OpStarted(r) => serde_json::to_writer(&mut *out, r),
+        OpRecord::ModelAttempted(r) => serde_json::to_writer(&mut *out, r),
+        OpRecord::UsageSettled(r) => serde_json::to_writer(&mut *out, r),
+        OpRecord::ApprovalRequested(r) => serde_json::to_writer(&mut *out, r),
+        OpRecord::ApprovalResolved(r) => serde_json::to_writer(&mut *out, r),
+        OpRecord::ToolDispatched(r) => serde_json::to_writer(&mut *out, r),
+        OpRecord::InputQueued(r) => serde_json::to_writer(&mut *out, r),
+        OpRecord::OpFinished(r) => serde_json::to_writer(&mut *out, r),
+        OpRecord::Ignored(u) => serde_json::to_writer(&mut *out, &u.data),
     }
 }
 
 /// Encodes one record as a complete line, newline included.
 pub fn encode(seq: u64, ts: &str, body: &Body) -> Vec<u8> {
     match body {
-        Body::Header(h) => encode_parts(seq, ts, "header", false, None, serde_json::to_string(h)),
+        Body::Header(h) => encode_parts(seq, ts, "header", false, None, |out| serde_json::to_writer(out, h)),
         Body::Entry(e) => encode_entry(seq, ts, e),
         Body::Op(op) => encode_op(seq, ts, op),
     }
@@ -338,13 +429,13 @@ pub fn encode(seq: u64, ts: &str, body: &Body) -> Vec<u8> {
 pub fn encode_entry(seq: u64, ts: &str, e: &Entry) -> Vec<u8> {
     let ignorable = matches!(e.body, EntryBody::Ignored(_));
     let ids = Some((&e.id, e.parent.as_ref()));
-    encode_parts(seq, ts, e.body.kind(), ignorable, ids, entry_data(&e.body))
+    encode_parts(seq, ts, e.body.kind(), ignorable, ids, |out| entry_data(out, &e.body))
 }
 
 /// Encodes an operation-journal record.
 pub fn encode_op(seq: u64, ts: &str, op: &OpRecord) -> Vec<u8> {
     let ignorable = matches!(op, OpRecord::Ignored(_));
-    encode_parts(seq, ts, op.kind(), ignorable, None, op_data(op))
+    encode_parts(seq, ts, op.kind(), ignorable, None, |out| op_data(out, op))
 }
 
 fn encode_parts(
@@ -353,11 +444,9 @@ fn encode_parts(
     kind: &str,
     ignorable: bool,
     ids: Option<(&EntryId, Option<&EntryId>)>,
-    data: Result<String, serde_json::Error>,
+    data: impl FnOnce(&mut Vec<u8>) -> Result<(), serde_json::Error>,
 ) -> Vec<u8> {
-    // Serializing cairn's own types cannot fail: every map key is a string.
-    let data = data.unwrap_or_else(|_| "null".to_owned());
-    let mut line = Vec::with_capacity(data.len() + 128);
+    let mut line = Vec::with_capacity(512);
     line.extend_from_slice(b"{\"seq\":");
     line.extend_from_slice(seq.to_string().as_bytes());
     line.extend_from_slice(b",\"ts\":");
@@ -377,7 +466,13 @@ fn encode_parts(
         }
     }
     line.extend_from_slice(b",\"data\":");
-    line.extend_from_slice(data.as_bytes());
+    let data_at = line.len();
+    // Serializing cairn's own types cannot fail (every map key is a
+    // string); should it, the record holds `null` and fails to decode.
+    if data(&mut line).is_err() {
+        line.truncate(data_at);
+        line.extend_from_slice(b"null");
+    }
     seal(&mut line);
     line
 }
@@ -453,6 +548,52 @@ mod tests {
         let covered = &line[..line.len() - 1 - TRAILER_LEN];
         let crc = format!("{:08x}", crc32c::crc32c(covered));
         assert!(line.ends_with(format!(",\"crc\":\"{crc}\"}}\n").as_bytes()));
+    }
+
+    fn slow(line: &[u8]) -> Frame<'_> {
+        serde_json::from_slice(line.strip_suffix(b"\n").unwrap()).unwrap()
+    }
+
+    #[test]
+    fn canonical_fast_path_reads_what_the_json_parser_reads() {
+        let lines = [
+            encode(0, "2026-11-30T00:00:00.000Z", &msg_entry()),
+            encode(12, "t", &Body::Entry(Entry {
+                id: EntryId::parse("b.2").unwrap(),
+                parent: Some(EntryId::parse("a1b2c3d4").unwrap()),
+                body: EntryBody::Ignored(Unknown { kind: "x.y".into(), data: json!([1, {"data":"\"crc\""}]) }),
+            })),
+            encode(3, "t", &Body::Op(OpRecord::InputQueued(InputQueued { op: "op-1".into(), text: ",\"data\":".into() }))),
+        ];
+        for line in &lines {
+            let fast = parse_canonical(line).expect("cairn writes canonical lines");
+            let slow = slow(line);
+            assert_eq!((fast.seq, &fast.ts, &fast.kind, fast.ignorable), (slow.seq, &slow.ts, &slow.kind, slow.ignorable));
+            assert_eq!((&fast.id, &fast.parent), (&slow.id, &slow.parent));
+            assert_eq!(fast.data.get(), slow.data.get());
+        }
+    }
+
+    /// Regression: a line without a checksum trailer (as `cairn append`
+    /// builds to parse its input) lost the end of its data to the fast path.
+    #[test]
+    fn a_line_without_a_trailer_is_parsed_whole() {
+        let line = br#"{"seq":1,"ts":"t","kind":"input_queued","data":{"op":"o","text":"a longer text, enough bytes"}}"#;
+        let f = Frame::parse(line).unwrap();
+        assert_eq!(f.data.get(), r#"{"op":"o","text":"a longer text, enough bytes"}"#);
+    }
+
+    #[test]
+    fn non_canonical_lines_take_the_json_parser() {
+        // Members in another order, and an escaped kind: still valid records.
+        let mut line = br#"{"kind":"input_queued","seq":1,"ts":"t","data":{"op":"o","text":"x"}"#.to_vec();
+        seal(&mut line);
+        assert!(parse_canonical(&line).is_none());
+        assert_eq!(Frame::parse(&line).unwrap().seq, 1);
+        let mut line = br#"{"seq":1,"ts":"t","kind":"input_queue\u0064","data":{"op":"o","text":"x"}"#.to_vec();
+        seal(&mut line);
+        assert!(parse_canonical(&line).is_none());
+        assert_eq!(Frame::parse(&line).unwrap().kind, "input_queued");
     }
 
     #[test]

@@ -118,9 +118,7 @@ impl EntryId {
     /// A random 8-hex-character id. Callers check it against the session's ids
     /// (the session does: see `Session::append`).
     pub fn random() -> EntryId {
-        let mut b = [0u8; 4];
-        fill_random(&mut b);
-        EntryId(format!("{:02x}{:02x}{:02x}{:02x}", b[0], b[1], b[2], b[3]).into())
+        EntryId(format!("{:08x}", fast_random() as u32).into())
     }
 
     /// Parses an entry id.
@@ -187,6 +185,28 @@ pub struct InvalidId {
     what: &'static str,
     value: String,
     rule: &'static str,
+}
+
+/// A per-thread xorshift64* generator seeded once from the OS: entry ids
+/// need to be unlikely to collide (sessions check them anyway), not secret,
+/// and a syscall per id is a measurable share of a buffered append.
+fn fast_random() -> u64 {
+    use std::cell::Cell;
+    thread_local! {
+        static STATE: Cell<u64> = Cell::new({
+            let mut seed = [0u8; 8];
+            fill_random(&mut seed);
+            u64::from_le_bytes(seed) | 1
+        });
+    }
+    STATE.with(|s| {
+        let mut x = s.get();
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        s.set(x);
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 16
+    })
 }
 
 /// Fills `buf` from the operating system's random source. Falls back to a

@@ -413,7 +413,7 @@ impl Projector {
                     | Kind::AppState
                     | Kind::Settings => {
                         let e = src.entry(n)?;
-                        self.push(tree, n, &e, src)?;
+                        self.push(tree, n, e, src)?;
                     }
                     Kind::Compaction | Kind::Label | Kind::SessionInfo | Kind::Ignored => {
                         self.push_quiet(tree, n)
@@ -616,12 +616,29 @@ impl Projector {
         &mut self,
         tree: &Tree,
         node: u32,
-        entry: &Entry,
+        entry: Entry,
         src: &dyn EntrySource,
     ) -> Result<(), ReadError> {
         let pos = self.path.len() as u32;
         self.path.push(node);
         Arc::make_mut(&mut self.ctx).leaf = Some(entry.id.clone());
+        let Entry { id, parent, body } = entry;
+        let body = match body {
+            EntryBody::Message(m) => {
+                // Moved, not cloned: appending at the leaf copies no content.
+                let m = ContextMessage {
+                    entry: id,
+                    source: Source::Message,
+                    message: Arc::new(m),
+                    pos,
+                };
+                Self::track_calls(&mut self.calls, &m);
+                Arc::make_mut(&mut self.ctx).messages.push(m);
+                return Ok(());
+            }
+            other => other,
+        };
+        let entry = &Entry { id, parent, body };
         match &entry.body {
             EntryBody::AppState(_) | EntryBody::Settings(_) => self.fold_state(pos, node, entry),
             EntryBody::Compaction(c) => {

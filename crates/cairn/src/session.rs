@@ -795,7 +795,6 @@ impl Session {
             log: &*self.log,
             tree: &inner.tree,
         };
-        inner.proj.push(&inner.tree, node, &entry, &reader)?;
         inner.fold.apply_entry(&entry);
         if let Some(m) = inner.memory.as_mut() {
             let parent = inner.tree.node(node).parent;
@@ -815,8 +814,10 @@ impl Session {
         }
         let appended = Appended {
             seq,
-            id: Some(entry.id),
+            id: Some(entry.id.clone()),
         };
+        // Last: the projection takes the entry (a message moves into the context).
+        inner.proj.push(&inner.tree, node, entry, &reader)?;
         self.finish_write(g, seq + 1, durability)?;
         Ok(appended)
     }

@@ -15,7 +15,7 @@ use super::Status;
 use super::tree::{UNICODE, draw};
 use crate::describe::{compact, entry_line};
 use crate::target::Ctx;
-use crate::term::{Out, Style, wrap};
+use crate::term::{Look, Out, Style, wrap};
 use crate::treeview::TreeView;
 
 /// Runs the demo.
@@ -308,4 +308,31 @@ fn shell_quote(s: &str) -> String {
     } else {
         format!("'{}'", s.replace('\'', "'\\''"))
     }
+}
+
+/// Draws a session's tree as `cairn tree` does, for the agent's `/tree` and
+/// its demo.
+pub fn tree_printer(look: Look) -> cairn_agent::tree::TreePrinter {
+    std::sync::Arc::new(move |session: &Session, w: &mut dyn std::io::Write| {
+        let mut out = Out::new(w, look);
+        draw(&mut out, &TreeView::load(session)?, UNICODE)?;
+        out.flush()?;
+        Ok(())
+    })
+}
+
+/// Runs `cairn demo`: the reference agent's storyboard tour.
+///
+/// # Errors
+///
+/// I/O errors, or a claim of the demo that does not hold (a bug).
+pub fn agent(ctx: &Ctx) -> Result<Status> {
+    let home = ctx.home()?;
+    if home.to_str().is_some_and(|h| h.starts_with("sqlite:")) {
+        bail!("the agent demo runs on a directory store; pass --store DIR (or use `cairn demo --journal`)");
+    }
+    let opts = cairn_agent::DemoOptions { exe: None, tree_printer: Some(tree_printer(ctx.look)) };
+    let mut stdout = std::io::stdout().lock();
+    cairn_agent::demo::run(&home, &mut stdout, opts)?;
+    Ok(Status::Ok)
 }

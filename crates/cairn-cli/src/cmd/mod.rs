@@ -79,7 +79,14 @@ pub fn run(cli: Cli) -> Result<Status> {
             format,
             output,
         } => export::run(&ctx, &target, format, output.as_deref()),
-        Command::Demo => demo::run(&ctx),
+        Command::Demo { journal: true } => demo::run(&ctx),
+        Command::Demo { journal: false } => demo::agent(&ctx),
+        Command::Agent(a) => {
+            let mut opts = a.into_options(ctx.home()?);
+            opts.tree_printer = Some(demo::tree_printer(ctx.look));
+            cairn_agent::run(opts)?;
+            Ok(Status::Ok)
+        }
         Command::Steps {
             target,
             count,

@@ -360,14 +360,18 @@ fn scan(file: &dyn VfsFile, location: &str, visit: &mut Visitor<'_>) -> Result<S
         source,
     };
     let file_len = file.len().map_err(io_err)?;
-    let mut offsets = Vec::new();
-    let mut bad: Option<Bad> = None;
+    let mut lines = Lines {
+        location,
+        offsets: Vec::new(),
+        bad: None,
+        end: 0,
+    };
+    // A line split across chunks is joined in `carry`; whole lines are
+    // handled in place.
     let mut carry: Vec<u8> = Vec::new();
     let mut chunk = vec![0u8; READ_CHUNK];
-    let mut pos: u64 = 0; // file offset of carry[0]
+    let mut pos: u64 = 0; // file offset of the next line (of carry[0] if any)
     let mut read_off: u64 = 0;
-    let mut index: u64 = 0;
-    let mut end: u64 = 0;
     loop {
         // Never past the length measured above: a reader racing a writer's
         // append would otherwise see a tail beyond `file_len`.
@@ -377,68 +381,44 @@ fn scan(file: &dyn VfsFile, location: &str, visit: &mut Visitor<'_>) -> Result<S
         } else {
             0
         };
-        let eof = n == 0;
         read_off += n as u64;
-        let data: &[u8] = if carry.is_empty() {
-            &chunk[..n]
-        } else {
-            carry.extend_from_slice(&chunk[..n]);
-            &carry
-        };
-        let mut start = 0usize;
-        while let Some(nl) = data[start..].iter().position(|b| *b == b'\n') {
-            let line = &data[start..start + nl + 1];
-            let offset = pos + start as u64;
-            match frame::check(line) {
-                Ok(()) => {
-                    if let Some(b) = &bad {
-                        return Err(damaged(
-                            location,
-                            b.index,
-                            b.offset,
-                            format!(
-                                "{}, and intact records follow it, so it is not a torn tail",
-                                b.problem
-                            ),
-                        ));
-                    }
-                    visit(RawLine {
-                        index,
-                        offset,
-                        bytes: line,
-                    })?;
-                    offsets.push(offset);
-                    index += 1;
-                    end = offset + line.len() as u64;
+        let mut data = &chunk[..n];
+        if !carry.is_empty() {
+            match memchr::memchr(b'\n', data) {
+                Some(nl) => {
+                    carry.extend_from_slice(&data[..=nl]);
+                    lines.line(&carry, pos, visit)?;
+                    pos += carry.len() as u64;
+                    carry.clear();
+                    data = &data[nl + 1..];
                 }
-                Err(d) => {
-                    if bad.is_none() {
-                        bad = Some(Bad {
-                            offset,
-                            index,
-                            problem: d.to_string(),
-                        });
-                    }
+                None => {
+                    carry.extend_from_slice(data);
+                    data = &[];
                 }
             }
+        }
+        let mut start = 0usize;
+        while let Some(nl) = memchr::memchr(b'\n', &data[start..]) {
+            let line = &data[start..start + nl + 1];
+            lines.line(line, pos, visit)?;
+            pos += line.len() as u64;
             start += nl + 1;
         }
-        let rest = data[start..].to_vec();
-        pos += start as u64;
-        if eof {
-            if !rest.is_empty() && bad.is_none() {
-                bad = Some(Bad {
+        carry.extend_from_slice(&data[start..]);
+        if n == 0 {
+            if !carry.is_empty() && lines.bad.is_none() {
+                lines.bad = Some(Bad {
                     offset: pos,
-                    index,
+                    index: lines.offsets.len() as u64,
                     problem: frame::FrameDamage::Incomplete.to_string(),
                 });
             }
             break;
         }
-        carry = rest;
     }
-    if offsets.is_empty() {
-        let problem = match &bad {
+    if lines.offsets.is_empty() {
+        let problem = match &lines.bad {
             None => "the file is empty".to_owned(),
             Some(b) => format!("its header (line 1) is unreadable: {}", b.problem),
         };
@@ -448,11 +428,59 @@ fn scan(file: &dyn VfsFile, location: &str, visit: &mut Visitor<'_>) -> Result<S
         });
     }
     Ok(Scan {
-        offsets,
-        end,
+        offsets: lines.offsets,
+        end: lines.end,
         file_len,
-        bad,
+        bad: lines.bad,
     })
+}
+
+/// The lines seen so far by [`scan`].
+struct Lines<'l> {
+    location: &'l str,
+    offsets: Vec<u64>,
+    bad: Option<Bad>,
+    end: u64,
+}
+
+impl Lines<'_> {
+    /// Checks one complete line: intact lines go to the visitor until the
+    /// first damaged one; an intact line after damage is a hard error.
+    fn line(&mut self, line: &[u8], offset: u64, visit: &mut Visitor<'_>) -> Result<(), OpenError> {
+        let index = self.offsets.len() as u64;
+        match frame::check(line) {
+            Ok(()) => {
+                if let Some(b) = &self.bad {
+                    return Err(damaged(
+                        self.location,
+                        b.index,
+                        b.offset,
+                        format!(
+                            "{}, and intact records follow it, so it is not a torn tail",
+                            b.problem
+                        ),
+                    ));
+                }
+                visit(RawLine {
+                    index,
+                    offset,
+                    bytes: line,
+                })?;
+                self.offsets.push(offset);
+                self.end = offset + line.len() as u64;
+            }
+            Err(d) => {
+                if self.bad.is_none() {
+                    self.bad = Some(Bad {
+                        offset,
+                        index,
+                        problem: d.to_string(),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 fn damaged(location: &str, index: u64, offset: u64, problem: String) -> OpenError {
@@ -573,18 +601,23 @@ impl Log for FileLog {
     fn append(&self, lines: &[Vec<u8>]) -> Result<(), AppendError> {
         self.check_writable()?;
         let mut idx = self.index.write().unwrap_or_else(PoisonError::into_inner);
-        let total: usize = lines.iter().map(Vec::len).sum();
-        let mut buf = Vec::with_capacity(total);
-        let mut offsets = Vec::with_capacity(lines.len());
-        for l in lines {
-            offsets.push(idx.end + buf.len() as u64);
-            buf.extend_from_slice(l);
-        }
+        // One write call for the whole batch (a single line needs no copy).
+        let joined;
+        let buf: &[u8] = match lines {
+            [one] => one,
+            many => {
+                joined = many.concat();
+                &joined
+            }
+        };
         self.file
-            .write_all_at(&buf, idx.end)
+            .write_all_at(buf, idx.end)
             .map_err(|e| self.poison("write", e))?;
-        idx.end += buf.len() as u64;
-        idx.offsets.extend(offsets);
+        for l in lines {
+            let at = idx.end;
+            idx.offsets.push(at);
+            idx.end += l.len() as u64;
+        }
         Ok(())
     }
 

@@ -1,0 +1,604 @@
+//! The agent loop. It drives only the operation API — it never writes
+//! operation records around it — in this order, for each step:
+//!
+//! 1. compact the context if the view passed its budget ([`crate::compaction`]);
+//! 2. `model_attempt` (the reply's entry id is preallocated), stream the
+//!    reply, `record_assistant` (with usage), `settle_usage`; transient
+//!    errors are retried with backoff, each retry a new attempt;
+//! 3. for each tool call: validate the arguments against the tool's schema
+//!    (invalid: `deny`, never dispatched); for a `SideEffect` tool ask the
+//!    person (`request_approval` / `resolve_approval`) unless `--yes`;
+//!    `dispatch_tool` (T1, fsynced before it returns); run the tool with the
+//!    ticket's idempotency key; `record_result` (T2);
+//! 4. repeat until a reply has no tool calls or the step limit; `finish`.
+//!
+//! Ctrl-C while the model streams records the partial reply with stop
+//! reason `interrupted`; Ctrl-C during a tool stops it and records an error
+//! result saying so, and the calls after it are answered as not run.
+//! Either way the operation finishes `aborted`.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{Context as _, Result};
+use cairn::view::ViewBuilder;
+use cairn::{Message, Operation, Outcome, Role, Session, Store, ToolTicket};
+use serde_json::Value;
+
+use crate::compaction::{self, CompactionPolicy};
+use crate::interrupt::Interrupt;
+use crate::observer::{Event, Observer};
+use crate::prompt::{Approval, Prompter};
+use crate::provider::retry::RetryPolicy;
+use crate::provider::{ChatRequest, Provider, Purpose};
+use crate::recovery;
+use crate::stream::{Streamed, stream};
+use crate::tools::{Registry, Tool, ToolCall, ToolEnv};
+
+/// What to do, on resume, with a `SideEffect` call that may or may not have run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum OnUnknown {
+    /// Ask the person (without a terminal: mark).
+    #[default]
+    Ask,
+    /// Record the outcome as unknown (`TOOL_OUTCOME_UNKNOWN`).
+    Mark,
+    /// Run it again.
+    Rerun,
+    /// Stop with an error, leaving the session as it is.
+    Fail,
+}
+
+/// How the loop behaves.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    /// The system prompt.
+    pub system_prompt: Option<String>,
+    /// Model calls per operation before it stops (`max_steps`).
+    pub max_steps: u32,
+    /// Run side-effect tools without asking.
+    pub auto_approve: bool,
+    /// Side effects of unknown outcome, on resume.
+    pub on_unknown: OnUnknown,
+    /// Retries of transient provider errors.
+    pub retry: RetryPolicy,
+    /// When and how to compact.
+    pub compaction: CompactionPolicy,
+    /// Inject session memory after the system prompt.
+    pub memory: bool,
+}
+
+impl Default for AgentConfig {
+    fn default() -> AgentConfig {
+        AgentConfig {
+            system_prompt: Some(DEFAULT_SYSTEM_PROMPT.to_owned()),
+            max_steps: 50,
+            auto_approve: false,
+            on_unknown: OnUnknown::Ask,
+            retry: RetryPolicy::default(),
+            compaction: CompactionPolicy::default(),
+            memory: true,
+        }
+    }
+}
+
+/// The default system prompt.
+pub const DEFAULT_SYSTEM_PROMPT: &str = "You are a careful software agent working in the person's project directory. \
+Use the tools to read, search, edit files and run commands; prefer reading before changing. \
+Tools that change things may need the person's approval. Keep answers short and say what you did.";
+
+/// Called after a tool's effect and before its result is recorded: the
+/// crash point of the demo and the crash tests. Receives the tool's name and the call id.
+pub type AfterToolEffect = Box<dyn Fn(&str, &str) + Send + Sync>;
+
+/// Everything the loop uses besides the session.
+pub struct Runtime {
+    /// Where replies come from.
+    pub provider: Arc<dyn Provider>,
+    /// The tools.
+    pub tools: Registry,
+    /// Where tools work.
+    pub env: ToolEnv,
+    /// How the loop behaves.
+    pub config: AgentConfig,
+    /// Who hears about it.
+    pub observer: Box<dyn Observer>,
+    /// Who is asked.
+    pub prompter: Box<dyn Prompter>,
+    /// Ctrl-C.
+    pub interrupt: Interrupt,
+    /// The crash point for tests and the demo.
+    pub after_tool_effect: Option<AfterToolEffect>,
+}
+
+/// How an operation ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TurnEnd {
+    /// The operation.
+    pub op: String,
+    /// Its outcome.
+    pub outcome: Outcome,
+    /// The error, if any.
+    pub error: Option<String>,
+}
+
+/// Whether the loop goes on after a tool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Flow {
+    Continue,
+    Interrupted,
+}
+
+enum Step {
+    Reply(Message),
+    Interrupted,
+    Failed(String),
+}
+
+/// An agent: a store, the session it works in, and its runtime.
+pub struct Agent {
+    store: Store,
+    session: Session,
+    rt: Runtime,
+}
+
+impl Agent {
+    /// An agent on `session` (a writer handle). Enables session memory when configured.
+    ///
+    /// # Errors
+    ///
+    /// When the session's branch cannot be read for memory.
+    pub fn new(store: Store, session: Session, rt: Runtime) -> Result<Agent> {
+        if rt.config.memory {
+            session
+                .enable_memory(cairn::memory::MemoryConfig::default())
+                .context("reading the branch for session memory")?;
+        }
+        Ok(Agent { store, session, rt })
+    }
+
+    /// The session.
+    pub fn session(&self) -> &Session {
+        &self.session
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// The runtime.
+    pub fn runtime(&mut self) -> &mut Runtime {
+        &mut self.rt
+    }
+
+    /// Works in another session from now on (after a fork).
+    ///
+    /// # Errors
+    ///
+    /// As [`Agent::new`].
+    pub fn switch_session(&mut self, session: Session) -> Result<()> {
+        if self.rt.config.memory {
+            session.enable_memory(cairn::memory::MemoryConfig::default())?;
+        }
+        self.session = session;
+        Ok(())
+    }
+
+    /// Acts on the recovery verdict: see [`recovery::resume`].
+    ///
+    /// # Errors
+    ///
+    /// Append errors; `--on-unknown fail` with a side effect of unknown outcome.
+    pub fn resume(&mut self) -> Result<recovery::Resumed> {
+        recovery::resume(&self.session, &mut self.rt)
+    }
+
+    /// Runs one operation for the person's `text` (resuming first if an
+    /// operation is still open).
+    ///
+    /// # Errors
+    ///
+    /// Append errors (provider errors end the operation as failed instead).
+    pub fn prompt(&mut self, text: &str) -> Result<TurnEnd> {
+        if self.session.resume_operation().is_some() {
+            self.resume()?;
+        }
+        self.rt.interrupt.clear();
+        let op = self
+            .session
+            .start_operation(Message::text(Role::User, text))?;
+        let input = self.session.leaf();
+        self.rt.observer.event(&Event::OpStarted {
+            op: op.id(),
+            input: input.as_ref(),
+        });
+        drive(op, &self.session, &mut self.rt)
+    }
+
+    /// Compacts the context now, if there is anything before the recent part.
+    ///
+    /// # Errors
+    ///
+    /// Append errors.
+    pub fn compact(&mut self) -> Result<Option<cairn::EntryId>> {
+        compaction::compact(&self.session, &mut self.rt)
+    }
+}
+
+/// Runs the loop of an open operation to its end.
+pub(crate) fn drive(op: Operation<'_>, session: &Session, rt: &mut Runtime) -> Result<TurnEnd> {
+    let mut steps = 0u32;
+    loop {
+        if rt.interrupt.is_set() {
+            return finish(
+                op,
+                rt,
+                Outcome::Aborted,
+                Some("interrupted by the person (Ctrl-C)".into()),
+            );
+        }
+        if conversation_done(session) {
+            return finish(op, rt, Outcome::Completed, None);
+        }
+        if steps >= rt.config.max_steps {
+            return finish(
+                op,
+                rt,
+                Outcome::MaxSteps,
+                Some(format!(
+                    "stopped after {steps} model calls (the step limit)"
+                )),
+            );
+        }
+        steps += 1;
+        compaction::maybe_compact(session, rt)?;
+        match model_step(&op, session, rt)? {
+            Step::Reply(message) => {
+                let calls: Vec<(String, String, Value)> = message
+                    .tool_calls()
+                    .map(|(id, name, args)| (id.to_owned(), name.to_owned(), args.clone()))
+                    .collect();
+                if calls.is_empty() {
+                    return finish(op, rt, Outcome::Completed, None);
+                }
+                if run_calls(&op, session, rt, &calls)? == Flow::Interrupted {
+                    return finish(
+                        op,
+                        rt,
+                        Outcome::Aborted,
+                        Some("interrupted by the person (Ctrl-C) while a tool ran".into()),
+                    );
+                }
+            }
+            Step::Interrupted => {
+                return finish(
+                    op,
+                    rt,
+                    Outcome::Aborted,
+                    Some("interrupted by the person (Ctrl-C) while the model answered".into()),
+                );
+            }
+            Step::Failed(error) => return finish(op, rt, Outcome::Failed, Some(error)),
+        }
+    }
+}
+
+/// Whether the branch ends with a reply that asks for nothing more.
+fn conversation_done(session: &Session) -> bool {
+    let ctx = session.context();
+    ctx.messages().last().is_some_and(|m| {
+        m.message().role == Role::Assistant && m.message().tool_calls().next().is_none()
+    })
+}
+
+fn finish(
+    op: Operation<'_>,
+    rt: &mut Runtime,
+    outcome: Outcome,
+    error: Option<String>,
+) -> Result<TurnEnd> {
+    let id = op.id().to_owned();
+    op.finish(outcome, error.clone())?;
+    rt.observer.event(&Event::Finished {
+        op: &id,
+        outcome,
+        error: error.as_deref(),
+    });
+    if outcome == Outcome::Aborted {
+        rt.interrupt.clear();
+    }
+    Ok(TurnEnd {
+        op: id,
+        outcome,
+        error,
+    })
+}
+
+/// The messages a provider receives: system prompt, memory, context.
+pub(crate) fn view_messages(session: &Session, rt: &Runtime) -> Vec<Message> {
+    let ctx = session.context();
+    let memory = if rt.config.memory {
+        session.memory()
+    } else {
+        None
+    };
+    ViewBuilder::new(rt.config.system_prompt.clone())
+        .build(memory.as_ref(), &ctx)
+        .messages
+        .into_iter()
+        .map(|(_, m)| m)
+        .collect()
+}
+
+fn model_step(op: &Operation<'_>, session: &Session, rt: &mut Runtime) -> Result<Step> {
+    let messages = view_messages(session, rt);
+    let tools = rt.tools.specs();
+    let mut retry = 0u32;
+    loop {
+        let ticket = op.model_attempt(Some(rt.provider.name()), Some(rt.provider.model()))?;
+        rt.observer.event(&Event::ModelRequest {
+            attempt: ticket.attempt(),
+        });
+        let request = ChatRequest {
+            messages: messages.clone(),
+            tools: tools.clone(),
+            purpose: Purpose::Turn,
+            reply_id: Some(ticket.entry().to_string()),
+        };
+        let started = Instant::now();
+        let observer = &mut rt.observer;
+        let streamed = stream(&rt.provider, request, &rt.interrupt, &mut |ev| {
+            observer.event(&Event::Delta(ev))
+        });
+        match streamed {
+            Streamed::Done(Ok(reply)) => {
+                let latency = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+                let usage = reply.usage.clone().unwrap_or_default();
+                let mut reply = reply;
+                unique_call_ids(&mut reply, session, ticket.entry());
+                let message = reply.into_message(rt.provider.model());
+                let entry = ticket.entry().clone();
+                op.record_assistant(ticket, message.clone())?;
+                op.settle_usage(&entry, usage, Some(latency))?;
+                rt.observer.event(&Event::Assistant {
+                    entry: &entry,
+                    message: &message,
+                });
+                return Ok(Step::Reply(message));
+            }
+            Streamed::Done(Err(e)) if rt.config.retry.should_retry(retry, &e) => {
+                let delay = rt.config.retry.delay(retry, &e);
+                retry += 1;
+                rt.observer.event(&Event::Retry {
+                    error: &e,
+                    delay,
+                    retry,
+                });
+                if rt.interrupt.sleep(delay) {
+                    return Ok(Step::Interrupted);
+                }
+            }
+            Streamed::Done(Err(e)) => {
+                return Ok(Step::Failed(format!("model request failed: {e}")));
+            }
+            Streamed::Interrupted { text, thinking } => {
+                let mut content = Vec::new();
+                if !thinking.is_empty() {
+                    content.push(cairn::Block::Thinking {
+                        thinking,
+                        signature: None,
+                    });
+                }
+                if !text.is_empty() {
+                    content.push(cairn::Block::Text { text });
+                }
+                let message = Message {
+                    role: Role::Assistant,
+                    content,
+                    usage: None,
+                    model: Some(rt.provider.model().to_owned()),
+                    stop_reason: Some("interrupted".into()),
+                };
+                let entry = ticket.entry().clone();
+                op.record_assistant(ticket, message.clone())?;
+                rt.observer.event(&Event::Assistant {
+                    entry: &entry,
+                    message: &message,
+                });
+                return Ok(Step::Interrupted);
+            }
+        }
+    }
+}
+
+/// Gives every call of `reply` an id unused in the context: servers that
+/// number calls per response (`call_0`, …) would otherwise repeat ids, and
+/// cairn requires them unique on the branch. Results are sent back under
+/// the recorded ids, so the rewrite is invisible to the model.
+fn unique_call_ids(reply: &mut crate::provider::Reply, session: &Session, entry: &cairn::EntryId) {
+    let ctx = session.context();
+    let mut used: std::collections::HashSet<String> = ctx
+        .messages()
+        .iter()
+        .flat_map(|m| {
+            m.message()
+                .tool_calls()
+                .map(|(id, _, _)| id.to_owned())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    for (i, c) in reply.tool_calls.iter_mut().enumerate() {
+        if c.id.trim().is_empty() || used.contains(&c.id) {
+            c.id = format!("call-{entry}-{}", i + 1);
+        }
+        used.insert(c.id.clone());
+    }
+}
+
+/// Handles the tool calls of one reply, in order.
+pub(crate) fn run_calls(
+    op: &Operation<'_>,
+    session: &Session,
+    rt: &mut Runtime,
+    calls: &[(String, String, Value)],
+) -> Result<Flow> {
+    for (i, (id, name, args)) in calls.iter().enumerate() {
+        // Calls not yet answered when an interrupt stops the loop.
+        let rest = if rt.interrupt.is_set() {
+            &calls[i..]
+        } else if run_call(op, session, rt, id, name, args)? == Flow::Interrupted {
+            &calls[i + 1..]
+        } else {
+            continue;
+        };
+        for (call_id, tool, _) in rest {
+            deny(
+                op,
+                rt,
+                call_id,
+                tool,
+                "Not run: the person interrupted the agent (Ctrl-C) before this call started.",
+            )?;
+        }
+        return Ok(Flow::Interrupted);
+    }
+    Ok(Flow::Continue)
+}
+
+/// Answers a call without running it.
+pub(crate) fn deny(
+    op: &Operation<'_>,
+    rt: &mut Runtime,
+    call_id: &str,
+    tool: &str,
+    reason: &str,
+) -> Result<()> {
+    let appended = op.deny(call_id, reason)?;
+    rt.observer.event(&Event::Denied {
+        call_id,
+        tool,
+        reason,
+        entry: appended.id.as_ref(),
+    });
+    Ok(())
+}
+
+/// Validates, asks approval if needed, dispatches (T1), runs and records (T2) one call.
+pub(crate) fn run_call(
+    op: &Operation<'_>,
+    session: &Session,
+    rt: &mut Runtime,
+    call_id: &str,
+    name: &str,
+    args: &Value,
+) -> Result<Flow> {
+    let tool = match rt.tools.check(name, args) {
+        Ok(t) => Arc::clone(t),
+        Err(why) => {
+            rt.observer.event(&Event::ToolCall {
+                call_id,
+                summary: &format!("{name}: {}", crate::term::excerpt(&args.to_string(), 100)),
+            });
+            deny(op, rt, call_id, name, &why)?;
+            return Ok(Flow::Continue);
+        }
+    };
+    let summary = tool.summary(args);
+    rt.observer.event(&Event::ToolCall {
+        call_id,
+        summary: &summary,
+    });
+    if tool.effect() == cairn::EffectClass::SideEffect && !rt.config.auto_approve {
+        op.request_approval(call_id, name)?;
+        match rt.prompter.approve(&summary) {
+            Approval::Yes => op.resolve_approval(call_id, true, Some("person"))?,
+            Approval::Always => {
+                rt.config.auto_approve = true;
+                op.resolve_approval(call_id, true, Some("person"))?;
+            }
+            Approval::No => {
+                op.resolve_approval(call_id, false, Some("person"))?;
+                deny(
+                    op,
+                    rt,
+                    call_id,
+                    name,
+                    "The person denied this call; it was not run.",
+                )?;
+                return Ok(Flow::Continue);
+            }
+            Approval::Interrupted => {
+                op.resolve_approval(call_id, false, Some("person"))?;
+                deny(
+                    op,
+                    rt,
+                    call_id,
+                    name,
+                    "Not run: the person interrupted the agent (Ctrl-C) at the approval prompt.",
+                )?;
+                rt.interrupt.trigger();
+                return Ok(Flow::Interrupted);
+            }
+            Approval::NoOneToAsk => {
+                op.resolve_approval(call_id, false, Some("cairn-agent: no one to ask"))?;
+                deny(
+                    op,
+                    rt,
+                    call_id,
+                    name,
+                    "Not run: this tool needs the person's approval and no one could be asked (run with --yes to allow it).",
+                )?;
+                return Ok(Flow::Continue);
+            }
+        }
+    }
+    let ticket = op.dispatch_tool(call_id, tool.effect())?;
+    execute(op, session, rt, ticket, &tool, args)
+}
+
+/// Runs a dispatched call with its ticket's key and records the result (T2).
+pub(crate) fn execute(
+    op: &Operation<'_>,
+    session: &Session,
+    rt: &mut Runtime,
+    ticket: ToolTicket,
+    tool: &Arc<dyn Tool>,
+    args: &Value,
+) -> Result<Flow> {
+    let call_id = ticket.call_id().to_owned();
+    let name = ticket.tool().to_owned();
+    rt.observer.event(&Event::Dispatched {
+        call_id: &call_id,
+        tool: &name,
+        key: ticket.key(),
+    });
+    let output = {
+        let call = ToolCall {
+            call_id: &call_id,
+            arguments: args,
+            key: ticket.key(),
+            session,
+            env: &rt.env,
+            interrupt: &rt.interrupt,
+        };
+        tool.run(&call)
+    };
+    if let Some(hook) = &rt.after_tool_effect {
+        hook(&name, &call_id);
+    }
+    let appended = op.record_result(ticket, output.clone())?;
+    if let Some(entry) = &appended.id {
+        rt.observer.event(&Event::ToolResult {
+            call_id: &call_id,
+            tool: &name,
+            entry,
+            output: &output,
+        });
+    }
+    Ok(if rt.interrupt.is_set() {
+        Flow::Interrupted
+    } else {
+        Flow::Continue
+    })
+}

@@ -1,0 +1,125 @@
+//! The hidden child-process entry: the demo (and crash tests) run one agent
+//! step in a child process so it can be killed with SIGKILL at a chosen
+//! moment. The parent re-executes its own executable with the environment
+//! variable [`CHILD_ENV`] holding a JSON [`ChildSpec`]; the executable's
+//! `main` must call [`run_if_requested`] first thing and exit with its code
+//! when it returns `Some`.
+//!
+//! The child runs the request with the scripted provider, approving
+//! everything; when a tool named in `crash_after` has done its work (and
+//! before its result is recorded), it prints [`CRASH_MARKER`] on stdout and
+//! waits to be killed.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context as _, Result};
+use cairn::{Access, Store};
+use serde::{Deserialize, Serialize};
+
+use crate::agent::{Agent, AgentConfig, OnUnknown, Runtime};
+use crate::compaction::CompactionPolicy;
+use crate::interrupt::Interrupt;
+use crate::observer::{Acks, Observer, Silent};
+use crate::prompt::Batch;
+use crate::provider::scripted::ScriptedProvider;
+use crate::tools::render::{Ledger, RenderPanel};
+use crate::tools::{Registry, ToolEnv, bash::Bash, state::SetState};
+
+/// The environment variable that makes an executable run a [`ChildSpec`].
+pub const CHILD_ENV: &str = "CAIRN_AGENT_CHILD";
+
+/// The line a child prints at its crash point.
+pub const CRASH_MARKER: &str = "@crash-point";
+
+/// One agent step to run in a child process.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChildSpec {
+    /// The store's home.
+    pub home: PathBuf,
+    /// The session (full id).
+    pub session: String,
+    /// The request.
+    pub prompt: String,
+    /// The script of the scripted provider.
+    pub script: PathBuf,
+    /// Where the tools work.
+    pub workdir: PathBuf,
+    /// The storyboard ledger (`render_panel` is offered when set).
+    pub ledger: Option<PathBuf>,
+    /// Stop for good after this tool's effect, before its result is recorded.
+    pub crash_after: Option<String>,
+    /// Print `@ack` lines.
+    pub acks: bool,
+}
+
+/// Runs the child step when [`CHILD_ENV`] is set: call first thing in `main`.
+pub fn run_if_requested() -> Option<ExitCode> {
+    let spec = std::env::var(CHILD_ENV).ok()?;
+    Some(match run_spec(&spec) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("cairn-agent child: {e:#}");
+            ExitCode::from(2)
+        }
+    })
+}
+
+/// The storyboard's tools: `set_state`, `render_panel` (when a ledger is
+/// given, 10 credits a panel) and `bash`.
+pub fn storyboard_tools(ledger: Option<&std::path::Path>, workdir: &std::path::Path) -> Registry {
+    let mut r = Registry::new().with(SetState);
+    if let Some(l) = ledger {
+        r = r.with(RenderPanel::new(Ledger::at(l), 10, workdir.join("panels")));
+    }
+    r.with(Bash)
+}
+
+fn run_spec(text: &str) -> Result<()> {
+    let spec: ChildSpec = serde_json::from_str(text).context("the child spec is not valid JSON")?;
+    let store = Store::open_dir(&spec.home);
+    let id = store.resolve(&spec.session)?;
+    let session = store.open(&id, Access::Write)?;
+    let provider = ScriptedProvider::load(&spec.script)?;
+    let crash_after = spec.crash_after.clone();
+    let observer: Box<dyn Observer> = if spec.acks {
+        Box::new(Acks)
+    } else {
+        Box::new(Silent)
+    };
+    let rt = Runtime {
+        provider: Arc::new(provider),
+        tools: storyboard_tools(spec.ledger.as_deref(), &spec.workdir),
+        env: ToolEnv::new(&spec.workdir, spec.home.join("blobs")),
+        config: AgentConfig {
+            system_prompt: Some(crate::demo::SYSTEM_PROMPT.to_owned()),
+            auto_approve: true,
+            on_unknown: OnUnknown::Mark,
+            compaction: CompactionPolicy {
+                budget_tokens: None,
+                keep_recent_tokens: 0,
+            },
+            ..AgentConfig::default()
+        },
+        observer,
+        prompter: Box::new(Batch),
+        interrupt: Interrupt::new(),
+        after_tool_effect: Some(Box::new(move |tool, call_id| {
+            if crash_after.as_deref() == Some(tool) {
+                let mut out = std::io::stdout().lock();
+                let _ = writeln!(out, "{CRASH_MARKER} {tool} {call_id}");
+                let _ = out.flush();
+                drop(out);
+                loop {
+                    std::thread::sleep(Duration::from_secs(3600));
+                }
+            }
+        })),
+    };
+    let mut agent = Agent::new(store, session, rt)?;
+    agent.prompt(&spec.prompt)?;
+    Ok(())
+}

@@ -1,0 +1,35 @@
+//! cairn-agent: the reference agent on cairn.
+//!
+//! An agent loop that drives cairn's operation API ([`agent`]), providers
+//! behind one trait ([`provider`]: OpenAI-compatible Chat Completions with
+//! streaming, and a scripted provider for offline runs), tools with
+//! declared effect classes ([`tools`]), recovery on resume ([`recovery`]),
+//! compaction ([`compaction`]), Ctrl-C handling ([`interrupt`]), a REPL
+//! ([`repl`]) and `cairn demo` ([`demo`]).
+//!
+//! Entry points for the `cairn` binary:
+//! - [`run`] with [`AgentOptions`] (or [`AgentArgs`], a `clap::Args`) for
+//!   `cairn agent`;
+//! - [`demo::run`] for `cairn demo`;
+//! - [`child::run_if_requested`], to be called first in `main`: the demo
+//!   re-executes the binary to run its crash steps in a child process.
+
+pub mod agent;
+mod app;
+pub mod child;
+pub mod compaction;
+pub mod demo;
+pub mod interrupt;
+pub mod observer;
+pub mod prompt;
+pub mod provider;
+pub mod recovery;
+pub mod repl;
+pub mod stream;
+pub mod term;
+pub mod tools;
+pub mod tree;
+
+pub use agent::{Agent, AgentConfig, OnUnknown, Runtime, TurnEnd};
+pub use app::{ACKS_ENV, AgentArgs, AgentOptions, DEFAULT_MODEL, run};
+pub use demo::{DemoOptions, DemoReport};

@@ -1,0 +1,183 @@
+//! The REPL: requests to the agent, and slash commands to look at and move
+//! around the session — `/steps`, `/tree`, `/rewind ENTRY`, `/fork ENTRY`,
+//! `/label ENTRY NAME`, `/state`, `/context`, `/memory`, `/compact`,
+//! `/quit`. ENTRY is an entry id, a unique id prefix or a label.
+
+use std::io::Write;
+
+use anyhow::{Context as _, Result, bail};
+use cairn::steps::StepKind;
+use cairn::{Access, EntryId};
+
+use crate::agent::Agent;
+use crate::prompt::Input;
+use crate::term::{clean, clean_line, excerpt};
+use crate::tree::{TreePrinter, describe};
+
+/// The commands, for `/help`.
+pub const HELP: &str = "\
+Type a request for the agent, or a command:
+  /steps               numbered steps: inputs, model calls, tool calls
+  /tree                the session's tree (* = active branch)
+  /rewind ENTRY        move back to ENTRY (history and app state rewind together)
+  /fork ENTRY          copy the branch up to ENTRY into a new session and continue there
+  /label ENTRY NAME    bookmark ENTRY as NAME (usable wherever ENTRY is)
+  /state               the app state at this point
+  /context             what the model sees
+  /memory              the session memory injected after the system prompt
+  /compact             summarise older context now
+  /quit                leave (Ctrl-D too); Ctrl-C interrupts the agent";
+
+/// Runs the REPL until `/quit` or end of input.
+///
+/// # Errors
+///
+/// Append errors from the agent (command errors are printed, not returned).
+pub fn run(agent: &mut Agent, tree: Option<&TreePrinter>) -> Result<()> {
+    println!("Type a request, or /help. Ctrl-C interrupts the agent; Ctrl-D leaves.");
+    let mut interrupted_once = false;
+    loop {
+        let input = agent.runtime().prompter.read_input("cairn> ");
+        match input {
+            Input::Line(line) => {
+                interrupted_once = false;
+                let line = line.trim();
+                if line.is_empty() {
+                    continue;
+                }
+                if let Some(cmd) = line.strip_prefix('/') {
+                    match command(agent, cmd, tree) {
+                        Ok(true) => return Ok(()),
+                        Ok(false) => {}
+                        Err(e) => println!("error: {}", clean(&format!("{e:#}"))),
+                    }
+                    continue;
+                }
+                agent.prompt(line)?;
+            }
+            Input::Interrupted if interrupted_once => return Ok(()),
+            Input::Interrupted => {
+                interrupted_once = true;
+                println!("(Ctrl-C again, Ctrl-D or /quit to leave)");
+            }
+            Input::Eof => return Ok(()),
+        }
+    }
+}
+
+fn entry(agent: &Agent, query: Option<&str>) -> Result<EntryId> {
+    let Some(q) = query else {
+        bail!("which entry? give an id, an id prefix or a label (see /tree)")
+    };
+    Ok(agent.session().resolve(q)?)
+}
+
+/// Runs one command; `true` means quit.
+fn command(agent: &mut Agent, cmd: &str, tree: Option<&TreePrinter>) -> Result<bool> {
+    let mut words = cmd.split_whitespace();
+    let name = words.next().unwrap_or("");
+    let args: Vec<&str> = words.collect();
+    let mut out = std::io::stdout().lock();
+    match name {
+        "quit" | "exit" | "q" => return Ok(true),
+        "help" | "h" | "?" => writeln!(out, "{HELP}")?,
+        "steps" => {
+            for s in agent.session().steps()? {
+                let indent = if s.kind == StepKind::Tool { "  " } else { "" };
+                let kind = match s.kind {
+                    StepKind::Input => "input",
+                    StepKind::Model => "model",
+                    StepKind::Tool => "tool ",
+                };
+                let took = s.duration_ms.map(|d| format!(" {d}ms")).unwrap_or_default();
+                let tokens = s
+                    .usage
+                    .as_ref()
+                    .map(|u| format!(" {}→{} tok", u.input, u.output))
+                    .unwrap_or_default();
+                let status = serde_json::to_value(s.status)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default();
+                writeln!(
+                    out,
+                    "{} {indent}{kind} {} [{status}]{took}{tokens}",
+                    s.label(),
+                    excerpt(&s.name, 60)
+                )?;
+            }
+        }
+        "tree" => match tree {
+            Some(draw) => draw(agent.session(), &mut out)?,
+            None => crate::tree::render(agent.session(), &mut out)?,
+        },
+        "rewind" | "checkout" => {
+            if agent.session().resume_operation().is_some() {
+                bail!("an operation is still open; it must finish before the session moves");
+            }
+            let target = entry(agent, args.first().copied())?;
+            agent.session().checkout(Some(&target), None)?;
+            writeln!(
+                out,
+                "rewound to {target}; the app state here is {}",
+                clean_line(&agent.session().context().app_state().to_string())
+            )?;
+        }
+        "fork" => {
+            let target = entry(agent, args.first().copied())?;
+            let forked = agent.store().fork(agent.session(), Some(&target), None)?;
+            let (old, new) = (agent.session().id().clone(), forked.id().clone());
+            drop(forked);
+            let session = agent
+                .store()
+                .open(&new, Access::Write)
+                .context("opening the fork")?;
+            agent.switch_session(session)?;
+            writeln!(
+                out,
+                "forked {old} at {target} into {new}; now working in {new} (the original is untouched)"
+            )?;
+        }
+        "label" => {
+            let target = entry(agent, args.first().copied())?;
+            let Some(label) = args.get(1) else {
+                bail!("usage: /label ENTRY NAME")
+            };
+            agent.session().label(label, Some(&target))?;
+            writeln!(out, "labelled {target} as {}", clean_line(label))?;
+        }
+        "state" => {
+            let state = serde_json::to_string_pretty(agent.session().context().app_state())?;
+            writeln!(out, "{}", clean(&state))?;
+        }
+        "context" => {
+            let ctx = agent.session().context();
+            if let Some(c) = ctx.compaction() {
+                writeln!(
+                    out,
+                    "(compacted at {}: kept from {:?})",
+                    c.entry,
+                    c.first_kept.as_ref().map(EntryId::as_str)
+                )?;
+            }
+            for m in ctx.messages() {
+                let body = cairn::EntryBody::Message(m.message().clone());
+                writeln!(out, "{} {}", m.entry(), describe(&body))?;
+            }
+        }
+        "memory" => match agent.session().memory() {
+            Some(m) if !m.is_empty() => write!(out, "{}", clean(&m.render()))?,
+            Some(_) => writeln!(out, "(nothing remembered yet)")?,
+            None => writeln!(out, "(session memory is off)")?,
+        },
+        "compact" => {
+            drop(out);
+            match agent.compact()? {
+                Some(e) => println!("compacted: entry {e}"),
+                None => println!("nothing was compacted"),
+            }
+        }
+        other => bail!("unknown command /{}: try /help", clean_line(other)),
+    }
+    Ok(false)
+}

@@ -1,0 +1,449 @@
+//! File tools: `read_file`, `list_dir`, `grep` (read-only) and
+//! `write_file`, `edit_file` (side effects). Paths are relative to the
+//! working directory unless absolute.
+
+use std::path::Path;
+
+use cairn::{EffectClass, ToolOutput};
+use regex::RegexBuilder;
+use serde_json::{Value, json};
+
+use super::{Tool, ToolCall, capped_text};
+
+const MAX_READ_BYTES: u64 = 8 << 20;
+
+fn summary_path(tool: &str, args: &Value) -> String {
+    let path = args.get("path").and_then(Value::as_str).unwrap_or(".");
+    format!("{tool}: {}", crate::term::clean_line(path))
+}
+
+fn read_text(path: &Path) -> Result<String, String> {
+    let meta =
+        std::fs::metadata(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    if meta.is_dir() {
+        return Err(format!("{} is a directory (use list_dir)", path.display()));
+    }
+    if meta.len() > MAX_READ_BYTES {
+        return Err(format!(
+            "{} is {} bytes, more than this tool reads ({MAX_READ_BYTES})",
+            path.display(),
+            meta.len()
+        ));
+    }
+    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    if bytes.iter().take(8192).any(|b| *b == 0) {
+        return Err(format!("{} looks like a binary file", path.display()));
+    }
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// `read_file`: a text file's lines, numbered.
+#[derive(Debug, Clone, Copy)]
+pub struct ReadFile;
+
+impl Tool for ReadFile {
+    fn name(&self) -> &str {
+        "read_file"
+    }
+    fn description(&self) -> &str {
+        "Read a text file. Returns its lines numbered from 1. Use offset/limit for long files."
+    }
+    fn parameters(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "minLength": 1, "description": "File path, relative to the working directory or absolute."},
+                "offset": {"type": "integer", "minimum": 1, "description": "First line to read (1-based)."},
+                "limit": {"type": "integer", "minimum": 1, "maximum": 10000, "description": "Lines to read (default 2000)."}
+            },
+            "required": ["path"],
+            "additionalProperties": false
+        })
+    }
+    fn effect(&self) -> EffectClass {
+        EffectClass::ReadOnly
+    }
+    fn summary(&self, args: &Value) -> String {
+        summary_path(self.name(), args)
+    }
+    fn run(&self, call: &ToolCall<'_>) -> ToolOutput {
+        let path = call.env.resolve(call.str("path").unwrap_or_default());
+        let text = match read_text(&path) {
+            Ok(t) => t,
+            Err(e) => return ToolOutput::error(e),
+        };
+        let offset = call.int("offset").unwrap_or(1).max(1) as usize;
+        let limit = call.int("limit").unwrap_or(2000).max(1) as usize;
+        let total = text.lines().count();
+        let mut out = String::new();
+        for (i, line) in text.lines().enumerate().skip(offset - 1).take(limit) {
+            out.push_str(&format!("{:>6}\t{line}\n", i + 1));
+        }
+        if total == 0 {
+            out.push_str("(empty file)\n");
+        } else if offset.saturating_sub(1).saturating_add(limit) < total {
+            out.push_str(&format!(
+                "… ({} more lines; read on with offset {})\n",
+                total - (offset - 1 + limit),
+                offset.saturating_add(limit)
+            ));
+        }
+        ToolOutput {
+            content: capped_text(call.env, &out),
+            is_error: false,
+            code: None,
+        }
+    }
+}
+
+/// `list_dir`: a directory's entries, sorted, directories marked `/`.
+#[derive(Debug, Clone, Copy)]
+pub struct ListDir;
+
+impl Tool for ListDir {
+    fn name(&self) -> &str {
+        "list_dir"
+    }
+    fn description(&self) -> &str {
+        "List a directory's entries (directories end with /)."
+    }
+    fn parameters(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {"path": {"type": "string", "description": "Directory (default: the working directory)."}},
+            "additionalProperties": false
+        })
+    }
+    fn effect(&self) -> EffectClass {
+        EffectClass::ReadOnly
+    }
+    fn summary(&self, args: &Value) -> String {
+        summary_path(self.name(), args)
+    }
+    fn run(&self, call: &ToolCall<'_>) -> ToolOutput {
+        let path = call.env.resolve(call.str("path").unwrap_or("."));
+        let entries = match std::fs::read_dir(&path) {
+            Ok(e) => e,
+            Err(e) => return ToolOutput::error(format!("cannot list {}: {e}", path.display())),
+        };
+        let mut names: Vec<String> = entries
+            .filter_map(Result::ok)
+            .map(|e| {
+                let dir = e.file_type().is_ok_and(|t| t.is_dir());
+                format!(
+                    "{}{}",
+                    e.file_name().to_string_lossy(),
+                    if dir { "/" } else { "" }
+                )
+            })
+            .collect();
+        names.sort();
+        let total = names.len();
+        names.truncate(1000);
+        let mut out = names.join("\n");
+        if total > 1000 {
+            out.push_str(&format!("\n… ({} more)", total - 1000));
+        }
+        if total == 0 {
+            out = "(empty directory)".into();
+        }
+        ToolOutput {
+            content: capped_text(call.env, &out),
+            is_error: false,
+            code: None,
+        }
+    }
+}
+
+/// `grep`: lines matching a regular expression, in files under a path.
+#[derive(Debug, Clone, Copy)]
+pub struct Grep;
+
+const SKIP_DIRS: [&str; 4] = ["target", "node_modules", "__pycache__", "dist"];
+
+impl Tool for Grep {
+    fn name(&self) -> &str {
+        "grep"
+    }
+    fn description(&self) -> &str {
+        "Search files for a regular expression (Rust regex syntax). Returns path:line: text. Skips hidden directories, target/ and node_modules/."
+    }
+    fn parameters(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "pattern": {"type": "string", "minLength": 1},
+                "path": {"type": "string", "description": "File or directory (default: the working directory)."},
+                "case_insensitive": {"type": "boolean"},
+                "max_results": {"type": "integer", "minimum": 1, "maximum": 1000}
+            },
+            "required": ["pattern"],
+            "additionalProperties": false
+        })
+    }
+    fn effect(&self) -> EffectClass {
+        EffectClass::ReadOnly
+    }
+    fn summary(&self, args: &Value) -> String {
+        let pattern = args.get("pattern").and_then(Value::as_str).unwrap_or("");
+        format!("grep: {}", crate::term::clean_line(pattern))
+    }
+    fn run(&self, call: &ToolCall<'_>) -> ToolOutput {
+        let re = match RegexBuilder::new(call.str("pattern").unwrap_or_default())
+            .case_insensitive(call.bool("case_insensitive").unwrap_or(false))
+            .size_limit(1 << 20)
+            .build()
+        {
+            Ok(r) => r,
+            Err(e) => return ToolOutput::error(format!("invalid pattern: {e}")),
+        };
+        let max = call.int("max_results").unwrap_or(200).max(1) as usize;
+        let root = call.env.resolve(call.str("path").unwrap_or("."));
+        let mut hits = Vec::new();
+        let mut stack = vec![root.clone()];
+        let mut files = 0usize;
+        while let Some(p) = stack.pop() {
+            if hits.len() >= max || call.interrupt.is_set() {
+                break;
+            }
+            let Ok(meta) = std::fs::symlink_metadata(&p) else {
+                continue;
+            };
+            if meta.is_dir() {
+                let name = p
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                if p != root && (name.starts_with('.') || SKIP_DIRS.contains(&name.as_str())) {
+                    continue;
+                }
+                if let Ok(rd) = std::fs::read_dir(&p) {
+                    let mut children: Vec<_> =
+                        rd.filter_map(Result::ok).map(|e| e.path()).collect();
+                    children.sort();
+                    stack.extend(children.into_iter().rev());
+                }
+            } else if meta.is_file() && meta.len() <= MAX_READ_BYTES {
+                files += 1;
+                let Ok(text) = read_text(&p) else { continue };
+                let shown = p
+                    .strip_prefix(&call.env.workdir)
+                    .unwrap_or(&p)
+                    .display()
+                    .to_string();
+                for (i, line) in text.lines().enumerate() {
+                    if re.is_match(line) {
+                        hits.push(format!(
+                            "{shown}:{}: {}",
+                            i + 1,
+                            crate::provider::sse::cut(line)
+                        ));
+                        if hits.len() >= max {
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        let out = if hits.is_empty() {
+            format!("no matches ({files} files searched)")
+        } else {
+            let more = if hits.len() >= max {
+                format!("\n(stopped at {max} matches)")
+            } else {
+                String::new()
+            };
+            format!("{}{more}", hits.join("\n"))
+        };
+        ToolOutput {
+            content: capped_text(call.env, &out),
+            is_error: false,
+            code: None,
+        }
+    }
+}
+
+/// `write_file`: writes (creates or replaces) a file.
+#[derive(Debug, Clone, Copy)]
+pub struct WriteFile;
+
+impl Tool for WriteFile {
+    fn name(&self) -> &str {
+        "write_file"
+    }
+    fn description(&self) -> &str {
+        "Create or overwrite a text file with the given content (parent directories are created)."
+    }
+    fn parameters(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {"path": {"type": "string", "minLength": 1}, "content": {"type": "string"}},
+            "required": ["path", "content"],
+            "additionalProperties": false
+        })
+    }
+    fn effect(&self) -> EffectClass {
+        EffectClass::SideEffect
+    }
+    fn summary(&self, args: &Value) -> String {
+        summary_path(self.name(), args)
+    }
+    fn run(&self, call: &ToolCall<'_>) -> ToolOutput {
+        let path = call.env.resolve(call.str("path").unwrap_or_default());
+        let content = call.str("content").unwrap_or_default();
+        if let Some(parent) = path.parent()
+            && let Err(e) = std::fs::create_dir_all(parent)
+        {
+            return ToolOutput::error(format!("cannot create {}: {e}", parent.display()));
+        }
+        match std::fs::write(&path, content) {
+            Ok(()) => ToolOutput::text(format!(
+                "wrote {} bytes to {}",
+                content.len(),
+                path.display()
+            )),
+            Err(e) => ToolOutput::error(format!("cannot write {}: {e}", path.display())),
+        }
+    }
+}
+
+/// `edit_file`: replaces an exact string in a file.
+#[derive(Debug, Clone, Copy)]
+pub struct EditFile;
+
+impl Tool for EditFile {
+    fn name(&self) -> &str {
+        "edit_file"
+    }
+    fn description(&self) -> &str {
+        "Replace old_string with new_string in a file. old_string must occur exactly once unless replace_all is true."
+    }
+    fn parameters(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "minLength": 1},
+                "old_string": {"type": "string", "minLength": 1},
+                "new_string": {"type": "string"},
+                "replace_all": {"type": "boolean"}
+            },
+            "required": ["path", "old_string", "new_string"],
+            "additionalProperties": false
+        })
+    }
+    fn effect(&self) -> EffectClass {
+        EffectClass::SideEffect
+    }
+    fn summary(&self, args: &Value) -> String {
+        summary_path(self.name(), args)
+    }
+    fn run(&self, call: &ToolCall<'_>) -> ToolOutput {
+        let path = call.env.resolve(call.str("path").unwrap_or_default());
+        let text = match read_text(&path) {
+            Ok(t) => t,
+            Err(e) => return ToolOutput::error(e),
+        };
+        let old = call.str("old_string").unwrap_or_default();
+        let new = call.str("new_string").unwrap_or_default();
+        let count = text.matches(old).count();
+        let all = call.bool("replace_all").unwrap_or(false);
+        if count == 0 {
+            return ToolOutput::error(format!("old_string does not occur in {}", path.display()));
+        }
+        if count > 1 && !all {
+            return ToolOutput::error(format!(
+                "old_string occurs {count} times in {}: include more context to make it unique, or set replace_all",
+                path.display()
+            ));
+        }
+        let edited = if all {
+            text.replace(old, new)
+        } else {
+            text.replacen(old, new, 1)
+        };
+        match std::fs::write(&path, edited) {
+            Ok(()) => ToolOutput::text(format!(
+                "replaced {} occurrence(s) in {}",
+                if all { count } else { 1 },
+                path.display()
+            )),
+            Err(e) => ToolOutput::error(format!("cannot write {}: {e}", path.display())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::interrupt::Interrupt;
+    use crate::tools::ToolEnv;
+    use cairn::{MemoryBackend, NewSession, Store};
+    use std::sync::Arc;
+
+    fn run(tool: &dyn Tool, env: &ToolEnv, args: Value) -> ToolOutput {
+        let store = Store::with_backend(Arc::new(MemoryBackend::new()));
+        let session = store.create(NewSession::default()).unwrap();
+        let interrupt = Interrupt::new();
+        let call = ToolCall {
+            call_id: "c",
+            arguments: &args,
+            key: "k",
+            session: &session,
+            env,
+            interrupt: &interrupt,
+        };
+        tool.run(&call)
+    }
+
+    fn text(o: &ToolOutput) -> String {
+        crate::provider::result_text(&o.content)
+    }
+
+    #[test]
+    fn file_tools_read_search_and_edit() {
+        let dir = tempfile::tempdir().unwrap();
+        let env = ToolEnv::new(dir.path(), dir.path().join("blobs"));
+        std::fs::write(dir.path().join("a.txt"), "one\ntwo\nthree\ntwo\n").unwrap();
+        let o = run(
+            &ReadFile,
+            &env,
+            json!({"path": "a.txt", "offset": 2, "limit": 2}),
+        );
+        assert_eq!(
+            text(&o),
+            "     2\ttwo\n     3\tthree\n… (1 more lines; read on with offset 4)\n"
+        );
+        let o = run(
+            &ReadFile,
+            &env,
+            json!({"path": "a.txt", "offset": i64::MAX}),
+        );
+        assert!(!o.is_error);
+        assert!(run(&ReadFile, &env, json!({"path": "missing"})).is_error);
+        let o = run(&Grep, &env, json!({"pattern": "^t.o$"}));
+        assert_eq!(text(&o), "a.txt:2: two\na.txt:4: two");
+        let o = run(
+            &EditFile,
+            &env,
+            json!({"path": "a.txt", "old_string": "two", "new_string": "2"}),
+        );
+        assert!(o.is_error && text(&o).contains("occurs 2 times"));
+        let o = run(
+            &EditFile,
+            &env,
+            json!({"path": "a.txt", "old_string": "two", "new_string": "2", "replace_all": true}),
+        );
+        assert!(!o.is_error, "{}", text(&o));
+        run(
+            &WriteFile,
+            &env,
+            json!({"path": "sub/b.txt", "content": "b"}),
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("a.txt")).unwrap(),
+            "one\n2\nthree\n2\n"
+        );
+        let o = run(&ListDir, &env, json!({}));
+        assert_eq!(text(&o), "a.txt\nsub/");
+    }
+}

@@ -1,0 +1,100 @@
+//! `cairn demo` runs offline, quickly, and its claims hold: the state is
+//! restored after the rewind, panel 3 is charged once after the crash, the
+//! crashed `bash` call is recorded as `TOOL_OUTCOME_UNKNOWN`, and the
+//! sessions stay in the store.
+
+// Test helpers panic on a failed step; that is how a test fails.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use cairn::{Access, Store};
+use cairn_agent::DemoOptions;
+use serde_json::json;
+
+#[test]
+fn the_demo_runs_and_its_claims_hold() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("store");
+    let mut out = Vec::new();
+    let started = Instant::now();
+    let opts = DemoOptions {
+        exe: Some(PathBuf::from(env!("CARGO_BIN_EXE_cairn-agent"))),
+        tree_printer: None,
+    };
+    let report = cairn_agent::demo::run(&home, &mut out, opts).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "the demo finishes in seconds"
+    );
+
+    assert_eq!(report.state_after_panel_2, json!({"buff": "exhausted"}));
+    assert_eq!(
+        report.state_after_rewind,
+        json!({"buff": "power-up", "skill": "ten-palm strike"})
+    );
+    assert_eq!(report.verdict_after_crash, "IndeterminateTool");
+    assert_eq!(report.panel_3_charges, 1);
+    assert_eq!(report.balance, 70);
+    assert_eq!(
+        report.side_effect_code.as_deref(),
+        Some(cairn::journal::TOOL_OUTCOME_UNKNOWN)
+    );
+    assert_eq!(report.print_queue_lines, 1);
+
+    for claim in [
+        "App state now: {\"buff\":\"power-up\",\"skill\":\"ten-palm strike\"}",
+        "killed with SIGKILL",
+        "Verdict: IndeterminateTool",
+        "no new charge",
+        "One charge for panel 3",
+        "TOOL_OUTCOME_UNKNOWN",
+        &format!("cairn tree {}", report.session),
+        &format!("cairn steps {}", report.session),
+        &format!("cairn export {} --format html", report.session),
+    ] {
+        assert!(
+            text.contains(claim),
+            "the narration should say {claim:?}:\n{text}"
+        );
+    }
+    assert!(
+        !text.contains('\u{1b}'),
+        "no raw escape sequences in the narration"
+    );
+
+    // The sessions stay in the store, closed and valid.
+    let store = Store::open_dir(&home);
+    let list = store.list().unwrap();
+    assert_eq!(list.len(), 2);
+    let s = store.open(&report.session, Access::Read).unwrap();
+    assert_eq!(s.verdict().name(), "Finished");
+    let fork = store.open(&report.fork, Access::Read).unwrap();
+    assert_eq!(
+        fork.header().lineage.forked_from.as_ref().unwrap().session,
+        report.session
+    );
+    assert_eq!(
+        *fork.context().app_state(),
+        json!({"buff": "power-up", "skill": "ten-palm strike"})
+    );
+    let ledger = cairn_agent::tools::render::Ledger::at(report.workdir.join("ledger.json"))
+        .read()
+        .unwrap();
+    assert_eq!(ledger.charges.len(), 3);
+}
+
+#[test]
+fn the_demo_explains_a_missing_child_entry_point() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut out = Vec::new();
+    // `true` ignores the child spec and exits: the demo must say what is wrong.
+    let opts = DemoOptions {
+        exe: Some(PathBuf::from("/bin/true")),
+        tree_printer: None,
+    };
+    let e = cairn_agent::demo::run(&dir.path().join("store"), &mut out, opts).unwrap_err();
+    assert!(format!("{e:#}").contains("run_if_requested"), "{e:#}");
+}

@@ -1,0 +1,145 @@
+//! Real Ctrl-C (SIGINT) to the `cairn-agent` binary: while a tool runs, the
+//! tool is stopped and an error result says so; while the model streams, the
+//! partial reply is recorded as interrupted. The process then exits on its
+//! own, leaving a finished (aborted) operation.
+
+// Test helpers panic on a failed step; that is how a test fails.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use cairn::{Access, Outcome, Store, Verdict};
+use serde_json::{Value, json};
+
+const BIN: &str = env!("CARGO_BIN_EXE_cairn-agent");
+
+/// Runs the agent on `script`, sends SIGINT once a line starting with
+/// `when` appears (plus `delay`), and returns the session.
+fn interrupted(
+    script: Value,
+    when: &str,
+    delay: Duration,
+) -> (tempfile::TempDir, cairn::Session, Duration) {
+    let dir = tempfile::tempdir().unwrap();
+    let (home, work) = (dir.path().join("home"), dir.path().join("work"));
+    std::fs::create_dir_all(&work).unwrap();
+    let path = dir.path().join("script.json");
+    std::fs::write(&path, script.to_string()).unwrap();
+    let mut child = Command::new(BIN)
+        .arg("--store")
+        .arg(&home)
+        .arg("--workdir")
+        .arg(&work)
+        .arg("--script")
+        .arg(&path)
+        .args(["--yes", "-p", "go"])
+        .env("CAIRN_AGENT_ACKS", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut session = None;
+    for l in lines.by_ref() {
+        let l = l.unwrap();
+        if let Some(id) = l.strip_prefix("@ack session ") {
+            session = Some(id.to_owned());
+        }
+        if l.starts_with(when) {
+            break;
+        }
+    }
+    std::thread::sleep(delay);
+    let sent = Instant::now();
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let drain = std::thread::spawn(move || lines.count());
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let exit = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the agent did not stop after Ctrl-C"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let took = sent.elapsed();
+    drain.join().unwrap();
+    assert!(exit.success(), "{exit}");
+    let store = Store::open_dir(&home);
+    let id = cairn::SessionId::parse(&session.unwrap()).unwrap();
+    let s = store.open(&id, Access::Read).unwrap();
+    (dir, s, took)
+}
+
+#[test]
+fn ctrl_c_during_a_tool_stops_it_and_records_why() {
+    let script = json!({"turns": [{"replies": [
+        {"text": "Waiting.", "tool_calls": [{"name": "bash", "arguments": {"command": "echo begun; sleep 30"}}]},
+        {"text": "unreachable"}]}]});
+    let (_dir, s, took) = interrupted(script, "@ack t1", Duration::from_millis(200));
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    assert!(
+        matches!(
+            s.verdict(),
+            Verdict::Finished {
+                outcome: Outcome::Aborted,
+                ..
+            }
+        ),
+        "{:?}",
+        s.verdict()
+    );
+    support::every_call_answered(&s).unwrap();
+    let ctx = s.context();
+    let call = ctx
+        .messages()
+        .iter()
+        .find_map(|m| {
+            m.message()
+                .tool_calls()
+                .next()
+                .map(|(id, _, _)| id.to_owned())
+        })
+        .unwrap();
+    let (is_error, code, text) = support::result_of(&s, &call).unwrap();
+    assert!(is_error);
+    assert_eq!(code.as_deref(), Some(cairn_agent::tools::CODE_INTERRUPTED));
+    assert!(
+        text.contains("begun") && text.contains("interrupted by the person"),
+        "{text}"
+    );
+}
+
+#[test]
+fn ctrl_c_while_the_model_streams_records_an_interrupted_reply() {
+    let long = "panel ".repeat(400);
+    let script =
+        json!({"chunk_chars": 3, "chunk_delay_ms": 10, "turns": [{"replies": [{"text": long}]}]});
+    let (_dir, s, took) = interrupted(script, "@ack entry", Duration::from_millis(300));
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    assert!(
+        matches!(
+            s.verdict(),
+            Verdict::Finished {
+                outcome: Outcome::Aborted,
+                ..
+            }
+        ),
+        "{:?}",
+        s.verdict()
+    );
+    let last = support::last_assistant(&s).unwrap();
+    assert_eq!(last.stop_reason.as_deref(), Some("interrupted"));
+    assert!(!last.plain_text().is_empty() && last.plain_text().len() < long.len());
+}
