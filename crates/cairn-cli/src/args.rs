@@ -153,6 +153,9 @@ Example:
         /// Print JSON.
         #[arg(long)]
         json: bool,
+        /// Include the session memory (as `cairn memory` prints it).
+        #[arg(long)]
+        memory: bool,
     },
 
     /// Print the current context as the model sees it.
@@ -314,7 +317,9 @@ Example:
     /// killed with SIGKILL after the charge and recovered with one charge, a
     /// side-effect tool recorded as unknown, and a fork. With --journal, a
     /// tour of the journal itself instead (torn tail included).
-    #[command(after_help = "Examples:\n  cairn demo\n  cairn --store /tmp/cairn-demo demo\n  cairn demo --journal")]
+    #[command(
+        after_help = "Examples:\n  cairn demo\n  cairn --store /tmp/cairn-demo demo\n  cairn demo --journal"
+    )]
     Demo {
         /// Tour the journal itself (branches, rewind, a torn tail, a fork).
         #[arg(long)]
@@ -327,7 +332,9 @@ Example:
     /// vLLM, llama.cpp's server, Ollama) or replays a script offline. Every
     /// step is journalled; after a crash, --resume acts on the recovery
     /// verdict.
-    #[command(after_help = "Examples:\n  CAIRN_API_KEY=... cairn agent --base-url https://api.openai.com/v1 --model gpt-4o-mini\n  cairn agent --base-url http://localhost:11434/v1 --model qwen2.5-coder -p 'list the files'\n  cairn agent --resume 01jx --on-unknown mark")]
+    #[command(
+        after_help = "Examples:\n  CAIRN_API_KEY=... cairn agent --base-url https://api.openai.com/v1 --model gpt-4o-mini\n  cairn agent --base-url http://localhost:11434/v1 --model qwen2.5-coder -p 'list the files'\n  cairn agent --resume 01jx --on-unknown mark"
+    )]
     Agent(cairn_agent::AgentArgs),
 
     /// The numbered steps: user inputs, model calls and tool calls.

@@ -938,3 +938,85 @@ fn copy_moves_a_store_to_sqlite_and_back_byte_for_byte_and_sqlite_stores_work_ev
         assert!(a == b, "{id} changed on its way through SQLite");
     }
 }
+
+#[test]
+fn memory_and_show_memory_print_the_session_memory() {
+    let home = Home::new();
+    storyboard(&home);
+    let out = stdout(&home.cairn().args(["memory", STORY]).output().unwrap());
+    assert!(out.contains("Goal: Panel 4"), "{out}");
+    assert!(
+        out.contains("render_panel: outcome unknown"),
+        "the recovered crash is a failed attempt: {out}"
+    );
+    assert!(out.contains("rewound to entry st1"), "{out}");
+    let shown = stdout(
+        &home
+            .cairn()
+            .args(["show", STORY, "--memory"])
+            .output()
+            .unwrap(),
+    );
+    assert!(
+        shown.contains("Session memory") && shown.contains("context at t5"),
+        "{shown}"
+    );
+    let json: Value = serde_json::from_slice(
+        &home
+            .cairn()
+            .args(["memory", STORY, "--json"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    assert!(json["text"].as_str().unwrap().contains("Goal:"));
+    assert_eq!(json["memory"]["goal"]["entries"][0], "u4");
+}
+
+#[test]
+fn steps_and_recover_work_on_a_crashed_operation_appended_by_another_program() {
+    let home = Home::new();
+    let id = home.new_session("ops");
+    let records = [
+        r#"{"kind":"message","id":"u1","data":{"role":"user","content":[{"type":"text","text":"charge me"}]}}"#,
+        r#"{"kind":"op_started","data":{"op":"op-2","input":"u1"}}"#,
+        r#"{"kind":"model_attempted","data":{"op":"op-2","attempt":1,"entry":"a1"}}"#,
+        r#"{"kind":"message","id":"a1","data":{"role":"assistant","content":[{"type":"tool_call","call_id":"c1","name":"charge","arguments":{}}]}}"#,
+        r#"{"kind":"tool_dispatched","data":{"op":"op-2","call_id":"c1","tool":"charge","args_hash":"x","effect":"side_effect","key":"k","result_entry":"r1"}}"#,
+    ];
+    home.cairn()
+        .args(["append", &id])
+        .write_stdin(records.join("\n"))
+        .assert()
+        .success();
+    let steps = stdout(&home.cairn().args(["steps", &id]).output().unwrap());
+    assert!(
+        steps.contains("s0003") && steps.contains("charge") && steps.contains("running"),
+        "{steps}"
+    );
+    home.cairn()
+        .args(["recover", &id])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("IndeterminateTool"));
+    home.cairn()
+        .args(["recover", &id, "--policy", "unknown"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(
+            "recorded c1 (charge) as TOOL_OUTCOME_UNKNOWN",
+        ));
+    let steps = stdout(
+        &home
+            .cairn()
+            .args(["steps", &id, "--json"])
+            .output()
+            .unwrap(),
+    );
+    let v: Value = serde_json::from_str(&steps).unwrap();
+    assert_eq!(v[2]["status"], "unknown");
+    // The result used the preallocated id, and the verdict is settled.
+    let log = stdout(&home.cairn().args(["log", &id, "--json"]).output().unwrap());
+    assert!(log.contains(r#""id":"r1""#), "{log}");
+}

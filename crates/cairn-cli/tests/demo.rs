@@ -37,7 +37,9 @@ fn agent_demo_runs_from_the_cli_and_its_key_claims_hold() {
         for m in ctx.messages() {
             for (call, _, _) in m.message().tool_calls() {
                 assert!(
-                    ctx.messages().iter().any(|r| r.message().tool_results().any(|c| c == call)),
+                    ctx.messages()
+                        .iter()
+                        .any(|r| r.message().tool_results().any(|c| c == call)),
                     "call {call} has no result in {}",
                     s.id
                 );

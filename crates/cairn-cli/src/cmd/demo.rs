@@ -329,9 +329,14 @@ pub fn tree_printer(look: Look) -> cairn_agent::tree::TreePrinter {
 pub fn agent(ctx: &Ctx) -> Result<Status> {
     let home = ctx.home()?;
     if home.to_str().is_some_and(|h| h.starts_with("sqlite:")) {
-        bail!("the agent demo runs on a directory store; pass --store DIR (or use `cairn demo --journal`)");
+        bail!(
+            "the agent demo runs on a directory store; pass --store DIR (or use `cairn demo --journal`)"
+        );
     }
-    let opts = cairn_agent::DemoOptions { exe: None, tree_printer: Some(tree_printer(ctx.look)) };
+    let opts = cairn_agent::DemoOptions {
+        exe: None,
+        tree_printer: Some(tree_printer(ctx.look)),
+    };
     let mut stdout = std::io::stdout().lock();
     cairn_agent::demo::run(&home, &mut stdout, opts)?;
     Ok(Status::Ok)

@@ -43,7 +43,11 @@ pub fn run(cli: Cli) -> Result<Status> {
         Command::New { title, state } => edit::new(&ctx, title, state.as_deref()),
         Command::Append { target, durability } => append::run(&ctx, &target, durability),
         Command::Ls { all, json } => list::run(&ctx, all, json),
-        Command::Show { target, json } => show::show(&ctx, &target, json),
+        Command::Show {
+            target,
+            json,
+            memory,
+        } => show::show(&ctx, &target, json, memory),
         Command::Context { target, json } => show::context(&ctx, &target, json),
         Command::Tree {
             target,

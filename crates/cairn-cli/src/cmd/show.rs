@@ -18,19 +18,35 @@ use crate::term::{Out, Style};
 /// # Errors
 ///
 /// Opening the session, or writing output.
-pub fn show(ctx: &Ctx, arg: &SessionArg, json: bool) -> Result<Status> {
+pub fn show(ctx: &Ctx, arg: &SessionArg, json: bool, with_memory: bool) -> Result<Status> {
     let (store, session) = target::open(ctx, &target::spec(arg)?, Access::Read)?;
     let context = session.context();
+    let memory = if with_memory {
+        session.enable_memory(cairn::memory::MemoryConfig::default())?;
+        session.memory()
+    } else {
+        None
+    };
     let mut out = ctx.out();
     if json {
-        out.json(&json!({
+        let mut v = json!({
             "session": shapes::session(&store, &session),
             "context": shapes::context(&session, &context),
-        }))?;
+        });
+        if let Some(m) = &memory {
+            v["memory"] = json!({ "memory": m, "text": m.render() });
+        }
+        out.json(&v)?;
         return Ok(Status::Ok);
     }
     metadata(&mut out, &store, &session)?;
     out.nl()?;
+    if let Some(m) = memory.filter(|m| !m.is_empty()) {
+        for line in m.render().lines() {
+            out.line(&crate::term::clean(line, crate::term::Lines::Flatten))?;
+        }
+        out.nl()?;
+    }
     render_context(&mut out, &context)?;
     Ok(Status::Ok)
 }
