@@ -217,7 +217,15 @@ fn parse_canonical(line: &[u8]) -> Option<Frame<'_>> {
     if !rest.is_empty() {
         return None;
     }
-    Some(Frame { seq, ts: Cow::Borrowed(ts), kind: Cow::Borrowed(kind), ignorable, id, parent, data: Data(data) })
+    Some(Frame {
+        seq,
+        ts: Cow::Borrowed(ts),
+        kind: Cow::Borrowed(kind),
+        ignorable,
+        id,
+        parent,
+        data: Data(data),
+    })
 }
 
 /// `prefix` then a JSON string without escapes; returns it and what follows.
@@ -419,7 +427,9 @@ fn op_data(out: &mut Vec<u8>, op: &OpRecord) -> Result<(), serde_json::Error> {
 /// Encodes one record as a complete line, newline included.
 pub fn encode(seq: u64, ts: &str, body: &Body) -> Vec<u8> {
     match body {
-        Body::Header(h) => encode_parts(seq, ts, "header", false, None, |out| serde_json::to_writer(out, h)),
+        Body::Header(h) => encode_parts(seq, ts, "header", false, None, |out| {
+            serde_json::to_writer(out, h)
+        }),
         Body::Entry(e) => encode_entry(seq, ts, e),
         Body::Op(op) => encode_op(seq, ts, op),
     }
@@ -429,7 +439,9 @@ pub fn encode(seq: u64, ts: &str, body: &Body) -> Vec<u8> {
 pub fn encode_entry(seq: u64, ts: &str, e: &Entry) -> Vec<u8> {
     let ignorable = matches!(e.body, EntryBody::Ignored(_));
     let ids = Some((&e.id, e.parent.as_ref()));
-    encode_parts(seq, ts, e.body.kind(), ignorable, ids, |out| entry_data(out, &e.body))
+    encode_parts(seq, ts, e.body.kind(), ignorable, ids, |out| {
+        entry_data(out, &e.body)
+    })
 }
 
 /// Encodes an operation-journal record.
@@ -558,17 +570,34 @@ mod tests {
     fn canonical_fast_path_reads_what_the_json_parser_reads() {
         let lines = [
             encode(0, "2026-11-30T00:00:00.000Z", &msg_entry()),
-            encode(12, "t", &Body::Entry(Entry {
-                id: EntryId::parse("b.2").unwrap(),
-                parent: Some(EntryId::parse("a1b2c3d4").unwrap()),
-                body: EntryBody::Ignored(Unknown { kind: "x.y".into(), data: json!([1, {"data":"\"crc\""}]) }),
-            })),
-            encode(3, "t", &Body::Op(OpRecord::InputQueued(InputQueued { op: "op-1".into(), text: ",\"data\":".into() }))),
+            encode(
+                12,
+                "t",
+                &Body::Entry(Entry {
+                    id: EntryId::parse("b.2").unwrap(),
+                    parent: Some(EntryId::parse("a1b2c3d4").unwrap()),
+                    body: EntryBody::Ignored(Unknown {
+                        kind: "x.y".into(),
+                        data: json!([1, {"data":"\"crc\""}]),
+                    }),
+                }),
+            ),
+            encode(
+                3,
+                "t",
+                &Body::Op(OpRecord::InputQueued(InputQueued {
+                    op: "op-1".into(),
+                    text: ",\"data\":".into(),
+                })),
+            ),
         ];
         for line in &lines {
             let fast = parse_canonical(line).expect("cairn writes canonical lines");
             let slow = slow(line);
-            assert_eq!((fast.seq, &fast.ts, &fast.kind, fast.ignorable), (slow.seq, &slow.ts, &slow.kind, slow.ignorable));
+            assert_eq!(
+                (fast.seq, &fast.ts, &fast.kind, fast.ignorable),
+                (slow.seq, &slow.ts, &slow.kind, slow.ignorable)
+            );
             assert_eq!((&fast.id, &fast.parent), (&slow.id, &slow.parent));
             assert_eq!(fast.data.get(), slow.data.get());
         }
@@ -580,17 +609,23 @@ mod tests {
     fn a_line_without_a_trailer_is_parsed_whole() {
         let line = br#"{"seq":1,"ts":"t","kind":"input_queued","data":{"op":"o","text":"a longer text, enough bytes"}}"#;
         let f = Frame::parse(line).unwrap();
-        assert_eq!(f.data.get(), r#"{"op":"o","text":"a longer text, enough bytes"}"#);
+        assert_eq!(
+            f.data.get(),
+            r#"{"op":"o","text":"a longer text, enough bytes"}"#
+        );
     }
 
     #[test]
     fn non_canonical_lines_take_the_json_parser() {
         // Members in another order, and an escaped kind: still valid records.
-        let mut line = br#"{"kind":"input_queued","seq":1,"ts":"t","data":{"op":"o","text":"x"}"#.to_vec();
+        let mut line =
+            br#"{"kind":"input_queued","seq":1,"ts":"t","data":{"op":"o","text":"x"}"#.to_vec();
         seal(&mut line);
         assert!(parse_canonical(&line).is_none());
         assert_eq!(Frame::parse(&line).unwrap().seq, 1);
-        let mut line = br#"{"seq":1,"ts":"t","kind":"input_queue\u0064","data":{"op":"o","text":"x"}"#.to_vec();
+        let mut line =
+            br#"{"seq":1,"ts":"t","kind":"input_queue\u0064","data":{"op":"o","text":"x"}"#
+                .to_vec();
         seal(&mut line);
         assert!(parse_canonical(&line).is_none());
         assert_eq!(Frame::parse(&line).unwrap().kind, "input_queued");
