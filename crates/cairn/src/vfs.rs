@@ -116,6 +116,22 @@ pub trait Vfs: Send + Sync + fmt::Debug {
     ///
     /// Any I/O error.
     fn remove_file(&self, path: &Path) -> io::Result<()>;
+
+    /// Gives the file at `from` the additional name `to`, failing with
+    /// `AlreadyExists` if `to` exists: an atomic "create if absent" for a
+    /// file written elsewhere first. The default says `Unsupported`, and
+    /// callers then fall back to a checked rename.
+    ///
+    /// # Errors
+    ///
+    /// Any I/O error; `AlreadyExists` when `to` exists.
+    fn hard_link(&self, from: &Path, to: &Path) -> io::Result<()> {
+        let _ = (from, to);
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "hard links are not supported here",
+        ))
+    }
 }
 
 /// What [`Vfs::metadata`] reports.
@@ -225,6 +241,9 @@ impl Vfs for StdVfs {
     }
     fn remove_file(&self, path: &Path) -> io::Result<()> {
         fs::remove_file(path)
+    }
+    fn hard_link(&self, from: &Path, to: &Path) -> io::Result<()> {
+        fs::hard_link(from, to)
     }
 }
 

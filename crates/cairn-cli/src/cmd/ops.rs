@@ -108,10 +108,10 @@ pub fn recover(
     let (_, session) = target::open(ctx, &spec, access)?;
     let before = session.verdict();
     let mut actions: Vec<String> = Vec::new();
-    if policy.is_some() || interactive {
-        if let Some(op) = session.resume_operation() {
-            resolve(&session, &op, policy, &mut actions)?;
-        }
+    if (policy.is_some() || interactive)
+        && let Some(op) = session.resume_operation()
+    {
+        resolve(&session, &op, policy, &mut actions)?;
     }
     let after = session.verdict();
     let mut out = ctx.out();

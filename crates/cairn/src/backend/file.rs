@@ -120,21 +120,47 @@ impl Backend for FileBackend {
             .create_dir_all(&self.dir)
             .map_err(|e| io_err("create the directory of", e))?;
         let lock = self.lock(id)?;
-        let file = match self.vfs.open(&path, OpenMode::CreateNew) {
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                return Err(OpenError::AlreadyExists {
-                    session: id.to_string(),
-                    location: self.describe(),
-                });
-            }
-            r => r.map_err(|e| io_err("create", e))?,
+        let exists = || OpenError::AlreadyExists {
+            session: id.to_string(),
+            location: self.describe(),
         };
-        file.write_all_at(header, 0)
-            .map_err(|e| io_err("write the header of", e))?;
-        file.sync_data().map_err(|e| io_err("sync", e))?;
+        if self.vfs.metadata(&path).is_ok() {
+            return Err(exists());
+        }
+        // The header is written and synced under a temporary name, then the
+        // session's name is added atomically: a crash leaves either no
+        // session or a whole header, never an empty file that no one can open.
+        let tmp = self.dir.join(format!(".{id}.jsonl.new"));
+        let _ = self.vfs.remove_file(&tmp); // left by a create that crashed
+        let file = self
+            .vfs
+            .open(&tmp, OpenMode::CreateNew)
+            .map_err(|e| io_err("create", e))?;
+        let written = file
+            .write_all_at(header, 0)
+            .and_then(|()| file.sync_data())
+            .map_err(|e| io_err("write the header of", e))
+            .and_then(|()| match self.vfs.hard_link(&tmp, &path) {
+                Ok(()) => Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Err(exists()),
+                // Without hard links: under the writer lock, after checking
+                // above that the name is free, a rename cannot replace a session.
+                Err(e) if e.kind() == io::ErrorKind::Unsupported => self
+                    .vfs
+                    .rename(&tmp, &path)
+                    .map_err(|e| io_err("create", e)),
+                Err(e) => Err(io_err("create", e)),
+            });
+        drop(file);
+        let _ = self.vfs.remove_file(&tmp);
+        written?;
         self.vfs
             .sync_dir(&self.dir)
             .map_err(|e| io_err("sync the directory of", e))?;
+        let file = self
+            .vfs
+            .open(&path, OpenMode::ReadWrite)
+            .map_err(|e| io_err("open", e))?;
         Ok(Box::new(FileLog::new(
             location,
             file,
