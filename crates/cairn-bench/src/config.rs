@@ -38,6 +38,14 @@ pub struct Sizes {
     pub list_repeats: usize,
     /// Size of the session of the peak-memory figure, in bytes.
     pub memory_bytes: u64,
+    /// Rounds of the SQLite durable-append figures (each round appends with
+    /// the SQLite backend, the file backend and raw SQLite, in turn).
+    pub sqlite_rounds: usize,
+    /// Cycles (4 records each) per round and side of the SQLite append figures.
+    pub sqlite_cycles: usize,
+    /// Timed opens per side of the SQLite open + context figures (the best
+    /// is kept); the session has `open_entries` entries.
+    pub sqlite_open_repeats: usize,
 }
 
 /// The issue's numbers, for a label on scaled figures.
@@ -75,6 +83,9 @@ impl Sizes {
             list_sessions: issue::LIST_SESSIONS,
             list_repeats: 7,
             memory_bytes: issue::MEMORY_BYTES,
+            sqlite_rounds: 5,
+            sqlite_cycles: 250,
+            sqlite_open_repeats: 5,
         }
     }
 
@@ -98,6 +109,9 @@ impl Sizes {
             list_sessions: issue::LIST_SESSIONS,
             list_repeats: 5,
             memory_bytes: 64 << 20,
+            sqlite_rounds: 5,
+            sqlite_cycles: 50,
+            sqlite_open_repeats: 5,
         }
     }
 

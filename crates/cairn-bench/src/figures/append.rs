@@ -148,7 +148,7 @@ pub fn run(b: &Bench) -> Result<Vec<Figure>> {
 }
 
 /// The rounds' rates, cairn's then the baseline's, for the notes.
-fn rounds_note(cairn: &[f64], base: &[f64]) -> String {
+pub(super) fn rounds_note(cairn: &[f64], base: &[f64]) -> String {
     let show = |v: &[f64]| {
         v.iter()
             .map(|r| crate::report::thousands(r.round() as u64))
@@ -166,12 +166,16 @@ fn rounds_note(cairn: &[f64], base: &[f64]) -> String {
     }
 }
 
-fn mean_line(lines: &[Vec<u8>]) -> usize {
+pub(super) fn mean_line(lines: &[Vec<u8>]) -> usize {
     lines.iter().map(Vec::len).sum::<usize>() / lines.len().max(1)
 }
 
 fn new_session(home: &Path, d: Durability) -> Result<Session> {
-    let store = Store::open_dir(home);
+    new_session_in(&Store::open_dir(home), d)
+}
+
+/// A new session of `store` (any backend) with durability `d`.
+pub(super) fn new_session_in(store: &Store, d: Durability) -> Result<Session> {
     let s = store
         .create(NewSession {
             title: Some("append benchmark".into()),

@@ -2,7 +2,10 @@
 //! cairn and its baseline in the same run and returns finished [`Figure`]s.
 //!
 //! Order matters: the fsync-bound append figures run first, before any large
-//! fixture is written, so no write-back competes with their syncs.
+//! fixture is written, so no write-back competes with their syncs. The SQLite
+//! group runs last, so figures 1–12 keep their numbers; every large fixture
+//! before it is synced or deleted, and its append rounds rotate all three
+//! sides, so a disk still busy affects each side alike.
 
 mod append;
 mod leaf;
@@ -10,6 +13,7 @@ mod list;
 mod memory;
 mod open;
 mod resume;
+mod sqlite;
 
 use std::path::{Path, PathBuf};
 
@@ -87,5 +91,10 @@ pub const GROUPS: &[Group] = &[
         name: "memory",
         about: "peak memory of opening a large session vs its size",
         run: memory::run,
+    },
+    Group {
+        name: "sqlite",
+        about: "SQLite backend: durable append and open + context vs the file backend and raw SQLite",
+        run: sqlite::run,
     },
 ];
