@@ -304,11 +304,15 @@ impl<'a> Replay<'a> {
                     Severity::Invalid,
                     "a second header".into(),
                 ),
-                Body::Op(op) => {
-                    if let Err(e) = session.append_op_at(op, ts, None) {
-                        return Err(fatal(e, self.path));
+                Body::Op(op) => match session.append_op_at(op, ts, None) {
+                    Ok(_) => {}
+                    // E.g. the record names an operation whose op_started was
+                    // lost to damage: reported and left out, never fatal.
+                    Err(AppendError::Invalid(inv)) => {
+                        self.problem(l, Some(frame.seq), Severity::Invalid, inv.to_string());
                     }
-                }
+                    Err(e) => return Err(fatal(e, self.path)),
+                },
                 Body::Entry(e) => {
                     let original = e.parent.clone();
                     let mut parent = original.clone();
