@@ -24,6 +24,27 @@ pub struct FileBackend {
 }
 
 const READ_CHUNK: usize = 1 << 20;
+
+/// The line a writer adds to its lock file when a write or sync of the log
+/// fails: `unsynced-from <offset>`, the end of what its last successful sync
+/// covered. On Linux a failed fsync can drop the dirty pages from the
+/// write-back queue while they stay readable in the page cache, so a later
+/// writer would build on bytes the disk never got and a later fsync would
+/// not write them. The next writer reads the marker and rewrites the bytes
+/// from that offset on (dirtying them again) and syncs before appending.
+const UNSYNCED: &str = "unsynced-from ";
+
+/// Writes the lock file's note: our pid, and the unsynced marker if any.
+fn write_lock_note(f: &dyn VfsFile, unsynced: Option<u64>) {
+    let mut note = format!("{}\n", std::process::id());
+    if let Some(x) = unsynced {
+        note.push_str(&format!("{UNSYNCED}{x}\n"));
+    }
+    // Best effort: the note helps messages and recovery but is not the log.
+    let _ = f
+        .set_len(0)
+        .and_then(|()| f.write_all_at(note.as_bytes(), 0));
+}
 /// Extra attempts at the writer lock before reporting "in use".
 const LOCK_RETRIES: usize = 4;
 
@@ -58,7 +79,10 @@ impl FileBackend {
     }
 
     /// Takes the writer lock of a session, writing our pid into the lock file.
-    fn lock(&self, id: &SessionId) -> Result<Arc<dyn VfsFile>, OpenError> {
+    /// Takes the writer lock. Returns the lock file and, when the previous
+    /// writer recorded a failed write or sync, the offset from which the log
+    /// may not have reached the disk (see [`UNSYNCED`]).
+    fn lock(&self, id: &SessionId) -> Result<(Arc<dyn VfsFile>, Option<u64>), OpenError> {
         let path = self.lock_path(id);
         let io_err = |action, source| OpenError::Io {
             action,
@@ -79,23 +103,24 @@ impl FileBackend {
             std::thread::sleep(std::time::Duration::from_millis(2));
             locked = f.try_lock().map_err(|e| io_err("lock", e))?;
         }
+        let mut buf = [0u8; 96];
+        let n = f.read_at(&mut buf, 0).unwrap_or(0);
+        let content = String::from_utf8_lossy(&buf[..n]).into_owned();
         if !locked {
-            let mut buf = [0u8; 32];
-            let n = f.read_at(&mut buf, 0).unwrap_or(0);
-            let holder = std::str::from_utf8(&buf[..n])
-                .ok()
-                .and_then(|s| s.trim().parse().ok());
+            let holder = content.lines().next().and_then(|s| s.trim().parse().ok());
             return Err(OpenError::InUse {
                 session: id.to_string(),
                 holder,
             });
         }
-        let pid = format!("{}\n", std::process::id());
-        // The pid is a courtesy for error messages; failing to write it is harmless.
-        let _ = f
-            .set_len(0)
-            .and_then(|()| f.write_all_at(pid.as_bytes(), 0));
-        Ok(f)
+        let unsynced = content
+            .lines()
+            .find_map(|l| l.strip_prefix(UNSYNCED))
+            .and_then(|x| x.trim().parse().ok());
+        // The pid is a courtesy for error messages; the marker must survive
+        // until the writer has made the suspect bytes durable again.
+        write_lock_note(&*f, unsynced);
+        Ok((f, unsynced))
     }
 }
 
@@ -119,7 +144,7 @@ impl Backend for FileBackend {
         self.vfs
             .create_dir_all(&self.dir)
             .map_err(|e| io_err("create the directory of", e))?;
-        let lock = self.lock(id)?;
+        let (lock, _) = self.lock(id)?;
         let exists = || OpenError::AlreadyExists {
             session: id.to_string(),
             location: self.describe(),
@@ -201,9 +226,12 @@ impl Backend for FileBackend {
             }
             Ok(_) => {}
         }
-        let lock = match access {
-            Access::Write => Some(self.lock(id)?),
-            Access::Read => None,
+        let (lock, unsynced) = match access {
+            Access::Write => {
+                let (f, unsynced) = self.lock(id)?;
+                (Some(f), unsynced)
+            }
+            Access::Read => (None, None),
         };
         let mode = if lock.is_some() {
             OpenMode::ReadWrite
@@ -233,6 +261,18 @@ impl Backend for FileBackend {
                 tail.cut = true;
             }
             torn = Some(tail);
+        }
+        if let (Some(lock), Some(from)) = (&lock, unsynced) {
+            // A previous writer's write or sync failed: the bytes from `from`
+            // on may be readable here yet missing from the disk. Write them
+            // again and sync them before anything is built on them.
+            let from = from.min(scan.end);
+            let mut bytes = vec![0u8; usize::try_from(scan.end - from).unwrap_or(0)];
+            read_exact_at(&*file, &mut bytes, from)
+                .and_then(|()| file.write_all_at(&bytes, from))
+                .and_then(|()| file.sync_data())
+                .map_err(|e| io_err("make durable again the unsynced part of", e))?;
+            write_lock_note(&**lock, None);
         }
         let log = FileLog::new(location, file, lock, scan.offsets, scan.end);
         Ok(Opened {
@@ -291,7 +331,7 @@ impl Backend for FileBackend {
                 store: self.describe(),
             });
         }
-        let lock = self.lock(id)?;
+        let (lock, _) = self.lock(id)?;
         self.vfs
             .remove_file(&path)
             .map_err(|source| StoreError::Io {
@@ -528,6 +568,9 @@ struct FileLog {
     index: RwLock<Index>,
     /// Set by the first failed write or sync; refuses writes afterwards.
     poisoned: Mutex<Option<String>>,
+    /// The end of what the last successful sync covered (at open: the
+    /// whole file, whose dirty pages, if any, are still queued).
+    synced_end: std::sync::atomic::AtomicU64,
 }
 
 #[derive(Debug)]
@@ -550,6 +593,7 @@ impl FileLog {
             lock,
             index: RwLock::new(Index { offsets, end }),
             poisoned: Mutex::new(None),
+            synced_end: std::sync::atomic::AtomicU64::new(end),
         }
     }
 
@@ -577,6 +621,11 @@ impl FileLog {
         let mut p = self.poisoned.lock().unwrap_or_else(PoisonError::into_inner);
         if p.is_none() {
             *p = Some(format!("{action} failed: {source}"));
+            // Tell the next writer what may not have reached the disk.
+            if let Some(lock) = &self.lock {
+                let from = self.synced_end.load(std::sync::atomic::Ordering::Acquire);
+                write_lock_note(&**lock, Some(from));
+            }
         }
         AppendError::Io {
             action,
@@ -649,7 +698,11 @@ impl Log for FileLog {
 
     fn sync(&self) -> Result<(), AppendError> {
         self.check_writable()?;
-        self.file.sync_data().map_err(|e| self.poison("sync", e))
+        let covers = self.byte_len();
+        self.file.sync_data().map_err(|e| self.poison("sync", e))?;
+        self.synced_end
+            .fetch_max(covers, std::sync::atomic::Ordering::AcqRel);
+        Ok(())
     }
 
     fn is_writer(&self) -> bool {
