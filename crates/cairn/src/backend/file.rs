@@ -64,6 +64,31 @@ impl FileBackend {
         FileBackend { dir, catalog, vfs }
     }
 
+    /// Creates the sessions directory (and missing parents) durably: each
+    /// directory created is made permanent by syncing its parent, so the
+    /// first session of a new store cannot vanish with its directory.
+    fn ensure_dir(&self) -> io::Result<()> {
+        let mut missing = Vec::new();
+        let mut cur = Some(self.dir.as_path());
+        while let Some(d) = cur.filter(|d| !d.as_os_str().is_empty()) {
+            if self.vfs.metadata(d).is_ok() {
+                break;
+            }
+            missing.push(d.to_path_buf());
+            cur = d.parent();
+        }
+        if missing.is_empty() {
+            return Ok(());
+        }
+        self.vfs.create_dir_all(&self.dir)?;
+        for d in missing.iter().rev() {
+            if let Some(parent) = d.parent().filter(|p| !p.as_os_str().is_empty()) {
+                self.vfs.sync_dir(parent)?;
+            }
+        }
+        Ok(())
+    }
+
     /// The directory holding the session files.
     pub fn dir(&self) -> &Path {
         &self.dir
@@ -141,8 +166,7 @@ impl Backend for FileBackend {
             location: location.clone(),
             source,
         };
-        self.vfs
-            .create_dir_all(&self.dir)
+        self.ensure_dir()
             .map_err(|e| io_err("create the directory of", e))?;
         let (lock, _) = self.lock(id)?;
         let exists = || OpenError::AlreadyExists {

@@ -16,6 +16,11 @@
 // and this is test code, which clippy's `allow-expect-in-tests` does not reach.
 #![allow(dead_code, clippy::expect_used)]
 
+/// The simulated page-cache file system (crash and fault injection).
+pub mod simfs;
+/// The random workload and acknowledgement model of the crash and fault harnesses.
+pub mod workload;
+
 use std::fs;
 use std::io;
 use std::ops::Range;
