@@ -252,9 +252,9 @@ fn invalid_utf8_under_a_valid_checksum_is_a_hard_error_even_in_the_last_line() {
     }
 }
 
-/// Megabytes of the "single huge line" cases: 16 in every run (opening a
-/// line of n MB costs O(n²) in the scan today, see docs/BAD_INPUT.md), 100
-/// in the release check (`CAIRN_BIG_LINE_MB=100`, `.ci/reliability.sh long`).
+/// Megabytes of the "single huge line" cases: 16 in every run (a debug
+/// build is slow at 100), 100 in the release check (`CAIRN_BIG_LINE_MB=100`,
+/// `.ci/reliability.sh long`).
 fn big_line_mb() -> usize {
     std::env::var("CAIRN_BIG_LINE_MB")
         .ok()
