@@ -37,7 +37,7 @@ cairn_bin() {
         return
     fi
     cargo build --release --locked -p cairn-cli >&2
-    echo "$root/target/release/cairn"
+    echo "${CARGO_TARGET_DIR:-$root/target}/release/cairn"
 }
 
 # A JSON-lines record for `cairn append`.
