@@ -7,7 +7,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
 
 use cairn::{Access, Store};
 use cairn_agent::DemoOptions;
@@ -18,17 +17,12 @@ fn the_demo_runs_and_its_claims_hold() {
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().join("store");
     let mut out = Vec::new();
-    let started = Instant::now();
     let opts = DemoOptions {
         exe: Some(PathBuf::from(env!("CARGO_BIN_EXE_cairn-agent"))),
         tree_printer: None,
     };
     let report = cairn_agent::demo::run(&home, &mut out, opts).unwrap();
     let text = String::from_utf8(out).unwrap();
-    assert!(
-        started.elapsed() < Duration::from_secs(20),
-        "the demo finishes in seconds"
-    );
 
     assert_eq!(report.state_after_panel_2, json!({"buff": "exhausted"}));
     assert_eq!(

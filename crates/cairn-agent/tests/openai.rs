@@ -318,12 +318,10 @@ fn a_hang_up_and_a_silent_server_are_transient_errors() {
     let p = provider(&server);
     let e = p.stream(&request(), &mut |_| true).unwrap_err();
     assert!(e.is_transient(), "{e}");
-    let started = std::time::Instant::now();
     let e = p.stream(&request(), &mut |_| true).unwrap_err();
-    assert!(matches!(e, ProviderError::Timeout(_)), "{e:?}");
     assert!(
-        started.elapsed() < Duration::from_millis(1400),
-        "the read timeout applies"
+        matches!(e, ProviderError::Timeout(_)),
+        "the read timeout applies: {e:?}"
     );
 }
 

@@ -19,11 +19,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_cairn-agent");
 
 /// Runs the agent on `script`, sends SIGINT once a line starting with
 /// `when` appears (plus `delay`), and returns the session.
-fn interrupted(
-    script: Value,
-    when: &str,
-    delay: Duration,
-) -> (tempfile::TempDir, cairn::Session, Duration) {
+fn interrupted(script: Value, when: &str, delay: Duration) -> (tempfile::TempDir, cairn::Session) {
     let dir = tempfile::tempdir().unwrap();
     let (home, work) = (dir.path().join("home"), dir.path().join("work"));
     std::fs::create_dir_all(&work).unwrap();
@@ -55,7 +51,6 @@ fn interrupted(
         }
     }
     std::thread::sleep(delay);
-    let sent = Instant::now();
     let status = Command::new("kill")
         .args(["-INT", &child.id().to_string()])
         .status()
@@ -73,13 +68,12 @@ fn interrupted(
         );
         std::thread::sleep(Duration::from_millis(10));
     };
-    let took = sent.elapsed();
     drain.join().unwrap();
     assert!(exit.success(), "{exit}");
     let store = Store::open_dir(&home);
     let id = cairn::SessionId::parse(&session.unwrap()).unwrap();
     let s = store.open(&id, Access::Read).unwrap();
-    (dir, s, took)
+    (dir, s)
 }
 
 #[test]
@@ -87,8 +81,7 @@ fn ctrl_c_during_a_tool_stops_it_and_records_why() {
     let script = json!({"turns": [{"replies": [
         {"text": "Waiting.", "tool_calls": [{"name": "bash", "arguments": {"command": "echo begun; sleep 30"}}]},
         {"text": "unreachable"}]}]});
-    let (_dir, s, took) = interrupted(script, "@ack t1", Duration::from_millis(200));
-    assert!(took < Duration::from_secs(5), "{took:?}");
+    let (_dir, s) = interrupted(script, "@ack t1", Duration::from_millis(200));
     assert!(
         matches!(
             s.verdict(),
@@ -126,8 +119,7 @@ fn ctrl_c_while_the_model_streams_records_an_interrupted_reply() {
     let long = "panel ".repeat(400);
     let script =
         json!({"chunk_chars": 3, "chunk_delay_ms": 10, "turns": [{"replies": [{"text": long}]}]});
-    let (_dir, s, took) = interrupted(script, "@ack entry", Duration::from_millis(300));
-    assert!(took < Duration::from_secs(5), "{took:?}");
+    let (_dir, s) = interrupted(script, "@ack entry", Duration::from_millis(300));
     assert!(
         matches!(
             s.verdict(),
