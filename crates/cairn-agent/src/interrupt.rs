@@ -111,9 +111,10 @@ mod tests {
             std::thread::sleep(Duration::from_millis(30));
             j.trigger();
         });
-        let started = Instant::now();
-        assert!(i.sleep(Duration::from_secs(10)));
-        assert!(started.elapsed() < Duration::from_secs(5));
+        assert!(
+            i.sleep(Duration::from_secs(10)),
+            "the trigger ends the sleep"
+        );
         t.join().unwrap();
         i.clear();
         assert!(!i.is_set());
