@@ -9,8 +9,9 @@
 //! `approval_resolved` … `op_finished`). The conformance suite compares
 //! every listed field with the core's [`cairn::summary_of`].
 
+use cairn::Body;
 use cairn::backend::Stamp;
-use cairn::frame::{self, Body, Class, Frame};
+use cairn::frame::{self, Class, Frame};
 use cairn::journal::OpPhase;
 use cairn::{EntryBody, OpRecord, Outcome, Role, SessionId, SessionSummary};
 use serde::{Deserialize, Serialize};

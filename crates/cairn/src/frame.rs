@@ -15,9 +15,9 @@ use serde_json::value::RawValue;
 
 use crate::id::EntryId;
 use crate::record::{
-    AppStateChange, ApprovalRequested, ApprovalResolved, Checkout, Compaction, Custom, Entry,
-    EntryBody, Header, InputQueued, Label, Message, ModelAttempted, OpFinished, OpRecord,
-    OpStarted, SessionInfo, Settings, ToolDispatched, Unknown, UsageSettled,
+    AppStateChange, ApprovalRequested, ApprovalResolved, Body, Checkout, Compaction, Custom, Entry,
+    EntryBody, InputQueued, Label, Message, ModelAttempted, OpFinished, OpRecord, OpStarted,
+    SessionInfo, Settings, ToolDispatched, Unknown, UsageSettled,
 };
 
 /// Length of the trailer `,"crc":"xxxxxxxx"}` (without the newline).
@@ -328,17 +328,6 @@ impl Frame<'_> {
             _ => Ok(class),
         }
     }
-}
-
-/// A decoded record body.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Body {
-    /// Record 0.
-    Header(Header),
-    /// A tree entry.
-    Entry(Entry),
-    /// An operation-journal record.
-    Op(OpRecord),
 }
 
 fn data<T: for<'de> Deserialize<'de>>(frame: &Frame<'_>) -> Result<T, DecodeError> {

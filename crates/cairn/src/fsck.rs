@@ -16,9 +16,9 @@ use std::path::{Path, PathBuf};
 use crate::Durability;
 use crate::backend::{Backend, FileBackend, MemoryBackend};
 use crate::error::{AppendError, OpenError};
-use crate::frame::{self, Body, Class, Frame};
+use crate::frame::{self, Class, Frame};
 use crate::id::{EntryId, SessionId};
-use crate::record::{FORMAT_VERSION, Header};
+use crate::record::{Body, FORMAT_VERSION, Header};
 use crate::session::{NewEntry, Parent, Session, WRITER};
 
 /// How bad a problem is.

@@ -12,10 +12,9 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::error::Invalid;
-use crate::frame::Body;
 use crate::id::{EntryId, SessionId};
 use crate::projection::Projector;
-use crate::record::{EffectClass, Entry, EntryBody, OpRecord, Outcome, Role, ToolDispatched};
+use crate::record::{Body, EffectClass, Entry, EntryBody, OpRecord, Outcome, Role, ToolDispatched};
 use crate::tree::Tree;
 
 /// Code of a tool result recorded when a tool started but its outcome is unknown.

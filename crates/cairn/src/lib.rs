@@ -38,6 +38,7 @@ pub mod record;
 mod session;
 pub mod steps;
 mod store;
+mod summary;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 mod time;
@@ -48,7 +49,6 @@ pub mod view;
 pub use backend::{Access, Backend, FileBackend, MemoryBackend};
 pub use commit::Durability;
 pub use error::{AppendError, Damage, Invalid, LookupError, OpenError, ReadError, StoreError};
-pub use frame::Body;
 pub use id::{EntryId, InvalidId, SessionId};
 pub use journal::{OpPhase, PendingCall, Status, Verdict};
 pub use operation::{
@@ -56,11 +56,10 @@ pub use operation::{
 };
 pub use projection::{ActiveCompaction, Context, ContextMessage, Source, apply_state, merge_patch};
 pub use record::{
-    AppStateChange, Block, Checkout, Compaction, Custom, EffectClass, Entry, EntryBody, Header,
-    Label, Lineage, Message, OpRecord, Outcome, Role, SessionInfo, Settings, Usage,
+    AppStateChange, Block, Body, Checkout, Compaction, Custom, EffectClass, Entry, EntryBody,
+    Header, Label, Lineage, Message, OpRecord, Outcome, Record, Role, SessionInfo, Settings, Usage,
 };
-pub use session::{
-    Appended, NewEntry, NewSession, NodeInfo, OpenReport, Parent, Record, Session, WRITER,
-};
-pub use store::{SessionSummary, Store, child_reference, excerpt, locate_path, summary_of};
+pub use session::{Appended, NewEntry, NewSession, NodeInfo, OpenReport, Parent, Session, WRITER};
+pub use store::{Store, child_reference, locate_path, summary_of};
+pub use summary::{FIRST_MESSAGE_CHARS, SessionSummary, excerpt};
 pub use time::{format_millis, now_rfc3339, parse_millis};

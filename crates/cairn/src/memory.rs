@@ -26,7 +26,7 @@ use crate::id::EntryId;
 use crate::journal::TOOL_OUTCOME_UNKNOWN;
 use crate::projection::{EntrySource, merge_patch};
 use crate::record::{AppStateChange, Block, Entry, EntryBody, Role};
-use crate::store::excerpt;
+use crate::summary::excerpt;
 use crate::tree::Tree;
 
 /// One remembered item and the entries it came from.

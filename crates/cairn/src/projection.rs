@@ -138,7 +138,11 @@ impl Context {
         branch.reverse();
         let mut ctx = Context::empty(initial_state.clone());
         ctx.leaf = branch.last().map(|e| e.id.clone());
-        ctx.labels = fold_labels(entries.iter());
+        let mut wide = SessionWide::default();
+        for e in entries {
+            wide.apply(&e.body);
+        }
+        ctx.labels = wide.labels;
         let mut last_compaction = None;
         for (pos, e) in branch.iter().enumerate() {
             match &e.body {
@@ -169,20 +173,52 @@ impl Context {
     }
 }
 
-/// Labels are a session-wide fold over every `label` entry in append order.
-pub(crate) fn fold_labels<'a>(
-    entries: impl Iterator<Item = &'a Entry>,
-) -> BTreeMap<String, EntryId> {
-    let mut labels = BTreeMap::new();
-    for e in entries {
-        if let EntryBody::Label(l) = &e.body {
-            match &l.target {
-                Some(t) => labels.insert(l.name.clone(), t.clone()),
-                None => labels.remove(&l.name),
-            };
+/// The session-wide folds: labels and the title, over every entry of the
+/// session in append order (not only the branch). A label entry sets or
+/// removes its name; a `session_info` entry with a title replaces the title
+/// (the header's is the first).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct SessionWide {
+    /// Labels: name → entry.
+    pub labels: BTreeMap<String, EntryId>,
+    /// The latest title.
+    pub title: Option<String>,
+}
+
+impl SessionWide {
+    /// The folds before any entry, with the header's title.
+    pub fn new(title: Option<String>) -> SessionWide {
+        SessionWide {
+            labels: BTreeMap::new(),
+            title,
         }
     }
-    labels
+
+    /// Folds in one entry.
+    pub fn apply(&mut self, body: &EntryBody) {
+        match body {
+            EntryBody::Label(l) => match &l.target {
+                Some(t) => {
+                    self.labels.insert(l.name.clone(), t.clone());
+                }
+                None => {
+                    self.labels.remove(&l.name);
+                }
+            },
+            EntryBody::SessionInfo(i) => {
+                if let Some(t) = &i.title {
+                    self.title = Some(t.clone());
+                }
+            }
+            EntryBody::Message(_)
+            | EntryBody::AppState(_)
+            | EntryBody::Compaction(_)
+            | EntryBody::Checkout(_)
+            | EntryBody::Settings(_)
+            | EntryBody::Custom(_)
+            | EntryBody::Ignored(_) => {}
+        }
+    }
 }
 
 fn active(id: &EntryId, c: &Compaction) -> ActiveCompaction {

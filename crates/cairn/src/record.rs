@@ -16,6 +16,28 @@ use crate::id::{EntryId, SessionId};
 /// header with a greater major version.
 pub const FORMAT_VERSION: u32 = 1;
 
+/// A decoded record body.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Body {
+    /// Record 0.
+    Header(Header),
+    /// A tree entry.
+    Entry(Entry),
+    /// An operation-journal record.
+    Op(OpRecord),
+}
+
+/// A decoded record with its position and time.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Record {
+    /// Position in the session.
+    pub seq: u64,
+    /// When it was written.
+    pub ts: String,
+    /// What it holds.
+    pub body: Body,
+}
+
 /// Record 0 of every session.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Header {

@@ -6,11 +6,9 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use crate::frame::Body;
 use crate::id::EntryId;
 use crate::journal::{TOOL_NOT_STARTED, TOOL_OUTCOME_UNKNOWN};
-use crate::record::{Block, EntryBody, OpRecord, Role, Usage};
-use crate::session::Record;
+use crate::record::{Block, Body, EntryBody, OpRecord, Record, Role, Usage};
 use crate::time;
 
 /// What a step is.
@@ -167,7 +165,7 @@ pub fn derive(records: &[Record]) -> Vec<Step> {
                     continue;
                 };
                 if m.role == Role::User {
-                    user_text.insert(e.id.clone(), crate::store::excerpt(&m.plain_text(), 60));
+                    user_text.insert(e.id.clone(), crate::summary::excerpt(&m.plain_text(), 60));
                 }
                 if let Some(&i) = model_by_entry.get(&e.id) {
                     let s = &mut steps[i];

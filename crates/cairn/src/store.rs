@@ -21,37 +21,7 @@ use crate::id::{self, EntryId, SessionId};
 use crate::journal::{OpPhase, Status};
 use crate::record::{EntryBody, ForkOrigin, Lineage};
 use crate::session::{NewEntry, NewSession, Parent, Session};
-
-/// What a listing shows of a session.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SessionSummary {
-    /// The session.
-    pub id: SessionId,
-    /// Its title, if any.
-    pub title: Option<String>,
-    /// When it was created.
-    pub created: String,
-    /// When its last record was written.
-    pub updated: String,
-    /// Number of entries.
-    pub entries: u64,
-    /// Number of records, header included.
-    pub records: u64,
-    /// The first user message, cut to 80 characters.
-    pub first_message: Option<String>,
-    /// The session it was forked from, if any.
-    pub forked_from: Option<SessionId>,
-    /// The session it was spawned by, if it is a subagent.
-    #[serde(default)]
-    pub parent: Option<SessionId>,
-    /// The log-derived state of its last operation.
-    pub phase: OpPhase,
-    /// Its status: the phase, and whether a writer holds it right now.
-    pub status: Status,
-}
-
-/// Longest first-message excerpt in a summary, in characters.
-pub const FIRST_MESSAGE_CHARS: usize = 80;
+use crate::summary::{FIRST_MESSAGE_CHARS, SessionSummary, excerpt};
 
 const CATALOG_VERSION: u32 = 1;
 
@@ -466,18 +436,6 @@ fn unreadable_summary(id: &SessionId) -> SessionSummary {
         phase: OpPhase::None,
         status: Status::Init,
     }
-}
-
-/// `text` with every run of whitespace (newlines included) collapsed to one
-/// space, cut to `max` characters (with `…` when cut).
-pub fn excerpt(text: &str, max: usize) -> String {
-    let collapsed = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    if collapsed.chars().count() <= max {
-        return collapsed;
-    }
-    let mut out: String = collapsed.chars().take(max.saturating_sub(1)).collect();
-    out.push('…');
-    out
 }
 
 /// A store and session id for a session file given by path.

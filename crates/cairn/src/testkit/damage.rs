@@ -10,8 +10,9 @@ use super::util::{OrFail, other_store, raw_records, store, stored_lines, user};
 use super::{Fixture, Interrupted};
 use crate::backend::Access;
 use crate::error::{AppendError, OpenError};
-use crate::frame::{self, Body};
+use crate::frame;
 use crate::id::{EntryId, SessionId};
+use crate::record::Body;
 use crate::record::{Entry, FORMAT_VERSION, Header, Lineage};
 use crate::session::{NewSession, Session, WRITER};
 

@@ -13,7 +13,8 @@ use crate::id::SessionId;
 use crate::journal::Status;
 use crate::record::{EntryBody, Message, Outcome, Role, SessionInfo};
 use crate::session::NewSession;
-use crate::store::{SessionSummary, Store, summary_of};
+use crate::store::{Store, summary_of};
+use crate::summary::SessionSummary;
 
 /// Checks a listing against the sessions it lists, opened read-only: every
 /// field but the status equals [`summary_of`]; the status is the phase

@@ -327,7 +327,7 @@ pub fn large_and_many_records_round_trip(f: &dyn Fixture) {
     assert_eq!(again.len(), 2003);
     let last = again.record(2002).or_fail("decode the last record");
     match last.body {
-        crate::frame::Body::Entry(e) => match e.body {
+        crate::record::Body::Entry(e) => match e.body {
             EntryBody::Message(m) => assert!(m.plain_text() == big, "{name}: big text intact"),
             other => panic!("{name}: the last record is a {}", other.kind()),
         },

@@ -1,0 +1,253 @@
+//! The append path: every invariant is checked against the tree, the
+//! projection and the operation journal before anything is written; the
+//! index and the projection change only after the write succeeded.
+
+use std::collections::BTreeMap;
+
+use super::{Appended, NewEntry, Parent, Reader, Session, lock};
+use crate::commit::Durability;
+use crate::error::{AppendError, Invalid};
+use crate::frame;
+use crate::id::{self, EntryId};
+use crate::projection::CheckError;
+use crate::record::{Checkout, Entry, EntryBody, Label, OpRecord};
+use crate::tree::{Kind, Reject, Tree};
+
+impl Session {
+    /// Appends an entry at the leaf with a generated id.
+    ///
+    /// # Errors
+    ///
+    /// As [`Session::append_entry`].
+    pub fn append(&self, body: EntryBody) -> Result<Appended, AppendError> {
+        self.append_entry(NewEntry::at_leaf(body))
+    }
+
+    /// Appends an entry, checking first (nothing is written if a check fails):
+    /// the parent exists; the id is new; a tool result answers an unanswered
+    /// tool call on the entry's branch; a compaction's `first_kept` is on the
+    /// branch and separates no call from its result; a label names an entry.
+    /// Returns once the record is written under the session's durability.
+    ///
+    /// # Errors
+    ///
+    /// [`AppendError::Invalid`] for a failed check, [`AppendError::ReadOnly`],
+    /// [`AppendError::Poisoned`], [`AppendError::Io`] (which poisons the handle).
+    pub fn append_entry(&self, new: NewEntry) -> Result<Appended, AppendError> {
+        self.append_entry_at(new, None, None)
+    }
+
+    pub(crate) fn append_entry_at(
+        &self,
+        new: NewEntry,
+        ts: Option<String>,
+        durability: Option<Durability>,
+    ) -> Result<Appended, AppendError> {
+        let durability = durability.unwrap_or_else(|| self.durability());
+        let mut g = lock(&self.inner);
+        self.check_writable()?;
+        let inner = &mut *g;
+        let parent = match new.parent {
+            Parent::Leaf => inner.tree.last().map(|n| inner.tree.node(n).id.clone()),
+            Parent::Root => None,
+            Parent::Entry(p) => Some(p),
+        };
+        let id = match new.id {
+            Some(id) => id,
+            None => loop {
+                let id = EntryId::random();
+                if inner.tree.get(&id).is_none() {
+                    break id;
+                }
+            },
+        };
+        let parent_node = inner
+            .tree
+            .check(&id, parent.as_ref())
+            .map_err(|r| match r {
+                Reject::DuplicateId => Invalid::DuplicateId(id.to_string()),
+                Reject::MissingParent => Invalid::MissingParent(
+                    parent
+                        .as_ref()
+                        .map_or_else(String::new, ToString::to_string),
+                ),
+            })?;
+        let entry = Entry {
+            id,
+            parent,
+            body: new.body,
+        };
+        match &entry.body {
+            EntryBody::Label(l) => check_label(&inner.tree, &inner.wide.labels, l)?,
+            EntryBody::Custom(c) if c.namespace.is_empty() => {
+                return Err(Invalid::Other("a custom entry needs a namespace".into()).into());
+            }
+            _ => {}
+        }
+        inner.fold.check_entry(&entry)?;
+        let old_leaf = inner.proj.leaf();
+        let reader = Reader {
+            log: &*self.log,
+            tree: &inner.tree,
+        };
+        inner.proj.move_to(&inner.tree, parent_node, &reader)?;
+        if let Err(e) = inner.proj.check(&inner.tree, &entry, &reader) {
+            inner.proj.move_to(&inner.tree, old_leaf, &reader)?;
+            return Err(match e {
+                CheckError::Invalid(i) => i.into(),
+                CheckError::Read(r) => r.into(),
+            });
+        }
+        let seq = inner.next_seq;
+        let ts = ts.unwrap_or_else(crate::time::now_rfc3339);
+        let line = frame::encode_entry(seq, &ts, &entry);
+        if let Err(e) = self.log.append(std::slice::from_ref(&line)) {
+            let _ = inner.proj.move_to(&inner.tree, old_leaf, &reader);
+            return Err(e);
+        }
+        inner.next_seq += 1;
+        inner.last_ts = ts;
+        let node = match inner.tree.insert(
+            seq,
+            entry.id.clone(),
+            entry.parent.as_ref(),
+            kind_of(&entry.body),
+        ) {
+            Ok(n) => n,
+            Err(_) => return Err(Invalid::Other("the tree rejected a checked entry".into()).into()),
+        };
+        let reader = Reader {
+            log: &*self.log,
+            tree: &inner.tree,
+        };
+        inner.fold.apply_entry(&entry);
+        if let Some(m) = inner.memory.as_mut() {
+            let parent = inner.tree.node(node).parent;
+            if parent == m.leaf() {
+                m.push(node, &entry);
+            } else {
+                m.move_to(&inner.tree, Some(node), &reader)?;
+            }
+        }
+        inner.wide.apply(&entry.body);
+        if let EntryBody::Label(_) = &entry.body {
+            inner.proj.set_labels(inner.wide.labels.clone());
+        }
+        let appended = Appended {
+            seq,
+            id: Some(entry.id.clone()),
+        };
+        // Last: the projection takes the entry (a message moves into the context).
+        inner.proj.push(&inner.tree, node, entry, &reader)?;
+        self.finish_write(g, seq + 1, durability)?;
+        Ok(appended)
+    }
+
+    /// Appends an operation-journal record.
+    ///
+    /// # Errors
+    ///
+    /// [`AppendError::ReadOnly`], [`AppendError::Poisoned`], [`AppendError::Io`].
+    pub fn append_op(&self, op: OpRecord) -> Result<Appended, AppendError> {
+        let durability = match op {
+            // T1 is on disk before the tool starts, whatever the session's mode.
+            OpRecord::ToolDispatched(_) => Some(Durability::Sync),
+            _ => None,
+        };
+        self.append_op_at(op, None, durability)
+    }
+
+    pub(crate) fn append_op_at(
+        &self,
+        op: OpRecord,
+        ts: Option<String>,
+        durability: Option<Durability>,
+    ) -> Result<Appended, AppendError> {
+        let durability = durability.unwrap_or_else(|| self.durability());
+        let mut g = lock(&self.inner);
+        self.check_writable()?;
+        {
+            let inner = &*g;
+            inner.fold.check_op(&op, &inner.tree, &inner.proj)?;
+        }
+        let seq = g.next_seq;
+        let ts = ts.unwrap_or_else(crate::time::now_rfc3339);
+        let kind = op.kind().to_owned();
+        let line = frame::encode_op(seq, &ts, &op);
+        self.log.append(std::slice::from_ref(&line))?;
+        g.next_seq += 1;
+        g.last_ts = ts;
+        g.ops.push((seq, kind));
+        g.fold.apply_op(&op);
+        self.finish_write(g, seq + 1, durability)?;
+        Ok(Appended { seq, id: None })
+    }
+
+    /// Moves the leaf: appends a `checkout` entry whose parent is `target`
+    /// (`None`: before the first entry), recording the leaf it came from and
+    /// an optional summary of the branch left behind (shown to the model).
+    ///
+    /// # Errors
+    ///
+    /// As [`Session::append_entry`]; [`Invalid::MissingParent`] for an unknown target.
+    pub fn checkout(
+        &self,
+        target: Option<&EntryId>,
+        summary: Option<String>,
+    ) -> Result<Appended, AppendError> {
+        let from = self.leaf();
+        self.append_entry(NewEntry {
+            id: None,
+            parent: target.map_or(Parent::Root, |t| Parent::Entry(t.clone())),
+            body: EntryBody::Checkout(Checkout { from, summary }),
+        })
+    }
+
+    /// Sets (or with `target: None`, removes) a label.
+    ///
+    /// # Errors
+    ///
+    /// As [`Session::append_entry`]; [`Invalid::Label`] for a bad name, an
+    /// unknown target, or removing a label that does not exist.
+    pub fn label(&self, name: &str, target: Option<&EntryId>) -> Result<Appended, AppendError> {
+        self.append(EntryBody::Label(Label {
+            name: name.to_owned(),
+            target: target.cloned(),
+        }))
+    }
+}
+
+fn check_label(tree: &Tree, labels: &BTreeMap<String, EntryId>, l: &Label) -> Result<(), Invalid> {
+    let bad = |problem: String| Invalid::Label {
+        name: l.name.clone(),
+        problem,
+    };
+    if !id::is_name(&l.name) {
+        return Err(bad(
+            "a label name is 1 to 64 characters of A-Z, a-z, 0-9, '-', '_' and '.'".into(),
+        ));
+    }
+    match &l.target {
+        Some(t) if tree.get(t).is_none() => Err(bad(format!(
+            "its target {t} is not an entry of this session"
+        ))),
+        None if !labels.contains_key(&l.name) => {
+            Err(bad("there is no such label to remove".into()))
+        }
+        _ => Ok(()),
+    }
+}
+
+fn kind_of(body: &EntryBody) -> Kind {
+    match body {
+        EntryBody::Message(_) => Kind::Message,
+        EntryBody::AppState(_) => Kind::AppState,
+        EntryBody::Compaction(_) => Kind::Compaction,
+        EntryBody::Checkout(_) => Kind::Checkout,
+        EntryBody::Settings(_) => Kind::Settings,
+        EntryBody::Label(_) => Kind::Label,
+        EntryBody::SessionInfo(_) => Kind::SessionInfo,
+        EntryBody::Custom(_) => Kind::Custom,
+        EntryBody::Ignored(_) => Kind::Ignored,
+    }
+}
