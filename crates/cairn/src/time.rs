@@ -34,9 +34,10 @@ pub fn format(ts: Timestamp) -> String {
     PRINTER.timestamp_to_string(&truncate_to_millis(ts))
 }
 
-/// Formats milliseconds since the Unix epoch as [`format`] does. An instant
-/// outside [`Timestamp`]'s range (about the years -9999 to 9999), which no
-/// clock gives but a session id can claim, is clamped to the range's bound.
+/// Formats milliseconds since the Unix epoch as written on disk,
+/// `YYYY-MM-DDTHH:MM:SS.mmmZ`. An instant outside [`Timestamp`]'s range
+/// (about the years -9999 to 9999), which no clock gives but a session id
+/// can claim, is clamped to the range's bound.
 pub fn format_millis(ms: i64) -> String {
     let ts = Timestamp::from_millisecond(ms).unwrap_or(if ms < 0 {
         Timestamp::MIN
@@ -53,8 +54,10 @@ pub fn parse(s: &str) -> Option<Timestamp> {
     PARSER.parse_timestamp(s).ok()
 }
 
-/// Parses as [`parse`] does, to milliseconds since the Unix epoch (the
-/// sub-millisecond part truncated).
+/// Parses an RFC 3339 timestamp (the on-disk form, or any other with or
+/// without fractional seconds, with `Z` or a numeric offset) to milliseconds
+/// since the Unix epoch, the sub-millisecond part truncated. `None` when `s`
+/// is not one.
 pub fn parse_millis(s: &str) -> Option<i64> {
     parse(s).map(|t| t.as_millisecond())
 }
