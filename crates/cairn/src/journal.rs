@@ -1,5 +1,6 @@
 //! The operation journal as a pure fold: what the last operation did, the
-//! recovery [`Verdict`] (DESIGN.md section 3), and the session [`Status`].
+//! recovery [`Verdict`] (`docs/DESIGN.md` §4), and the session [`Status`]
+//! (`docs/DESIGN.md` §5).
 //!
 //! Everything here is a function of decoded records — no I/O — so it is
 //! deterministic and property-testable. The session feeds it the records of
@@ -207,7 +208,7 @@ pub enum Verdict {
 }
 
 impl Verdict {
-    /// The verdict's name as in DESIGN.md.
+    /// The verdict's name, as `docs/DESIGN.md` §4 writes it.
     pub fn name(&self) -> &'static str {
         match self {
             Verdict::IndeterminateTool { .. } => "IndeterminateTool",
