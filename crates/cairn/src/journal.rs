@@ -1,5 +1,6 @@
 //! The operation journal as a pure fold: what the last operation did, the
-//! recovery [`Verdict`] (DESIGN.md section 3), and the session [`Status`].
+//! recovery [`Verdict`] (`docs/DESIGN.md` §4), and the session [`Status`]
+//! (`docs/DESIGN.md` §5).
 //!
 //! Everything here is a function of decoded records — no I/O — so it is
 //! deterministic and property-testable. The session feeds it the records of
@@ -43,8 +44,24 @@ pub fn idempotency_key(session: &SessionId, op: &str, call_id: &str) -> String {
     out
 }
 
-/// SHA-256 (hex) of the canonical JSON of a tool's arguments: object keys
-/// sorted, no whitespace.
+/// SHA-256, as 64 lower-case hex digits, of the canonical JSON of a tool's
+/// arguments (`docs/FORMAT.md` §5, "Argument hash", is the exact form):
+///
+/// - no whitespace; arrays in order; object members sorted by key, comparing
+///   the keys' UTF-8 bytes (that is, by Unicode code point);
+/// - strings escape `"` and `\`, write U+0008, U+0009, U+000A, U+000C and
+///   U+000D as `\b`, `\t`, `\n`, `\f`, `\r` and the other controls below
+///   U+0020 as `\u00xx` (lower-case hex); everything else, `/` and non-ASCII
+///   included, is its own UTF-8 bytes;
+/// - an integer (a number written without fraction or exponent that fits in
+///   an `i64` or a `u64`) is its decimal digits; any other number is the
+///   nearest `f64` in its shortest round-trip digits, positional with at
+///   least one fractional digit when it is 0 or 1e-5 ≤ |x| < 1e16 (`100.0`,
+///   `0.00001`, `-0.0`), else `d[.ddd]e±n` (`1e+16`, `1.5e-7`).
+///
+/// This is not RFC 8785 (JCS), which sorts keys by UTF-16 code units and
+/// writes numbers as ECMAScript does (`1`, not `1.0`); the hash is on disk, so
+/// the form stays as it is. cairn writes the hash and never checks it.
 pub fn args_hash(arguments: &Value) -> String {
     let mut canonical = Vec::new();
     write_canonical(arguments, &mut canonical);
@@ -190,7 +207,7 @@ pub enum Verdict {
 }
 
 impl Verdict {
-    /// The verdict's name as in DESIGN.md.
+    /// The verdict's name, as `docs/DESIGN.md` §4 writes it.
     pub fn name(&self) -> &'static str {
         match self {
             Verdict::IndeterminateTool { .. } => "IndeterminateTool",
@@ -660,5 +677,76 @@ mod tests {
             args_hash(&json!({"b":[1,{"x":1,"y":2}],"a":1}))
         );
         assert_ne!(args_hash(&json!({"a":1})), args_hash(&json!({"a":2})));
+    }
+    fn canonical(json_text: &str) -> String {
+        let v: Value = serde_json::from_str(json_text).unwrap();
+        let mut out = Vec::new();
+        write_canonical(&v, &mut out);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn canonical_json_sorts_keys_by_code_point_and_drops_whitespace() {
+        // By code point: "ｚ" (U+FF5A) before "😀" (U+1F600); JCS, by UTF-16
+        // code units (0xFF5A > 0xD83D), would put them the other way round.
+        assert_eq!(
+            canonical(
+                r#"{ "b" : 1, "a" : { "y" : [ true , null ], "x" : false },
+                "A": 3, "é": 4, "z": 5, "😀": 6, "": 7, "ｚ": 8, "aa": 9 }"#
+            ),
+            r#"{"":7,"A":3,"a":{"x":false,"y":[true,null]},"aa":9,"b":1,"z":5,"é":4,"ｚ":8,"😀":6}"#
+        );
+        assert_eq!(
+            canonical(r#"{"k":1,"k":2}"#),
+            r#"{"k":2}"#,
+            "last duplicate"
+        );
+    }
+
+    #[test]
+    fn canonical_json_number_forms() {
+        let cases = [
+            ("0", "0"),
+            ("-7", "-7"),
+            ("18446744073709551615", "18446744073709551615"),
+            ("-9223372036854775808", "-9223372036854775808"),
+            ("18446744073709551616", "1.8446744073709552e+19"),
+            ("-0", "-0.0"),
+            ("1.0", "1.0"),
+            ("1e2", "100.0"),
+            ("1E2", "100.0"),
+            ("12e3", "12000.0"),
+            ("0.1", "0.1"),
+            ("100.0e-2", "1.0"),
+            ("0.00001", "0.00001"),
+            ("0.000001", "1e-6"),
+            ("1.5e-7", "1.5e-7"),
+            ("1e15", "1000000000000000.0"),
+            ("1e16", "1e+16"),
+            ("123456789012345678901234567890", "1.2345678901234568e+29"),
+            ("2.5e-324", "5e-324"),
+            ("1.7976931348623157e308", "1.7976931348623157e+308"),
+        ];
+        for (text, form) in cases {
+            assert_eq!(canonical(text), form, "{text}");
+        }
+    }
+
+    #[test]
+    fn canonical_json_string_escapes() {
+        // In: every short escape, two other controls, an escaped solidus, DEL,
+        // U+2028, a non-ASCII letter and a surrogate pair.
+        let text = r#"["\u0000\u001f\b\f\n\r\t\"\\\/\u007f\u2028é\ud83d\ude00"]"#;
+        let form = "[\"\\u0000\\u001f\\b\\f\\n\\r\\t\\\"\\\\/\u{7f}\u{2028}é😀\"]";
+        assert_eq!(canonical(text), form);
+    }
+
+    #[test]
+    fn args_hash_is_the_sha256_of_the_canonical_form() {
+        // printf '{"a":1,"b":[1.0,"x"]}' | sha256sum
+        assert_eq!(
+            args_hash(&json!({"b": [1.0, "x"], "a": 1})),
+            "f01ecc739f062d95c43a8287a4ea0f9cf3840e01f45010162764c0d2399923fb"
+        );
     }
 }

@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 
+use jiff::Timestamp;
 use serde::Serialize;
 
 use crate::id::EntryId;
@@ -54,8 +55,11 @@ pub struct Step {
     pub status: StepStatus,
     /// The operation it belongs to.
     pub op: String,
-    /// When it started.
+    /// When it started, as its record's `ts` says.
     pub started: String,
+    /// `started` as an instant (`None` when that `ts` is not RFC 3339).
+    #[serde(skip)]
+    pub started_at: Option<Timestamp>,
     /// How long it took, when it ended.
     pub duration_ms: Option<u64>,
     /// Tokens used (model steps).
@@ -75,9 +79,11 @@ impl Step {
     }
 }
 
-fn elapsed(from: &str, to: &str) -> Option<u64> {
-    let (a, b) = (time::parse_millis(from)?, time::parse_millis(to)?);
-    u64::try_from(b - a).ok()
+/// Milliseconds from `from` to the instant `to` names; `None` when either is
+/// not a time or `to` is earlier.
+fn elapsed(from: Option<Timestamp>, to: &str) -> Option<u64> {
+    let d = time::parse(to)?.duration_since(from?);
+    u64::try_from(d.as_millis()).ok()
 }
 
 /// Derives the steps from a session's records, in `seq` order. Pure.
@@ -177,7 +183,7 @@ pub fn derive(records: &[Record]) -> Vec<Step> {
                         StepStatus::Ok
                     };
                     if s.duration_ms.is_none() {
-                        s.duration_ms = elapsed(&s.started, &r.ts);
+                        s.duration_ms = elapsed(s.started_at, &r.ts);
                     }
                     if s.usage.is_none() {
                         s.usage = m.usage.clone();
@@ -211,7 +217,7 @@ pub fn derive(records: &[Record]) -> Vec<Step> {
                         Some(i) => {
                             let s = &mut steps[i];
                             s.status = status;
-                            s.duration_ms = elapsed(&s.started, &r.ts);
+                            s.duration_ms = elapsed(s.started_at, &r.ts);
                         }
                         None => {
                             // Answered without a dispatch: denied, closed as never
@@ -286,10 +292,92 @@ fn push(
         status,
         op: op.to_owned(),
         started: started.to_owned(),
+        started_at: time::parse(started),
         duration_ms: None,
         usage: None,
         parent,
         call_id,
         entry,
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{Entry, Message, ModelAttempted, OpStarted};
+
+    fn op(seq: u64, ts: &str, op: OpRecord) -> Record {
+        Record {
+            seq,
+            ts: ts.into(),
+            body: Body::Op(op),
+        }
+    }
+
+    fn reply(seq: u64, ts: &str, id: &EntryId) -> Record {
+        Record {
+            seq,
+            ts: ts.into(),
+            body: Body::Entry(Entry {
+                id: id.clone(),
+                parent: None,
+                body: EntryBody::Message(Message::text(Role::Assistant, "done")),
+            }),
+        }
+    }
+
+    fn model_step(started: &str, answered: &str) -> Step {
+        let entry = EntryId::parse("reply").unwrap();
+        let records = [
+            op(
+                1,
+                started,
+                OpRecord::OpStarted(OpStarted {
+                    op: "op-1".into(),
+                    input: None,
+                }),
+            ),
+            op(
+                2,
+                started,
+                OpRecord::ModelAttempted(ModelAttempted {
+                    op: "op-1".into(),
+                    attempt: 1,
+                    entry: entry.clone(),
+                    provider: None,
+                    model: Some("m".into()),
+                }),
+            ),
+            reply(3, answered, &entry),
+        ];
+        let steps = derive(&records);
+        assert_eq!(steps.len(), 2, "{steps:?}");
+        steps[1].clone()
+    }
+
+    #[test]
+    fn a_model_step_lasts_from_its_attempt_to_its_reply() {
+        let s = model_step("2026-11-30T23:59:59.250Z", "2026-12-01T00:00:01.001Z");
+        assert_eq!(s.status, StepStatus::Ok);
+        assert_eq!(s.started, "2026-11-30T23:59:59.250Z", "as written");
+        assert_eq!(s.started_at, time::parse("2026-11-30T23:59:59.250Z"));
+        assert_eq!(s.duration_ms, Some(1751));
+    }
+
+    #[test]
+    fn a_duration_is_unknown_when_a_time_is_not_rfc3339_or_runs_backwards() {
+        let s = model_step("yesterday", "2026-12-01T00:00:01.001Z");
+        assert_eq!((s.started.as_str(), s.started_at), ("yesterday", None));
+        assert_eq!(s.duration_ms, None);
+        let s = model_step("2026-12-01T00:00:01.001Z", "not a time");
+        assert_eq!(s.duration_ms, None);
+        let s = model_step("2026-12-01T00:00:01.001Z", "2026-12-01T00:00:00.000Z");
+        assert_eq!(s.duration_ms, None, "the clock went back: no duration");
+    }
+
+    #[test]
+    fn times_with_an_offset_are_compared_as_instants() {
+        let s = model_step("2026-12-01T01:00:00+01:00", "2026-12-01T00:00:00.500Z");
+        assert_eq!(s.duration_ms, Some(500));
+    }
 }

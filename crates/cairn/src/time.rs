@@ -1,89 +1,76 @@
-//! UTC timestamps as RFC 3339 strings with millisecond precision.
+//! UTC timestamps: typed as [`jiff::Timestamp`], written as RFC 3339 strings
+//! with millisecond precision (`YYYY-MM-DDTHH:MM:SS.mmmZ`, `docs/FORMAT.md`
+//! §1 `ts`).
 //!
-//! std has no calendar, so the civil-date conversion is done here (the
-//! days-from-civil algorithm of Howard Hinnant, public domain). Timestamps are
-//! informational: ordering in a session is by `seq`, never by time.
+//! Timestamps are informational: ordering in a session is by `seq`, never by
+//! time. A record's `ts` is kept as the string the writer wrote (a reader does
+//! not validate it); [`parse`] gives the typed instant where there is one.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use jiff::fmt::temporal::{DateTimeParser, DateTimePrinter};
+use jiff::{RoundMode, Timestamp, TimestampRound, Unit};
+
+/// Prints the on-disk form: three fractional digits, always, and `Z`.
+const PRINTER: DateTimePrinter = DateTimePrinter::new().precision(Some(3));
+const PARSER: DateTimeParser = DateTimeParser::new();
+
+/// The current time, truncated to the millisecond.
+pub fn now() -> Timestamp {
+    truncate_to_millis(Timestamp::now())
+}
 
 /// The current time as `YYYY-MM-DDTHH:MM:SS.mmmZ`.
 pub fn now_rfc3339() -> String {
-    let ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0);
-    format_millis(ms)
+    format(now())
 }
 
-/// Milliseconds since the Unix epoch, now.
+/// Milliseconds since the Unix epoch, now (0 before the epoch).
 pub fn now_millis() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
+    u64::try_from(Timestamp::now().as_millisecond()).unwrap_or(0)
 }
 
-/// Formats milliseconds since the Unix epoch as an RFC 3339 UTC timestamp.
+/// Formats an instant as written on disk: `YYYY-MM-DDTHH:MM:SS.mmmZ`, in UTC,
+/// with the sub-millisecond part truncated (never rounded up).
+pub fn format(ts: Timestamp) -> String {
+    PRINTER.timestamp_to_string(&truncate_to_millis(ts))
+}
+
+/// Formats milliseconds since the Unix epoch as written on disk,
+/// `YYYY-MM-DDTHH:MM:SS.mmmZ`. An instant outside [`Timestamp`]'s range
+/// (about the years -9999 to 9999), which no clock gives but a session id
+/// can claim, is clamped to the range's bound.
 pub fn format_millis(ms: i64) -> String {
-    let secs = ms.div_euclid(1000);
-    let millis = ms.rem_euclid(1000);
-    let days = secs.div_euclid(86_400);
-    let sod = secs.rem_euclid(86_400);
-    let (y, m, d) = civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{millis:03}Z",
-        sod / 3600,
-        (sod / 60) % 60,
-        sod % 60
-    )
+    let ts = Timestamp::from_millisecond(ms).unwrap_or(if ms < 0 {
+        Timestamp::MIN
+    } else {
+        Timestamp::MAX
+    });
+    format(ts)
 }
 
-/// Parses the timestamps this module writes (and any RFC 3339 UTC timestamp
-/// ending in `Z`, with or without fractional seconds) back to milliseconds.
+/// Parses an RFC 3339 timestamp (the form [`format`] writes, and any other
+/// with or without fractional seconds, with `Z` or a numeric offset).
+/// `None` when `s` is not one.
+pub fn parse(s: &str) -> Option<Timestamp> {
+    PARSER.parse_timestamp(s).ok()
+}
+
+/// Parses an RFC 3339 timestamp (the on-disk form, or any other with or
+/// without fractional seconds, with `Z` or a numeric offset) to milliseconds
+/// since the Unix epoch, the sub-millisecond part truncated. `None` when `s`
+/// is not one.
 pub fn parse_millis(s: &str) -> Option<i64> {
-    let b = s.as_bytes();
-    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || b[10] != b'T' || !s.ends_with('Z') {
-        return None;
-    }
-    let num = |r: std::ops::Range<usize>| -> Option<i64> { s.get(r)?.parse().ok() };
-    let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
-    let (h, mi, se) = (num(11..13)?, num(14..16)?, num(17..19)?);
-    let frac = &s[19..s.len() - 1];
-    let ms = match frac.strip_prefix('.') {
-        None if frac.is_empty() => 0,
-        Some(f) if !f.is_empty() && f.bytes().all(|c| c.is_ascii_digit()) => {
-            let padded: String = f.chars().chain("000".chars()).take(3).collect();
-            padded.parse().ok()?
-        }
-        _ => return None,
-    };
-    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || se > 60 {
-        return None;
-    }
-    Some((days_from_civil(y, mo, d) * 86_400 + h * 3600 + mi * 60 + se) * 1000 + ms)
+    parse(s).map(|t| t.as_millisecond())
 }
 
-fn civil_from_days(z: i64) -> (i64, i64, i64) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    (if m <= 2 { y + 1 } else { y }, m, d)
-}
-
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y.rem_euclid(400);
-    let mp = if m > 2 { m - 3 } else { m + 9 };
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
+/// The millisecond the instant falls in (rounded towards the past, so the
+/// digits written are the instant's own, before the epoch too).
+fn truncate_to_millis(ts: Timestamp) -> Timestamp {
+    ts.round(
+        TimestampRound::new()
+            .smallest(Unit::Millisecond)
+            .mode(RoundMode::Floor),
+    )
+    .unwrap_or(ts)
 }
 
 #[cfg(test)]
@@ -91,10 +78,40 @@ mod tests {
     use super::*;
 
     #[test]
-    fn formats_known_instants() {
+    fn formats_known_instants_in_the_on_disk_form() {
         assert_eq!(format_millis(0), "1970-01-01T00:00:00.000Z");
         assert_eq!(format_millis(951_782_400_123), "2000-02-29T00:00:00.123Z");
         assert_eq!(format_millis(1_795_999_942_001), "2026-11-30T00:52:22.001Z");
+        assert_eq!(format_millis(1_795_999_942_100), "2026-11-30T00:52:22.100Z");
+        assert_eq!(format_millis(4_102_444_799_999), "2099-12-31T23:59:59.999Z");
+    }
+
+    #[test]
+    fn sub_millisecond_digits_are_truncated_not_rounded() {
+        let ts = Timestamp::new(1_795_999_942, 1_999_999).unwrap();
+        assert_eq!(format(ts), "2026-11-30T00:52:22.001Z");
+        let just_before_epoch = Timestamp::new(0, -1).unwrap();
+        assert_eq!(format(just_before_epoch), "1969-12-31T23:59:59.999Z");
+        assert_eq!(format_millis(-1), "1969-12-31T23:59:59.999Z");
+    }
+
+    #[test]
+    fn now_has_the_on_disk_form() {
+        let s = now_rfc3339();
+        assert_eq!(s.len(), 24, "{s}");
+        assert!(s.ends_with('Z') && s.as_bytes()[19] == b'.', "{s}");
+        assert_eq!(parse(&s).map(format), Some(s));
+    }
+
+    #[test]
+    fn out_of_range_millis_are_clamped_rather_than_lost() {
+        // The largest session id claims 2^48 - 1 ms: year 10889.
+        assert_eq!(
+            format_millis((1 << 48) - 1),
+            format(Timestamp::MAX),
+            "clamped to the last representable instant"
+        );
+        assert_eq!(format_millis(i64::MIN), format(Timestamp::MIN));
     }
 
     #[test]
@@ -113,7 +130,12 @@ mod tests {
             parse_millis("2026-11-30T00:52:22Z"),
             Some(1_795_999_942_000)
         );
+        assert_eq!(
+            parse_millis("2026-11-30T01:52:22.5+01:00"),
+            Some(1_795_999_942_500)
+        );
         assert_eq!(parse_millis("not a time"), None);
         assert_eq!(parse_millis("2026-13-30T00:52:22Z"), None);
+        assert_eq!(parse_millis("2026-11-30T00:52:22"), None, "no offset");
     }
 }

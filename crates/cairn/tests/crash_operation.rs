@@ -2,7 +2,7 @@
 //! (a model call requesting two tools: `charge`, a SideEffect that increments
 //! a counter file standing in for "charge the user", and `read`, ReadOnly)
 //! and is killed with SIGKILL at each boundary in turn. The parent reopens
-//! the session and checks the verdict DESIGN.md prescribes, that nothing
+//! the session and checks the verdict `docs/DESIGN.md` §4 prescribes, that nothing
 //! acknowledged was lost, the status before and after the kill, and that
 //! after recovery with the default policy the charge happened at most once
 //! and every tool call in the context has a result.

@@ -1,7 +1,7 @@
 //! The durable file journal (issue 2, "Must show"): a torn tail is cut, saved
 //! and reported at every byte offset while damage anywhere else is a hard
 //! error that leaves the file byte-identical; format versions and unknown
-//! kinds are handled as `DESIGN.md` §2 says; one writer per session, across
+//! kinds are handled as `docs/DESIGN.md` §3.6 says; one writer per session, across
 //! processes; private file modes; a handle poisoned by a failed write or sync;
 //! and the order in which each durability mode writes, syncs and acknowledges.
 
@@ -1294,7 +1294,7 @@ fn buffered_mode_acknowledges_after_the_write_and_syncs_on_request() {
     assert_eq!(rec.events(), expected);
 }
 
-/// DESIGN.md §2.1 and §1: T1 (`tool_dispatched`) is durable before the tool
+/// `docs/DESIGN.md` §2.7 and §3.1: T1 (`tool_dispatched`) is durable before the tool
 /// starts and T2 (the result) before the loop goes on, whatever the mode.
 #[test]
 fn tool_dispatch_and_result_are_synced_before_they_return_in_every_mode() {

@@ -24,7 +24,7 @@ use serde_json::{Value, json};
 
 // ---------------------------------------------------------------- oracle ---
 
-/// DESIGN.md's table, evaluated directly over decoded records.
+/// The verdict table of `docs/DESIGN.md` §4, evaluated directly over decoded records.
 fn oracle(records: &[Body]) -> &'static str {
     let Some(start) = records
         .iter()

@@ -214,7 +214,7 @@ fn assert_rejected(
 }
 
 // ---------------------------------------------------------------------------
-// The seed's rewind scenario (seeds/000: the pig hero's buff)
+// The rewind scenario of the README's storyboard: the hero's buff
 // ---------------------------------------------------------------------------
 
 fn power_up() -> Value {
@@ -1901,7 +1901,7 @@ impl Model {
     }
 
     /// The fate of appending `body` with `id` under `parent`, by the rules of
-    /// DESIGN.md §2.6, in the order the session checks them.
+    /// `docs/DESIGN.md` §3.5 (`docs/FORMAT.md` §8), in the order the session checks them.
     fn verdict(&self, id: Option<&EntryId>, parent: Option<&EntryId>, body: &EntryBody) -> Verdict {
         if id.is_some_and(|id| self.get(id).is_some()) {
             return Verdict::DuplicateId;
