@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Reliability checks (issue 8; docs/RELIABILITY.md). Each subcommand prints a
+# Reliability checks (docs/RELIABILITY.md). Each subcommand prints a
 # summary line with its counts; CI greps them.
 #
 #   .ci/reliability.sh [ci]                 everything below at CI length (~3-4 min on 2 cores)

@@ -1,5 +1,5 @@
 //! `cairn-bench`: cairn measured against its physical limits and against what
-//! users would pick instead (issue 9). Every figure is measured together with
+//! users would pick instead (`docs/PERFORMANCE.md`). Every figure is measured together with
 //! its baseline in the same run and reported as a ratio, with its target and
 //! whether it is met; the table goes to stdout and the report to JSON.
 //!

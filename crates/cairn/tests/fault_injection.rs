@@ -1,4 +1,4 @@
-//! Fault injection (issue 8, item 2): the same random workloads as
+//! Fault injection (`docs/RELIABILITY.md`): the same random workloads as
 //! `sim_crash.rs`, on a [`SimFs`] armed to fail the N-th operation among
 //! open, read, write, sync, sync_dir, set_len and rename — with `EIO`,
 //! `ENOSPC`, a short write, or a failed fsync that drops unsynced pages as

@@ -1,4 +1,4 @@
-//! The durable file journal (issue 2, "Must show"): a torn tail is cut, saved
+//! The durable file journal: a torn tail is cut, saved
 //! and reported at every byte offset while damage anywhere else is a hard
 //! error that leaves the file byte-identical; format versions and unknown
 //! kinds are handled as `docs/DESIGN.md` §3.6 says; one writer per session, across

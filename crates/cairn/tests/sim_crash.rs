@@ -1,4 +1,4 @@
-//! Simulated power loss (issue 8, item 1): random workloads — appends under
+//! Simulated power loss (`docs/RELIABILITY.md`): random workloads — appends under
 //! every durability mode, group commit from several threads, checkouts,
 //! labels, compactions, forks, operations through the Operation API (T1/T2),
 //! reopens, read-only opens, listings — run on [`SimFs`], a disk that loses,

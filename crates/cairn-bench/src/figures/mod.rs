@@ -1,4 +1,4 @@
-//! The figures of issue 9, in groups that share fixtures. Each group measures
+//! The figures of `docs/PERFORMANCE.md`, in groups that share fixtures. Each group measures
 //! cairn and its baseline in the same run and returns finished [`Figure`]s.
 //!
 //! Order matters: the fsync-bound append figures run first, before any large
