@@ -277,9 +277,16 @@ impl Frame<'_> {
     ///
     /// # Errors
     ///
-    /// [`DecodeError::Json`] when the line is not a JSON object with the
-    /// required fields.
+    /// [`DecodeError::Json`] when the line is not UTF-8 (`docs/FORMAT.md`
+    /// §1: a session is UTF-8 text, `data` included, whether or not anything
+    /// decodes it), or not a JSON object with the required fields.
     pub fn parse(line: &[u8]) -> Result<Frame<'_>, DecodeError> {
+        if let Err(e) = std::str::from_utf8(line) {
+            return Err(DecodeError::Json(format!(
+                "the line is not UTF-8 (an invalid byte at byte {} of the line)",
+                e.valid_up_to()
+            )));
+        }
         if let Some(f) = parse_canonical(line) {
             return Ok(f);
         }
