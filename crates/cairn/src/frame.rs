@@ -58,6 +58,12 @@ pub enum FrameDamage {
     /// The line does not end with a well-formed `,"crc":"xxxxxxxx"}` trailer.
     #[error("the line has no valid checksum trailer")]
     NoTrailer,
+    /// The line ends with `\r\n`: a tool rewrote the line ends.
+    #[error(
+        "the line ends with \\r\\n (a Windows line end, from a tool that rewrote the file); \
+         cairn lines end with \\n alone"
+    )]
+    CrLf,
     /// The stored checksum does not match the line's bytes.
     #[error("checksum mismatch (stored {stored:08x}, computed {computed:08x})")]
     Checksum {
@@ -86,6 +92,9 @@ pub fn check(line: &[u8]) -> Result<(), FrameDamage> {
 ///
 /// [`FrameDamage`] when the trailer or the checksum is wrong.
 pub fn check_body(body: &[u8]) -> Result<(), FrameDamage> {
+    if body.ends_with(b"\"}\r") && check_body(&body[..body.len() - 1]).is_ok() {
+        return Err(FrameDamage::CrLf);
+    }
     if body.len() < TRAILER_LEN + 2 {
         return Err(FrameDamage::NoTrailer);
     }

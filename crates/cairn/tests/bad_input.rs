@@ -943,6 +943,9 @@ fn regression_fsck_called_a_damaged_header_or_crlf_line_ends_a_torn_tail() {
             (1, Severity::Damaged)
         );
     }
+    // CRLF line ends are named as such, by the open and so by fsck.
+    let (_home, _path, r) = sample_with(&s, &crlf(&s.bytes));
+    assert!(r.problems[0].what.contains("Windows line end"), "{r:?}");
 }
 
 #[test]
