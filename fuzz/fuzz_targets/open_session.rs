@@ -2,7 +2,8 @@
 //! in-memory disk (`SimFs`): read-only and for writing, then `fsck`.
 //! No panic; a reader changes nothing; reader and writer agree; a writer
 //! changes nothing but cutting a torn tail (what it keeps is a prefix of the
-//! input); an opened session's context is `Context::fold` of its entries.
+//! input); an opened session's context is `Context::fold` of its entries;
+//! fsck reports damage exactly when the reader refuses the session.
 
 #![no_main]
 
@@ -117,6 +118,7 @@ fuzz_target!(|data: &[u8]| {
             }
         }
     }
+    let reader_refused = reader.is_err();
     drop(writer);
     drop(reader);
 
@@ -127,7 +129,11 @@ fuzz_target!(|data: &[u8]| {
         let copy = dir.path().join(format!("{ID}.jsonl"));
         std::fs::write(&copy, data).expect("write the copy");
         if let Ok(report) = cairn::fsck::check_file(&copy) {
-            let _ = report.is_clean();
+            assert_eq!(
+                report.is_damaged(),
+                reader_refused,
+                "fsck and the reader disagree: {report:?}"
+            );
         }
     });
 });

@@ -17,6 +17,13 @@ use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 use support::{Home, OTHER, STORY, msg, stderr, stdout, storyboard};
 
+/// `cairn` with no store given (each call names its own `--store`).
+fn bin() -> assert_cmd::Command {
+    let mut c = assert_cmd::Command::new(env!("CARGO_BIN_EXE_cairn"));
+    c.env_remove("CAIRN_HOME").env("COLUMNS", "80");
+    c
+}
+
 fn json_of(out: &std::process::Output) -> Value {
     assert!(out.status.success(), "{}", stderr(out));
     serde_json::from_slice(&out.stdout).unwrap()
@@ -442,6 +449,82 @@ fn fsck_reports_a_torn_tail_and_readers_ignore_it() {
         .success()
         .stderr(predicate::str::contains("cut an incomplete last record"));
     home.cairn().args(["fsck", OTHER]).assert().success();
+}
+
+/// `fsck` (`--all` and by id) failed on a SQLite store with "cannot read
+/// sqlite:DB#ID": it read the session's location as a file path.
+#[test]
+fn regression_fsck_failed_on_a_sqlite_store() {
+    let home = Home::new();
+    storyboard(&home);
+    let db = format!("sqlite:{}", home.path().join("store.db").display());
+    bin()
+        .args(["copy", "--from"])
+        .arg(home.path())
+        .args(["--to", &db])
+        .assert()
+        .success();
+    bin()
+        .args(["--store", &db, "--color", "never", "fsck", "--all"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(format!("ok  {db}#{STORY}")));
+    let rescue = tempfile::tempdir().unwrap();
+    let out = bin()
+        .args(["--store", &db, "fsck", STORY, "--json", "--salvage"])
+        .arg(rescue.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let written = json_of(&out)["salvage"]["written"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        std::fs::read(&written).unwrap(),
+        std::fs::read(home.file(STORY)).unwrap(),
+        "a clean session is salvaged as it is"
+    );
+}
+
+/// `fsck` exited 0 on an empty session file (which `show` and `append`
+/// refuse), followed a symlink in the store, and analysed any file given as a
+/// path (`../../etc/passwd`), which `show` refuses.
+#[test]
+fn regression_fsck_passed_an_empty_file_followed_symlinks_and_read_any_path() {
+    let home = Home::new();
+    storyboard(&home);
+    std::fs::write(home.file(OTHER), b"").unwrap();
+    home.cairn().args(["show", OTHER]).assert().code(2);
+    home.cairn()
+        .args(["fsck", OTHER])
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains("the file is empty"));
+    let outside = home.path().join("passwd");
+    std::fs::write(&outside, b"root:x:0:0:root:/root:/bin/sh\n").unwrap();
+    std::fs::remove_file(home.file(OTHER)).unwrap();
+    std::os::unix::fs::symlink(&outside, home.file(OTHER)).unwrap();
+    home.cairn()
+        .args(["fsck", OTHER])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("not a regular file"));
+    home.cairn()
+        .args(["fsck", "--all"])
+        .assert()
+        .code(1)
+        .stdout(
+            predicate::str::contains("not a regular file")
+                .and(predicate::str::contains("root:x").not()),
+        );
+    for path in [outside.to_str().unwrap(), "../../etc/passwd"] {
+        home.cairn()
+            .args(["fsck", path])
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains("<session id>.jsonl"));
+    }
 }
 
 #[test]
@@ -896,11 +979,6 @@ fn copy_moves_a_store_to_sqlite_and_back_byte_for_byte_and_sqlite_stores_work_ev
     storyboard(&home);
     let db = format!("sqlite:{}", home.path().join("store.db").display());
     let back = home.path().join("back");
-    let bin = || {
-        let mut c = assert_cmd::Command::new(env!("CARGO_BIN_EXE_cairn"));
-        c.env_remove("CAIRN_HOME").env("COLUMNS", "80");
-        c
-    };
     bin()
         .args(["copy", "--from"])
         .arg(home.path())

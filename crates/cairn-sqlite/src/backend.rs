@@ -91,6 +91,21 @@ impl SqliteBackend {
             .optional()
     }
 
+    /// The row id of a session that must exist ([`OpenError::NotFound`] if not).
+    fn existing_sid(
+        &self,
+        conn: &Connection,
+        id: &SessionId,
+        err: impl Fn(rusqlite::Error) -> OpenError,
+    ) -> Result<i64, OpenError> {
+        Self::sid(conn, id)
+            .map_err(err)?
+            .ok_or_else(|| OpenError::NotFound {
+                session: id.to_string(),
+                location: self.describe(),
+            })
+    }
+
     pub(crate) fn no_such(&self, id: &SessionId) -> StoreError {
         StoreError::NoSuchSession {
             query: id.to_string(),
@@ -109,12 +124,7 @@ impl SqliteBackend {
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(&err)?;
-        let sid = Self::sid(&tx, id)
-            .map_err(&err)?
-            .ok_or_else(|| OpenError::NotFound {
-                session: id.to_string(),
-                location: self.describe(),
-            })?;
+        let sid = self.existing_sid(&tx, id, &err)?;
         if let Some(held) = lease::get(&tx, sid).map_err(&err)?
             && lease::holds(&held)
         {
@@ -297,12 +307,7 @@ impl Backend for SqliteBackend {
                 (sid, Some(token))
             }
             Access::Read => {
-                let sid = Self::sid(&conn, id)
-                    .map_err(open_err("read", &location))?
-                    .ok_or_else(|| OpenError::NotFound {
-                        session: id.to_string(),
-                        location: self.describe(),
-                    })?;
+                let sid = self.existing_sid(&conn, id, open_err("read", &location))?;
                 (sid, None)
             }
         };
@@ -330,6 +335,26 @@ impl Backend for SqliteBackend {
                 Err(e)
             }
         }
+    }
+
+    fn stored_lines(&self, id: &SessionId) -> Result<Vec<Vec<u8>>, OpenError> {
+        let location = self.location(id);
+        let err = open_err("read", &location);
+        let conn = self.conn();
+        let sid = self.existing_sid(&conn, id, &err)?;
+        let mut stmt = conn
+            .prepare_cached("SELECT payload FROM records WHERE session = ?1 ORDER BY seq")
+            .map_err(&err)?;
+        // Every payload as stored, text or blob: fsck judges it.
+        let rows = stmt
+            .query_map([sid], |r| {
+                Ok(r.get_ref(0)?
+                    .as_bytes()
+                    .map(<[u8]>::to_vec)
+                    .unwrap_or_default())
+            })
+            .map_err(&err)?;
+        rows.collect::<Result<_, _>>().map_err(&err)
     }
 
     fn list(&self) -> Result<Vec<SessionId>, StoreError> {

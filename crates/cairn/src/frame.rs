@@ -58,6 +58,12 @@ pub enum FrameDamage {
     /// The line does not end with a well-formed `,"crc":"xxxxxxxx"}` trailer.
     #[error("the line has no valid checksum trailer")]
     NoTrailer,
+    /// The line ends with `\r\n`: a tool rewrote the line ends.
+    #[error(
+        "the line ends with \\r\\n (a Windows line end, from a tool that rewrote the file); \
+         cairn lines end with \\n alone"
+    )]
+    CrLf,
     /// The stored checksum does not match the line's bytes.
     #[error("checksum mismatch (stored {stored:08x}, computed {computed:08x})")]
     Checksum {
@@ -86,6 +92,9 @@ pub fn check(line: &[u8]) -> Result<(), FrameDamage> {
 ///
 /// [`FrameDamage`] when the trailer or the checksum is wrong.
 pub fn check_body(body: &[u8]) -> Result<(), FrameDamage> {
+    if body.ends_with(b"\"}\r") && check_body(&body[..body.len() - 1]).is_ok() {
+        return Err(FrameDamage::CrLf);
+    }
     if body.len() < TRAILER_LEN + 2 {
         return Err(FrameDamage::NoTrailer);
     }
@@ -277,9 +286,16 @@ impl Frame<'_> {
     ///
     /// # Errors
     ///
-    /// [`DecodeError::Json`] when the line is not a JSON object with the
-    /// required fields.
+    /// [`DecodeError::Json`] when the line is not UTF-8 (`docs/FORMAT.md`
+    /// §1: a session is UTF-8 text, `data` included, whether or not anything
+    /// decodes it), or not a JSON object with the required fields.
     pub fn parse(line: &[u8]) -> Result<Frame<'_>, DecodeError> {
+        if let Err(e) = std::str::from_utf8(line) {
+            return Err(DecodeError::Json(format!(
+                "the line is not UTF-8 (an invalid byte at byte {} of the line)",
+                e.valid_up_to()
+            )));
+        }
         if let Some(f) = parse_canonical(line) {
             return Ok(f);
         }

@@ -1,20 +1,23 @@
-//! Verification and salvage of a session file.
+//! Verification and salvage of a stored session, on any backend.
 //!
-//! [`check_file`] reads every line, checks framing, `seq`, the header and the
-//! payload of every record, then replays every intact record into a fresh
-//! in-memory session through the normal append path, so each append-time
-//! invariant (parents, ids, tool results, compactions, labels) is checked by
-//! the same code that enforces it when writing. [`salvage`] does the same
-//! into a new session file and keeps what it can: it never touches the
-//! original.
+//! [`check`] asks two questions. First, does the session open? It runs the
+//! real read-only open ([`Session::open`], the same code every reader and
+//! writer runs), so fsck reports damage exactly when an open refuses the
+//! session, with the open's own line, offset and words, and calls a tail
+//! torn exactly when the backend does. Second, what else is wrong? It reads
+//! every stored line through [`Backend::stored_lines`] (damaged ones
+//! included), checks framing, `seq`, the header and the payload of every
+//! record, then replays every intact record into a fresh in-memory session
+//! through the normal append path, so each append-time invariant (parents,
+//! ids, tool results, compactions, labels) is checked by the same code that
+//! enforces it when writing. [`salvage_session`] does the same into a new
+//! session file and keeps what it can: it never touches the original.
 
-use std::collections::HashMap;
-use std::fs::File;
-use std::io::{BufRead, BufReader};
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use crate::Durability;
-use crate::backend::{Backend, FileBackend, MemoryBackend};
+use crate::backend::{Access, Backend, FileBackend, MemoryBackend, TornTail};
 use crate::error::{AppendError, OpenError};
 use crate::frame::{self, Class, Frame};
 use crate::id::{EntryId, SessionId};
@@ -25,12 +28,16 @@ use crate::session::{NewEntry, Parent, Session, WRITER};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Severity {
-    /// A damaged record with intact records after it: opening fails.
+    /// Opening refuses the session: the problem an open stops at (its own
+    /// words), and any other damaged line that is not part of a torn tail.
+    /// Present exactly when an open refuses the session.
     Damaged,
-    /// Damaged bytes at the end only: a writer cuts them on open (a crash
-    /// mid-append, or a writer appending right now).
+    /// Damaged bytes the backend classifies as a torn tail: a write open
+    /// cuts them (a crash mid-append, or a writer appending right now).
     TornTail,
-    /// An intact record that breaks an invariant or cannot be decoded.
+    /// An intact record that breaks a rule: one an open would refuse next,
+    /// after an earlier problem it stops at; or one an open does not look at
+    /// (a payload off the current branch, an append-time invariant).
     Invalid,
 }
 
@@ -49,18 +56,23 @@ pub struct Problem {
     pub what: String,
 }
 
-/// What [`check_file`] found.
+/// What [`check`] found.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct FsckReport {
-    /// The file checked.
+    /// Where the session lives (its file, for files).
     pub location: String,
     /// Lines whose framing is intact.
     pub records: u64,
     /// Entries that passed every check.
     pub entries: u64,
-    /// Size of the file.
+    /// Size of the stored lines.
     pub bytes: u64,
-    /// Everything wrong, in file order.
+    /// The error an open gives, when it refuses the session (`None`: it opens).
+    pub refused: Option<String>,
+    /// The format version of a session written by a newer cairn (which only
+    /// a newer cairn can read or salvage).
+    pub newer_format: Option<u32>,
+    /// Everything wrong, in line order.
     pub problems: Vec<Problem>,
 }
 
@@ -69,9 +81,17 @@ impl FsckReport {
     pub fn is_clean(&self) -> bool {
         self.problems.is_empty()
     }
+
+    /// Whether an open refuses the session (some problem is
+    /// [`Severity::Damaged`]).
+    pub fn is_damaged(&self) -> bool {
+        self.problems
+            .iter()
+            .any(|p| p.severity == Severity::Damaged)
+    }
 }
 
-/// What [`salvage`] wrote.
+/// What [`salvage_session`] wrote.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct SalvageReport {
     /// The new session file.
@@ -87,11 +107,12 @@ pub struct SalvageReport {
     pub reparented: Vec<(EntryId, EntryId, Option<EntryId>)>,
 }
 
-/// Errors of [`salvage`].
+/// Errors of [`salvage_session`].
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SalvageError {
-    /// The source could not be read, or the target could not be created.
+    /// The source could not be read (or is of a newer format, which only a
+    /// newer cairn can salvage), or the target could not be created.
     #[error(transparent)]
     Open(#[from] OpenError),
     /// Writing the target failed.
@@ -109,68 +130,148 @@ struct Line {
     damage: Option<frame::FrameDamage>,
 }
 
-fn read_lines(path: &Path) -> Result<(Vec<Line>, u64), OpenError> {
-    let location = path.display().to_string();
-    let io = |source| OpenError::Io {
-        action: "read",
-        location: location.clone(),
-        source,
-    };
-    let file = File::open(path).map_err(io)?;
-    let mut r = BufReader::with_capacity(1 << 20, file);
-    let mut lines = Vec::new();
+/// Every stored line, with its number, offset and framing damage.
+fn read_lines(backend: &dyn Backend, id: &SessionId) -> Result<(Vec<Line>, u64), OpenError> {
     let mut offset = 0u64;
-    loop {
-        let mut bytes = Vec::new();
-        let n = r.read_until(b'\n', &mut bytes).map_err(io)?;
-        if n == 0 {
-            break;
-        }
-        let damage = frame::check(&bytes).err();
-        lines.push(Line {
-            no: lines.len() as u64 + 1,
-            offset,
-            bytes,
-            damage,
-        });
-        offset += n as u64;
-    }
+    let lines = backend
+        .stored_lines(id)?
+        .into_iter()
+        .enumerate()
+        .map(|(i, bytes)| {
+            let line = Line {
+                no: i as u64 + 1,
+                offset,
+                damage: frame::check(&bytes).err(),
+                bytes,
+            };
+            offset += line.bytes.len() as u64;
+            line
+        })
+        .collect();
     Ok((lines, offset))
 }
 
-/// Verifies a session file: framing, checksums, `seq`, header, payloads, tree
-/// and append-time invariants. Changes nothing.
+/// Why an open refuses a session: where, and in its words.
+struct Refusal {
+    line: u64,
+    offset: u64,
+    what: String,
+    error: OpenError,
+}
+
+/// What the real read-only open says of a session.
+struct Verdict {
+    refused: Option<Refusal>,
+    /// The backend's torn tail, when the session opens.
+    torn: Option<TornTail>,
+}
+
+impl Verdict {
+    /// Opens the session read-only, as every reader does (no lock, no change).
+    fn of(backend: &dyn Backend, id: &SessionId) -> Result<Verdict, OpenError> {
+        let error = match Session::open(backend, id, Access::Read) {
+            Ok(s) => {
+                return Ok(Verdict {
+                    refused: None,
+                    torn: s.open_report().torn.clone(),
+                });
+            }
+            Err(e) => e,
+        };
+        let (line, offset, what) = match &error {
+            OpenError::Damaged(d) => (d.line, d.offset, d.problem.clone()),
+            OpenError::NewerFormat {
+                found, supported, ..
+            } => (
+                1,
+                0,
+                format!(
+                    "record format version {found} is newer than this cairn reads ({supported}); \
+                     upgrade cairn"
+                ),
+            ),
+            OpenError::NotASession { problem, .. } => {
+                (1, 0, format!("not a cairn session: {problem}"))
+            }
+            // Not the session's content: nothing to report, the check fails.
+            OpenError::NotFound { .. }
+            | OpenError::AlreadyExists { .. }
+            | OpenError::InUse { .. }
+            | OpenError::InvalidId(_)
+            | OpenError::Io { .. } => return Err(error),
+        };
+        Ok(Verdict {
+            refused: Some(Refusal {
+                line,
+                offset,
+                what,
+                error,
+            }),
+            torn: None,
+        })
+    }
+}
+
+/// Verifies a stored session: whether it opens (the open's own verdict),
+/// then framing, checksums, `seq`, header, payloads, tree and append-time
+/// invariants of every record. Changes nothing.
 ///
 /// # Errors
 ///
-/// Only when the file cannot be read; everything wrong inside it is a
-/// [`Problem`] in the report.
-pub fn check_file(path: &Path) -> Result<FsckReport, OpenError> {
-    let (lines, bytes) = read_lines(path)?;
-    let mut out = Replay::new(path, &lines);
-    let target = MemoryBackend::new();
-    out.run(&target)?;
+/// Only when the session cannot be read at all (not found, not a regular
+/// file, I/O); everything wrong inside it is a [`Problem`] in the report.
+pub fn check(backend: &dyn Backend, id: &SessionId) -> Result<FsckReport, OpenError> {
+    let (lines, bytes) = read_lines(backend, id)?;
+    let verdict = Verdict::of(backend, id)?;
+    let location = backend.location(id);
+    let mut out = Replay::new(&location, id, &lines, verdict.torn.as_ref());
+    out.run(&MemoryBackend::new())?;
     Ok(FsckReport {
-        location: path.display().to_string(),
         records: lines.iter().filter(|l| l.damage.is_none()).count() as u64,
         entries: out.entries,
         bytes,
-        problems: out.problems,
+        refused: verdict.refused.as_ref().map(|r| r.error.to_string()),
+        newer_format: match &verdict.refused {
+            Some(Refusal {
+                error: OpenError::NewerFormat { found, .. },
+                ..
+            }) => Some(*found),
+            _ => None,
+        },
+        problems: out.problems(verdict.refused.as_ref()),
+        location,
     })
 }
 
-/// Writes a repaired copy of the session at `path` into `out_dir` (as
+/// [`check`] of the session file at `path` (named `<session id>.jsonl`).
+///
+/// # Errors
+///
+/// A path that cannot name a session file, or as [`check`].
+pub fn check_file(path: &Path) -> Result<FsckReport, OpenError> {
+    let (store, id) = crate::locate_path(path)?;
+    check(&**store.backend(), &id)
+}
+
+/// Writes a repaired copy of a stored session into `out_dir` (as
 /// `<out_dir>/<session id>.jsonl`): every record that verifies and passes the
 /// invariants, re-numbered; entries whose parent was lost attached to their
 /// nearest kept ancestor (or made roots); a lost header replaced by a new one
-/// with a new session id. The original is never touched.
+/// with a new session id. The original is never touched, and no lock file is
+/// left in `out_dir`.
 ///
 /// # Errors
 ///
 /// [`SalvageError::SameDirectory`] when `out_dir` is the source's directory;
-/// errors reading the source or writing the target.
-pub fn salvage(path: &Path, out_dir: &Path) -> Result<SalvageReport, SalvageError> {
-    let src_dir = path
+/// [`OpenError::NewerFormat`] for a session of a newer format (only a newer
+/// cairn can salvage it); errors reading the source or writing the target.
+pub fn salvage_session(
+    backend: &dyn Backend,
+    id: &SessionId,
+    out_dir: &Path,
+) -> Result<SalvageReport, SalvageError> {
+    let location = backend.location(id);
+    let src_dir = Path::new(&location)
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
@@ -179,33 +280,69 @@ pub fn salvage(path: &Path, out_dir: &Path) -> Result<SalvageReport, SalvageErro
     {
         return Err(SalvageError::SameDirectory(out_dir.display().to_string()));
     }
-    let (lines, _) = read_lines(path)?;
-    let mut out = Replay::new(path, &lines);
+    let (lines, _) = read_lines(backend, id)?;
+    let verdict = Verdict::of(backend, id)?;
+    if let Some(Refusal {
+        error: e @ OpenError::NewerFormat { .. },
+        ..
+    }) = verdict.refused
+    {
+        return Err(e.into());
+    }
+    let mut out = Replay::new(&location, id, &lines, verdict.torn.as_ref());
     let target = FileBackend::new(out_dir);
     let session = out.run(&target)?;
     session.sync()?;
+    let (written, session_id, kept) = (
+        target.path(session.id()),
+        session.id().clone(),
+        session.len(),
+    );
+    drop(session);
+    // Nobody else knows the new session yet: its lock file is only litter.
+    let _ = std::fs::remove_file(target.lock_path(&session_id));
     Ok(SalvageReport {
-        written: target.path(session.id()),
-        session: session.id().clone(),
-        kept: session.len(),
-        problems: out.problems,
+        written,
+        session: session_id,
+        kept,
+        problems: out.problems(None),
         reparented: out.reparented,
     })
 }
 
+/// [`salvage_session`] of the session file at `path` (named `<session id>.jsonl`).
+///
+/// # Errors
+///
+/// A path that cannot name a session file, or as [`salvage_session`].
+pub fn salvage(path: &Path, out_dir: &Path) -> Result<SalvageReport, SalvageError> {
+    let (store, id) = crate::locate_path(path)?;
+    salvage_session(&**store.backend(), &id, out_dir)
+}
+
 struct Replay<'a> {
-    path: &'a Path,
+    location: &'a str,
+    id: &'a SessionId,
     lines: &'a [Line],
+    /// Where the backend's torn tail begins: lines from there on are cut.
+    torn_from: Option<u64>,
     problems: Vec<Problem>,
     entries: u64,
     reparented: Vec<(EntryId, EntryId, Option<EntryId>)>,
 }
 
 impl<'a> Replay<'a> {
-    fn new(path: &'a Path, lines: &'a [Line]) -> Replay<'a> {
+    fn new(
+        location: &'a str,
+        id: &'a SessionId,
+        lines: &'a [Line],
+        torn: Option<&TornTail>,
+    ) -> Replay<'a> {
         Replay {
-            path,
+            location,
+            id,
             lines,
+            torn_from: torn.map(|t| t.offset),
             problems: Vec::new(),
             entries: 0,
             reparented: Vec::new(),
@@ -222,35 +359,53 @@ impl<'a> Replay<'a> {
         });
     }
 
+    /// The problems in line order, the open's refusal (if any) in place of
+    /// whatever the replay said of that line.
+    fn problems(&self, refused: Option<&Refusal>) -> Vec<Problem> {
+        let mut all = self.problems.clone();
+        if let Some(r) = refused {
+            let seq = all.iter().find(|p| p.line == r.line).and_then(|p| p.seq);
+            all.retain(|p| p.line != r.line);
+            all.push(Problem {
+                line: r.line,
+                offset: r.offset,
+                seq,
+                severity: Severity::Damaged,
+                what: r.what.clone(),
+            });
+        }
+        all.sort_by_key(|p| p.line);
+        all
+    }
+
     fn run(&mut self, target: &dyn Backend) -> Result<Session, OpenError> {
         let lines = self.lines;
-        let last_intact = lines.iter().rposition(|l| l.damage.is_none());
-        for (i, l) in lines.iter().enumerate() {
-            if let Some(d) = &l.damage {
-                let torn = last_intact.is_none_or(|li| i > li);
-                let sev = if torn {
-                    Severity::TornTail
-                } else {
-                    Severity::Damaged
-                };
-                self.problem(l, None, sev, d.to_string());
+        let torn_from = self.torn_from;
+        let in_torn_tail = |l: &Line| torn_from.is_some_and(|t| l.offset >= t);
+        for l in lines {
+            match (&l.damage, in_torn_tail(l)) {
+                (Some(d), true) => self.problem(l, None, Severity::TornTail, d.to_string()),
+                (Some(d), false) => self.problem(l, None, Severity::Damaged, d.to_string()),
+                (None, true) => self.problem(
+                    l,
+                    None,
+                    Severity::TornTail,
+                    "an intact line inside the torn tail: it is cut with it".into(),
+                ),
+                (None, false) => {}
             }
         }
-        let mut intact = lines.iter().filter(|l| l.damage.is_none()).peekable();
+        let mut intact = lines
+            .iter()
+            .filter(|l| l.damage.is_none() && !in_torn_tail(l))
+            .peekable();
         let header_line = intact.next_if(|l| l.no == 1);
         let (header, header_ts) = match header_line.map(|l| (l, self.header(l))) {
             Some((l, Ok(h))) => {
-                let stem = self
-                    .path
-                    .file_name()
-                    .and_then(|n| n.to_str())
-                    .and_then(|n| n.strip_suffix(".jsonl"));
-                if let Some(stem) = stem.filter(|s| SessionId::parse(s).is_ok())
-                    && stem != h.0.session.as_str()
-                {
+                if h.0.session != *self.id {
                     let what = format!(
-                        "the header names session {} but the file is named {stem}",
-                        h.0.session
+                        "the header names session {} but {} should hold session {}",
+                        h.0.session, self.location, self.id
                     );
                     self.problem(l, Some(0), Severity::Invalid, what);
                 }
@@ -271,8 +426,7 @@ impl<'a> Replay<'a> {
         session.set_durability(Durability::Buffered);
         // For dropped entries: their id → where their children should attach.
         let mut dropped: HashMap<EntryId, Option<EntryId>> = HashMap::new();
-        let mut kept: std::collections::HashSet<EntryId> = std::collections::HashSet::new();
-        let mut expected_seq = 1u64;
+        let mut kept: HashSet<EntryId> = HashSet::new();
         for l in intact {
             let frame = match Frame::parse(&l.bytes) {
                 Ok(f) => f,
@@ -281,11 +435,15 @@ impl<'a> Replay<'a> {
                     continue;
                 }
             };
-            if frame.seq != expected_seq {
-                let what = format!("seq is {} where {expected_seq} was expected", frame.seq);
+            // The rule of the open: record n is line n + 1.
+            if frame.seq != l.no - 1 {
+                let what = format!(
+                    "its seq is {} but it is record {} (a gap, repeat or reordering)",
+                    frame.seq,
+                    l.no - 1
+                );
                 self.problem(l, Some(frame.seq), Severity::Invalid, what);
             }
-            expected_seq = frame.seq + 1;
             let body = match frame.class().and_then(|_| frame::decode_body(&frame)) {
                 Ok(b) => b,
                 Err(e) => {
@@ -311,12 +469,14 @@ impl<'a> Replay<'a> {
                     Err(AppendError::Invalid(inv)) => {
                         self.problem(l, Some(frame.seq), Severity::Invalid, inv.to_string());
                     }
-                    Err(e) => return Err(fatal(e, self.path)),
+                    Err(e) => return Err(fatal(e, self.location)),
                 },
                 Body::Entry(e) => {
+                    let id = e.id.clone();
                     let original = e.parent.clone();
                     let mut parent = original.clone();
                     let mut hops = 0;
+                    let mut sound = true;
                     // Walk up past dropped entries to the nearest kept one; an
                     // ancestor lost to damage makes the entry a root.
                     while let Some(p) = parent.clone() {
@@ -325,11 +485,31 @@ impl<'a> Replay<'a> {
                         }
                         parent = match dropped.get(&p) {
                             Some(up) if hops <= dropped.len() => up.clone(),
-                            _ => None,
+                            Some(_) => None,
+                            // Never an entry before this one (missing, later,
+                            // or itself): an open refuses it; salvage makes
+                            // the entry a root.
+                            None => {
+                                if hops == 0 {
+                                    sound = false;
+                                    let lost = lines[..l.no as usize - 1]
+                                        .iter()
+                                        .any(|d| d.damage.is_some());
+                                    let what = format!(
+                                        "the parent {p} of entry {id} does not appear before it{}",
+                                        if lost {
+                                            " (it was in a damaged line, or never existed)"
+                                        } else {
+                                            ""
+                                        }
+                                    );
+                                    self.problem(l, Some(frame.seq), Severity::Invalid, what);
+                                }
+                                None
+                            }
                         };
                         hops += 1;
                     }
-                    let id = e.id.clone();
                     let new = NewEntry {
                         id: Some(id.clone()),
                         parent: parent.clone().map_or(Parent::Root, Parent::Entry),
@@ -338,7 +518,9 @@ impl<'a> Replay<'a> {
                     match session.append_entry_at(new, ts, None) {
                         Ok(_) => {
                             kept.insert(id.clone());
-                            self.entries += 1;
+                            if sound {
+                                self.entries += 1;
+                            }
                             if parent != original
                                 && let Some(orig) = original
                             {
@@ -349,7 +531,7 @@ impl<'a> Replay<'a> {
                             self.problem(l, Some(frame.seq), Severity::Invalid, inv.to_string());
                             dropped.entry(id).or_insert(parent);
                         }
-                        Err(e) => return Err(fatal(e, self.path)),
+                        Err(e) => return Err(fatal(e, self.location)),
                     }
                 }
             }
@@ -384,7 +566,7 @@ impl<'a> Replay<'a> {
             session: SessionId::generate(),
             created: now.clone(),
             cwd: None,
-            title: Some(format!("salvaged from {}", self.path.display())),
+            title: Some(format!("salvaged from {}", self.location)),
             app_state: serde_json::Value::Object(Default::default()),
             lineage: Default::default(),
             writer: WRITER.to_owned(),
@@ -393,10 +575,10 @@ impl<'a> Replay<'a> {
     }
 }
 
-fn fatal(e: AppendError, path: &Path) -> OpenError {
+fn fatal(e: AppendError, location: &str) -> OpenError {
     OpenError::Io {
         action: "replay",
-        location: path.display().to_string(),
+        location: location.to_owned(),
         source: std::io::Error::other(e.to_string()),
     }
 }

@@ -2,7 +2,7 @@
 //! `cairn::fsck`, reports every problem precisely, and with `--salvage DIR`
 //! writes a repaired copy. Exits 1 when anything is wrong.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{Result, bail};
 use cairn::fsck::{self, FsckReport, Problem, SalvageReport, Severity};
@@ -10,16 +10,17 @@ use serde_json::json;
 
 use super::Status;
 use crate::args::SessionArg;
-use crate::target::{self, Ctx, Spec};
+use crate::target::{self, Ctx};
 use crate::term::{Out, Style};
 
-/// Runs `cairn fsck`.
+/// Runs `cairn fsck` on any store (a directory or `sqlite:PATH`).
 ///
 /// # Errors
 ///
-/// A session that cannot be found or read at all, a failed salvage, or
-/// write errors. Damage inside a file is not an error: it is reported and
-/// makes the exit status 1.
+/// A session that cannot be found or read at all (by id or path), a failed
+/// salvage, or write errors. Damage inside a session is not an error: it is
+/// reported and makes the exit status 1; so is, with `--all`, a session that
+/// cannot be read at all.
 pub fn run(
     ctx: &Ctx,
     arg: &SessionArg,
@@ -27,24 +28,28 @@ pub fn run(
     salvage: Option<&Path>,
     json: bool,
 ) -> Result<Status> {
-    let paths = if all {
+    let mut reports = Vec::new();
+    let mut one = None;
+    if all {
         let store = ctx.store()?;
-        let mut ids = store.backend().list()?;
+        let backend = store.backend();
+        let mut ids = backend.list()?;
         ids.sort();
-        ids.iter()
-            .map(|id| PathBuf::from(store.backend().location(id)))
-            .collect()
+        for id in &ids {
+            reports.push(
+                fsck::check(&**backend, id)
+                    .unwrap_or_else(|e| unreadable(backend.location(id), &e)),
+            );
+        }
     } else {
-        vec![path_of(ctx, &target::spec(arg)?)?]
-    };
-    let mut reports = Vec::with_capacity(paths.len());
-    for p in &paths {
-        reports.push(fsck::check_file(p)?);
+        let (store, id) = target::locate(ctx, &target::spec(arg)?)?;
+        reports.push(fsck::check(&**store.backend(), &id)?);
+        one = Some((store, id));
     }
-    let rescued = match (salvage, paths.as_slice()) {
+    let rescued = match (salvage, &one) {
         (None, _) => None,
-        (Some(dir), [one]) => Some(fsck::salvage(one, dir)?),
-        (Some(_), _) => bail!("--salvage works on one session at a time"),
+        (Some(dir), Some((store, id))) => Some(fsck::salvage_session(&**store.backend(), id, dir)?),
+        (Some(_), None) => bail!("--salvage works on one session at a time"),
     };
     let clean = reports.iter().all(FsckReport::is_clean);
     let mut out = ctx.out();
@@ -64,13 +69,24 @@ pub fn run(
     Ok(if clean { Status::Ok } else { Status::NotSo })
 }
 
-/// The file of a named session (without opening it: it may not open).
-fn path_of(ctx: &Ctx, spec: &Spec) -> Result<PathBuf> {
-    if let Spec::Path(p) = spec {
-        return Ok(p.clone());
+/// The report of a session `--all` found but cannot read at all (a symlink,
+/// an unreadable file): an open refuses it too.
+fn unreadable(location: String, e: &cairn::OpenError) -> FsckReport {
+    FsckReport {
+        location,
+        records: 0,
+        entries: 0,
+        bytes: 0,
+        refused: Some(e.to_string()),
+        newer_format: None,
+        problems: vec![Problem {
+            line: 1,
+            offset: 0,
+            seq: None,
+            severity: Severity::Damaged,
+            what: format!("cannot be read: {e}"),
+        }],
     }
-    let (store, id) = target::locate(ctx, spec)?;
-    Ok(PathBuf::from(store.backend().location(&id)))
 }
 
 fn report(out: &mut Out<'_>, r: &FsckReport) -> std::io::Result<()> {
@@ -99,8 +115,9 @@ fn report(out: &mut Out<'_>, r: &FsckReport) -> std::io::Result<()> {
     for p in &r.problems {
         problem(out, p)?;
     }
-    let torn_only = r.problems.iter().all(|p| p.severity == Severity::TornTail);
-    let advice = if torn_only {
+    let advice = if r.newer_format.is_some() {
+        "a newer cairn wrote it: upgrade cairn to read it (salvage cannot help)"
+    } else if !r.is_damaged() && r.problems.iter().all(|p| p.severity == Severity::TornTail) {
         "only the tail is torn: the next write open cuts it (saving the bytes beside the file)"
     } else {
         "`cairn fsck SESSION --salvage DIR` writes a repaired copy; the original stays as it is"

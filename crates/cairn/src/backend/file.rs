@@ -99,7 +99,8 @@ impl FileBackend {
         self.dir.join(format!("{id}.jsonl"))
     }
 
-    fn lock_path(&self, id: &SessionId) -> PathBuf {
+    /// The path of a session's writer lock file.
+    pub(crate) fn lock_path(&self, id: &SessionId) -> PathBuf {
         self.dir.join(format!("{id}.lock"))
     }
 
@@ -225,31 +226,13 @@ impl Backend for FileBackend {
         access: Access,
         visit: &mut Visitor<'_>,
     ) -> Result<Opened, OpenError> {
-        let path = self.path(id);
+        let path = self.regular_file(id)?;
         let location = path.display().to_string();
         let io_err = |action, source| OpenError::Io {
             action,
             location: location.clone(),
             source,
         };
-        match self.vfs.metadata(&path) {
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                return Err(OpenError::NotFound {
-                    session: id.to_string(),
-                    location: self.describe(),
-                });
-            }
-            Err(e) => return Err(io_err("inspect", e)),
-            Ok(m) if m.is_symlink || !m.is_file => {
-                return Err(OpenError::NotASession {
-                    location,
-                    problem:
-                        "it is not a regular file (cairn does not follow symlinks in its store)"
-                            .into(),
-                });
-            }
-            Ok(_) => {}
-        }
         let (lock, unsynced) = match access {
             Access::Write => {
                 let (f, unsynced) = self.lock(id)?;
@@ -303,6 +286,19 @@ impl Backend for FileBackend {
             log: Box::new(log),
             torn,
         })
+    }
+
+    fn stored_lines(&self, id: &SessionId) -> Result<Vec<Vec<u8>>, OpenError> {
+        let path = self.regular_file(id)?;
+        let bytes = vfs::read_all(&*self.vfs, &path).map_err(|source| OpenError::Io {
+            action: "read",
+            location: path.display().to_string(),
+            source,
+        })?;
+        Ok(bytes
+            .split_inclusive(|b| *b == b'\n')
+            .map(<[u8]>::to_vec)
+            .collect())
     }
 
     fn list(&self) -> Result<Vec<SessionId>, StoreError> {
@@ -384,6 +380,29 @@ impl Backend for FileBackend {
 }
 
 impl FileBackend {
+    /// The path of a session's log, refused unless it is a regular file: a
+    /// symlink in the store is never followed.
+    fn regular_file(&self, id: &SessionId) -> Result<PathBuf, OpenError> {
+        let path = self.path(id);
+        match self.vfs.metadata(&path) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Err(OpenError::NotFound {
+                session: id.to_string(),
+                location: self.describe(),
+            }),
+            Err(source) => Err(OpenError::Io {
+                action: "inspect",
+                location: path.display().to_string(),
+                source,
+            }),
+            Ok(m) if m.is_symlink || !m.is_file => Err(OpenError::NotASession {
+                location: path.display().to_string(),
+                problem: "it is not a regular file (cairn does not follow symlinks in its store)"
+                    .into(),
+            }),
+            Ok(_) => Ok(path),
+        }
+    }
+
     fn save_torn(
         &self,
         path: &Path,

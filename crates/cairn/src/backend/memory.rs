@@ -156,6 +156,13 @@ impl Backend for MemoryBackend {
         })
     }
 
+    fn stored_lines(&self, id: &SessionId) -> Result<Vec<Vec<u8>>, OpenError> {
+        self.raw(id).ok_or_else(|| OpenError::NotFound {
+            session: id.to_string(),
+            location: self.describe(),
+        })
+    }
+
     fn list(&self) -> Result<Vec<SessionId>, StoreError> {
         Ok(self.shared().sessions.keys().cloned().collect())
     }

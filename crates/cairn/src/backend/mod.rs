@@ -104,6 +104,29 @@ pub trait Backend: Send + Sync + fmt::Debug {
         visit: &mut Visitor<'_>,
     ) -> Result<Opened, OpenError>;
 
+    /// Every stored line of a session as it is, damaged ones included (a
+    /// last line without its newline too), for [`crate::fsck`], which lists
+    /// every problem where an open stops at the first. Takes no lock and
+    /// changes nothing; refuses what [`Backend::open`] refuses before it
+    /// reads (no such session, a file that is not a regular file).
+    ///
+    /// The default collects the lines an open hands to its visitor, so it
+    /// fails where the backend's own open fails; a backend that can store a
+    /// damaged line should override it.
+    ///
+    /// # Errors
+    ///
+    /// [`OpenError::NotFound`], [`OpenError::NotASession`] for a symlink or
+    /// other non-file, or I/O errors.
+    fn stored_lines(&self, id: &SessionId) -> Result<Vec<Vec<u8>>, OpenError> {
+        let mut lines = Vec::new();
+        self.open(id, Access::Read, &mut |raw| {
+            lines.push(raw.bytes.to_vec());
+            Ok(())
+        })?;
+        Ok(lines)
+    }
+
     /// The ids of all sessions, in no particular order.
     ///
     /// # Errors
