@@ -15,7 +15,8 @@
 //! Ctrl-C while the model streams records the partial reply with stop
 //! reason `interrupted`; Ctrl-C during a tool stops it and records an error
 //! result saying so, and the calls after it are answered as not run.
-//! Either way the operation finishes `aborted`.
+//! Either way the operation finishes `aborted`. SIGTERM and SIGHUP interrupt
+//! the same way, and the caller then exits ([`crate::interrupt`]).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -235,7 +236,7 @@ pub(crate) fn drive(op: Operation<'_>, session: &Session, rt: &mut Runtime) -> R
                 op,
                 rt,
                 Outcome::Aborted,
-                Some("interrupted by the person (Ctrl-C)".into()),
+                Some(format!("interrupted by {}", rt.interrupt.cause())),
             );
         }
         if conversation_done(session) {
@@ -267,7 +268,10 @@ pub(crate) fn drive(op: Operation<'_>, session: &Session, rt: &mut Runtime) -> R
                         op,
                         rt,
                         Outcome::Aborted,
-                        Some("interrupted by the person (Ctrl-C) while a tool ran".into()),
+                        Some(format!(
+                            "interrupted by {} while a tool ran",
+                            rt.interrupt.cause()
+                        )),
                     );
                 }
             }
@@ -276,7 +280,10 @@ pub(crate) fn drive(op: Operation<'_>, session: &Session, rt: &mut Runtime) -> R
                     op,
                     rt,
                     Outcome::Aborted,
-                    Some("interrupted by the person (Ctrl-C) while the model answered".into()),
+                    Some(format!(
+                        "interrupted by {} while the model answered",
+                        rt.interrupt.cause()
+                    )),
                 );
             }
             Step::Failed(error) => return finish(op, rt, Outcome::Failed, Some(error)),
@@ -452,14 +459,12 @@ pub(crate) fn run_calls(
         } else {
             continue;
         };
+        let reason = format!(
+            "Not run: the agent was interrupted by {} before this call started.",
+            rt.interrupt.cause()
+        );
         for (call_id, tool, _) in rest {
-            deny(
-                op,
-                rt,
-                call_id,
-                tool,
-                "Not run: the person interrupted the agent (Ctrl-C) before this call started.",
-            )?;
+            deny(op, rt, call_id, tool, &reason)?;
         }
         return Ok(Flow::Interrupted);
     }
@@ -511,7 +516,12 @@ pub(crate) fn run_call(
     });
     if tool.effect() == cairn::EffectClass::SideEffect && !rt.config.auto_approve {
         op.request_approval(call_id, name)?;
-        match rt.prompter.approve(&summary) {
+        // Waiting for the person: a termination signal exits at once (recovery
+        // asks again), there being nothing running to stop.
+        rt.interrupt.set_idle(true);
+        let approval = rt.prompter.approve(&summary);
+        rt.interrupt.set_idle(false);
+        match approval {
             Approval::Yes => op.resolve_approval(call_id, true, Some("person"))?,
             Approval::Always => {
                 rt.config.auto_approve = true;

@@ -179,7 +179,8 @@ impl AgentOptions {
 /// # Errors
 ///
 /// Store, session and provider set-up errors; a failed one-shot request;
-/// `--on-unknown fail` with a side effect of unknown outcome.
+/// `--on-unknown fail` with a side effect of unknown outcome; [`Terminated`](crate::interrupt::Terminated)
+/// after SIGTERM or SIGHUP (what ran was interrupted and recorded first).
 pub fn run(opts: AgentOptions) -> Result<()> {
     let store = Store::open_dir(&opts.home);
     let existing = open_session(&store, &opts)?;
@@ -202,8 +203,8 @@ pub fn run(opts: AgentOptions) -> Result<()> {
         Box::new(Batch)
     };
     let interrupt = Interrupt::new();
-    // A handler may already be installed by an embedding program; then it owns Ctrl-C.
-    let _ = interrupt.install_ctrlc();
+    // Handlers may already be installed in this process; then they own the signals.
+    let _ = interrupt.install_signals();
     let mut observers: Vec<Box<dyn Observer>> = vec![Box::new(Printer::stdout())];
     if std::env::var(ACKS_ENV).is_ok_and(|v| v == "1") {
         observers.push(Box::new(Acks));
@@ -258,8 +259,10 @@ pub fn run(opts: AgentOptions) -> Result<()> {
         agent.runtime().tools.names().join(", ")
     );
     agent.resume()?;
+    agent.runtime().interrupt.check_terminated()?;
     if let Some(p) = &opts.prompt {
         let end = agent.prompt(p)?;
+        agent.runtime().interrupt.check_terminated()?;
         println!("(resume this session with: cairn agent --resume {id})");
         if end.outcome == Outcome::Failed {
             bail!("the request failed: {}", end.error.unwrap_or_default());

@@ -32,12 +32,16 @@ Type a request for the agent, or a command:
 ///
 /// # Errors
 ///
-/// Append errors from the agent (command errors are printed, not returned).
+/// Append errors from the agent (command errors are printed, not returned);
+/// [`Terminated`](crate::interrupt::Terminated) after SIGTERM or SIGHUP.
 pub fn run(agent: &mut Agent, tree: Option<&TreePrinter>) -> Result<()> {
     println!("Type a request, or /help. Ctrl-C interrupts the agent; Ctrl-D leaves.");
     let mut interrupted_once = false;
     loop {
+        agent.runtime().interrupt.set_idle(true);
         let input = agent.runtime().prompter.read_input("cairn> ");
+        agent.runtime().interrupt.set_idle(false);
+        agent.runtime().interrupt.check_terminated()?;
         match input {
             Input::Line(line) => {
                 interrupted_once = false;
@@ -54,6 +58,7 @@ pub fn run(agent: &mut Agent, tree: Option<&TreePrinter>) -> Result<()> {
                     continue;
                 }
                 agent.prompt(line)?;
+                agent.runtime().interrupt.check_terminated()?;
             }
             Input::Interrupted if interrupted_once => return Ok(()),
             Input::Interrupted => {

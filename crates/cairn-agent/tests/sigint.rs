@@ -1,7 +1,8 @@
 //! Real Ctrl-C (SIGINT) to the `cairn-agent` binary: while a tool runs, the
 //! tool is stopped and an error result says so; while the model streams, the
 //! partial reply is recorded as interrupted. The process then exits on its
-//! own, leaving a finished (aborted) operation.
+//! own, leaving a finished (aborted) operation. SIGTERM and SIGHUP do the
+//! same, and the process then exits with 128 + the signal's number.
 
 // Test helpers panic on a failed step; that is how a test fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -20,6 +21,19 @@ const BIN: &str = env!("CARGO_BIN_EXE_cairn-agent");
 /// Runs the agent on `script`, sends SIGINT once a line starting with
 /// `when` appears (plus `delay`), and returns the session.
 fn interrupted(script: Value, when: &str, delay: Duration) -> (tempfile::TempDir, cairn::Session) {
+    let (dir, s, exit) = signalled("INT", script, when, delay);
+    assert!(exit.success(), "{exit}");
+    (dir, s)
+}
+
+/// Runs the agent on `script`, sends `signal` once a line starting with
+/// `when` appears (plus `delay`), and returns the session and how the agent exited.
+fn signalled(
+    signal: &str,
+    script: Value,
+    when: &str,
+    delay: Duration,
+) -> (tempfile::TempDir, cairn::Session, std::process::ExitStatus) {
     let dir = tempfile::tempdir().unwrap();
     let (home, work) = (dir.path().join("home"), dir.path().join("work"));
     std::fs::create_dir_all(&work).unwrap();
@@ -52,7 +66,7 @@ fn interrupted(script: Value, when: &str, delay: Duration) -> (tempfile::TempDir
     }
     std::thread::sleep(delay);
     let status = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
+        .args([&format!("-{signal}"), &child.id().to_string()])
         .status()
         .unwrap();
     assert!(status.success());
@@ -64,16 +78,15 @@ fn interrupted(script: Value, when: &str, delay: Duration) -> (tempfile::TempDir
         }
         assert!(
             Instant::now() < deadline,
-            "the agent did not stop after Ctrl-C"
+            "the agent did not stop after SIG{signal}"
         );
         std::thread::sleep(Duration::from_millis(10));
     };
     drain.join().unwrap();
-    assert!(exit.success(), "{exit}");
     let store = Store::open_dir(&home);
     let id = cairn::SessionId::parse(&session.unwrap()).unwrap();
     let s = store.open(&id, Access::Read).unwrap();
-    (dir, s)
+    (dir, s, exit)
 }
 
 #[test]
@@ -134,4 +147,63 @@ fn ctrl_c_while_the_model_streams_records_an_interrupted_reply() {
     let last = support::last_assistant(&s).unwrap();
     assert_eq!(last.stop_reason.as_deref(), Some("interrupted"));
     assert!(!last.plain_text().is_empty() && last.plain_text().len() < long.len());
+}
+
+/// Whether process `pid` is gone (or a zombie nobody reaped: it runs no more).
+fn gone(pid: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |stat| {
+        stat.rsplit(") ").next().is_some_and(|s| s.starts_with('Z'))
+    })
+}
+
+/// A bash call that writes its pid to `pid` in the working directory, then
+/// sleeps, and a reply that must never be reached.
+fn sleeper() -> Value {
+    json!({"turns": [{"replies": [
+        {"text": "Waiting.", "tool_calls": [{"name": "bash", "arguments": {"command": "echo $$ > pid; echo begun; exec sleep 30"}}]},
+        {"text": "unreachable"}]}]})
+}
+
+fn assert_stopped_and_recorded(dir: &tempfile::TempDir, s: &cairn::Session, signal: &str) {
+    assert!(
+        matches!(
+            s.verdict(),
+            Verdict::Finished {
+                outcome: Outcome::Aborted,
+                ..
+            }
+        ),
+        "{:?}",
+        s.verdict()
+    );
+    support::every_call_answered(s).unwrap();
+    let call = support::last_assistant(s)
+        .and_then(|m| m.tool_calls().next().map(|(id, _, _)| id.to_owned()))
+        .unwrap();
+    let (is_error, code, text) = support::result_of(s, &call).unwrap();
+    assert!(is_error);
+    assert_eq!(code.as_deref(), Some(cairn_agent::tools::CODE_INTERRUPTED));
+    assert!(
+        text.contains("begun") && text.contains(&format!("interrupted by {signal}")),
+        "{text}"
+    );
+    let pid = std::fs::read_to_string(dir.path().join("work/pid")).unwrap();
+    assert!(
+        gone(pid.trim()),
+        "the tool's process {pid} is still running"
+    );
+}
+
+#[test]
+fn regression_sigterm_during_a_tool_left_its_child_running_and_recorded_nothing() {
+    let (dir, s, exit) = signalled("TERM", sleeper(), "@ack t1", Duration::from_millis(200));
+    assert_eq!(exit.code(), Some(128 + 15), "{exit}");
+    assert_stopped_and_recorded(&dir, &s, "SIGTERM");
+}
+
+#[test]
+fn regression_sighup_during_a_tool_left_its_child_running_and_recorded_nothing() {
+    let (dir, s, exit) = signalled("HUP", sleeper(), "@ack t1", Duration::from_millis(200));
+    assert_eq!(exit.code(), Some(128 + 1), "{exit}");
+    assert_stopped_and_recorded(&dir, &s, "SIGHUP");
 }

@@ -2,7 +2,8 @@
 //! The logic lives in the `cairn` library; this binary is glue.
 //!
 //! Exit codes: 0 ok; 1 the thing asked for is not so (fsck found damage);
-//! 2 usage or I/O error. A broken pipe exits quietly with 0.
+//! 2 usage or I/O error; 128 + N after signal N stopped `cairn agent`
+//! (SIGTERM, SIGHUP). A broken pipe exits quietly with 0.
 
 mod args;
 mod cmd;
@@ -28,6 +29,10 @@ fn main() -> ExitCode {
         Ok(cmd::Status::NotSo) => ExitCode::from(1),
         Err(e) if report::is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
+            if let Some(t) = e.downcast_ref::<cairn_agent::interrupt::Terminated>() {
+                eprintln!("{t}");
+                return ExitCode::from(t.exit_code());
+            }
             report::print_error(&e);
             ExitCode::from(2)
         }

@@ -50,6 +50,10 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
+            if let Some(t) = e.downcast_ref::<cairn_agent::interrupt::Terminated>() {
+                eprintln!("{t}");
+                return ExitCode::from(t.exit_code());
+            }
             eprintln!("error: {e:#}");
             ExitCode::from(2)
         }

@@ -3,7 +3,7 @@
 //!
 //! The command runs in its own process group with stdin closed, stdout and
 //! stderr merged into a file (so any amount of output costs no memory); on
-//! timeout or Ctrl-C the whole group is killed and the result says so. The
+//! timeout, Ctrl-C or a termination signal the whole group is killed and the result says so. The
 //! idempotency key is exported as `CAIRN_IDEMPOTENCY_KEY` for scripts that
 //! can use one.
 
@@ -154,7 +154,8 @@ impl Tool for Bash {
             ),
             End::Interrupted(d) => (
                 format!(
-                    "interrupted by the person (Ctrl-C) after {:.1}s: the command was stopped before it finished; its effects so far remain",
+                    "interrupted by {} after {:.1}s: the command was stopped before it finished; its effects so far remain",
+                    call.interrupt.cause(),
                     d.as_secs_f64()
                 ),
                 true,
