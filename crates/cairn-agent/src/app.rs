@@ -20,6 +20,7 @@ use crate::prompt::{Batch, Console, Prompter};
 use crate::provider::Provider;
 use crate::provider::openai::{DEFAULT_BASE_URL, OpenAiConfig, OpenAiProvider};
 use crate::provider::scripted::ScriptedProvider;
+use crate::store::{files_dir, open_store};
 use crate::tools::{Registry, ToolEnv};
 use crate::tree::TreePrinter;
 
@@ -109,7 +110,9 @@ impl AgentArgs {
 /// Everything `cairn agent` needs.
 #[derive(Clone)]
 pub struct AgentOptions {
-    /// The store's home (sessions in `home/sessions`, blobs in `home/blobs`).
+    /// The store: a directory (sessions in `home/sessions`, blobs in
+    /// `home/blobs`), or `sqlite:PATH` (blobs in `PATH-files/blobs`; see
+    /// [`crate::store`]).
     pub home: PathBuf,
     /// A session to resume.
     pub resume: Option<String>,
@@ -182,7 +185,8 @@ impl AgentOptions {
 /// `--on-unknown fail` with a side effect of unknown outcome; [`Terminated`](crate::interrupt::Terminated)
 /// after SIGTERM or SIGHUP (what ran was interrupted and recorded first).
 pub fn run(opts: AgentOptions) -> Result<()> {
-    let store = Store::open_dir(&opts.home);
+    let store = open_store(&opts.home)?;
+    let files = files_dir(&opts.home);
     let existing = open_session(&store, &opts)?;
     // The provider first, so that a bad set-up creates no empty session.
     let (provider, settings) = provider_for(&opts, existing.as_ref())?;
@@ -196,8 +200,7 @@ pub fn run(opts: AgentOptions) -> Result<()> {
     let interactive = std::io::stdin().is_terminal();
     let prompter: Box<dyn Prompter> = if interactive {
         Box::new(
-            Console::new(Some(opts.home.join("agent_history")))
-                .context("setting up the terminal")?,
+            Console::new(Some(files.join("agent_history"))).context("setting up the terminal")?,
         )
     } else {
         Box::new(Batch)
@@ -213,7 +216,7 @@ pub fn run(opts: AgentOptions) -> Result<()> {
         Some(w) => w.clone(),
         None => std::env::current_dir().context("finding the current directory")?,
     };
-    let mut env = ToolEnv::new(workdir, opts.home.join("blobs"));
+    let mut env = ToolEnv::new(workdir, files.join("blobs"));
     env.timeout = opts.tool_timeout;
     let system_prompt = match &opts.system_prompt {
         Some(p) => std::fs::read_to_string(p)

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result};
-use cairn::{Access, Store};
+use cairn::Access;
 use serde::{Deserialize, Serialize};
 
 use crate::agent::{Agent, AgentConfig, OnUnknown, Runtime};
@@ -38,7 +38,7 @@ pub const CRASH_MARKER: &str = "@crash-point";
 /// One agent step to run in a child process.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChildSpec {
-    /// The store's home.
+    /// The store (a directory or `sqlite:PATH`).
     pub home: PathBuf,
     /// The session (full id).
     pub session: String,
@@ -80,7 +80,7 @@ pub fn storyboard_tools(ledger: Option<&std::path::Path>, workdir: &std::path::P
 
 fn run_spec(text: &str) -> Result<()> {
     let spec: ChildSpec = serde_json::from_str(text).context("the child spec is not valid JSON")?;
-    let store = Store::open_dir(&spec.home);
+    let store = crate::store::open_store(&spec.home)?;
     let id = store.resolve(&spec.session)?;
     let session = store.open(&id, Access::Write)?;
     let provider = ScriptedProvider::load(&spec.script)?;
@@ -93,7 +93,10 @@ fn run_spec(text: &str) -> Result<()> {
     let rt = Runtime {
         provider: Arc::new(provider),
         tools: storyboard_tools(spec.ledger.as_deref(), &spec.workdir),
-        env: ToolEnv::new(&spec.workdir, spec.home.join("blobs")),
+        env: ToolEnv::new(
+            &spec.workdir,
+            crate::store::files_dir(&spec.home).join("blobs"),
+        ),
         config: AgentConfig {
             system_prompt: Some(crate::demo::SYSTEM_PROMPT.to_owned()),
             auto_approve: true,

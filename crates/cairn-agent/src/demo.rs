@@ -188,7 +188,10 @@ impl Tour<'_> {
         let rt = Runtime {
             provider: Arc::new(provider),
             tools: storyboard_tools(Some(self.ledger.path()), &self.workdir),
-            env: ToolEnv::new(&self.workdir, self.home.join("blobs")),
+            env: ToolEnv::new(
+                &self.workdir,
+                crate::store::files_dir(&self.home).join("blobs"),
+            ),
             config: AgentConfig {
                 system_prompt: Some(SYSTEM_PROMPT.to_owned()),
                 auto_approve: true,
@@ -341,14 +344,14 @@ pub fn run(home: &Path, out: &mut dyn Write, opts: DemoOptions) -> Result<DemoRe
         Some(e) => e.clone(),
         None => std::env::current_exe().context("finding the current executable")?,
     };
-    let store = Store::open_dir(home);
+    let store = crate::store::open_store(home)?;
     let session = store.create(NewSession {
         title: Some("comic storyboard (cairn demo)".into()),
         app_state: Some(json!({})),
         ..NewSession::default()
     })?;
     let id = session.id().clone();
-    let workdir = home.join("demo").join(id.as_str());
+    let workdir = crate::store::files_dir(home).join("demo").join(id.as_str());
     std::fs::create_dir_all(&workdir).with_context(|| format!("creating {}", workdir.display()))?;
     let script_path = workdir.join("script.json");
     std::fs::write(&script_path, serde_json::to_vec_pretty(&script())?)?;
@@ -551,11 +554,12 @@ pub fn run(home: &Path, out: &mut dyn Write, opts: DemoOptions) -> Result<DemoRe
     drop(agent);
 
     writeln!(t.out, "\nExplore what the demo made:")?;
+    let store = crate::store::store_flag(home);
     for cmd in [
-        format!("cairn tree {id}"),
-        format!("cairn steps {id}"),
-        format!("cairn export {id} --format html > storyboard.html"),
-        format!("cairn tree {fork_id}"),
+        format!("cairn{store} tree {id}"),
+        format!("cairn{store} steps {id}"),
+        format!("cairn{store} export {id} --format html > storyboard.html"),
+        format!("cairn{store} tree {fork_id}"),
     ] {
         writeln!(t.out, "  {cmd}")?;
     }

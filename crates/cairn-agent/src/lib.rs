@@ -5,7 +5,8 @@
 //! streaming, and a scripted provider for offline runs), tools with
 //! declared effect classes ([`tools`]), recovery on resume ([`recovery`]),
 //! compaction ([`compaction`]), Ctrl-C handling ([`interrupt`]), a REPL
-//! ([`repl`]) and `cairn demo` ([`demo`]).
+//! ([`repl`]) and `cairn demo` ([`demo`]). The store is a directory or a
+//! SQLite database (`sqlite:PATH`, [`store`]).
 //!
 //! Entry points for the `cairn` binary:
 //! - [`run`] with [`AgentOptions`] (or [`AgentArgs`], a `clap::Args`) for
@@ -25,6 +26,7 @@ pub mod prompt;
 pub mod provider;
 pub mod recovery;
 pub mod repl;
+pub mod store;
 pub mod stream;
 pub mod term;
 pub mod tools;

@@ -51,23 +51,7 @@ impl Ctx {
     }
 }
 
-/// Opens a store named by a directory, or by `sqlite:PATH` for a SQLite
-/// database (created if missing).
-///
-/// # Errors
-///
-/// When the SQLite database cannot be opened (or was written by a newer
-/// cairn).
-pub fn open_store(spec: &Path) -> Result<Store> {
-    match spec.to_str().and_then(|s| s.strip_prefix("sqlite:")) {
-        Some(db) => {
-            let backend = cairn_sqlite::SqliteBackend::open(db)
-                .with_context(|| format!("cannot open the SQLite store {db}"))?;
-            Ok(Store::with_backend(std::sync::Arc::new(backend)))
-        }
-        None => Ok(Store::open_dir(spec)),
-    }
-}
+pub use cairn_agent::store::open_store;
 
 /// How a session was named.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,13 +1,15 @@
 //! `cairn demo`: a guided, offline tour of the journal, narrated in plain
 //! words. It makes a real session in the store (a comic storyboard), branches
-//! it, rewinds it, stages a crash that tears the last line, reopens it, and
-//! forks it — checking each claim it makes as it goes.
+//! it, rewinds it, stages a crash that tears the last line (on SQLite: a
+//! writer that stops, its records committed whole), reopens it, and forks
+//! it — checking each claim it makes as it goes.
 
 use std::path::Path;
 
 use anyhow::{Context as _, Result, bail, ensure};
 use cairn::{
-    Access, AppStateChange, Appended, Block, EntryBody, EntryId, Message, NewSession, Role, Session,
+    Access, AppStateChange, Appended, Block, EntryBody, EntryId, Message, NewSession, Role,
+    Session, Store,
 };
 use serde_json::json;
 
@@ -156,41 +158,12 @@ pub fn run(ctx: &Ctx) -> Result<Status> {
     ))?;
 
     // 5. A crash.
-    tour.step(5, "A crash tears the last line")?;
-    let records = s.len();
-    tour.append(&s, user("Panel 4: the hero reaches the top and"))?;
-    let location = s.location().to_owned();
     let id = s.id().clone();
-    drop(s);
-    let torn = tear_last_line(Path::new(&location))?;
-    tour.say(&format!(
-        "To stage a crash, the demo wrote panel 4 and then cut its line in half ({torn} bytes \
-         kept): what the disk holds when power fails while a line is being written. Such a \
-         record was never acknowledged: cairn acknowledges a record only once its line is \
-         complete and synced."
-    ))?;
-    let s = store.open(&id, Access::Write)?;
-    let Some(t) = s.open_report().torn.clone() else {
-        bail!("reopening should have found the torn line");
+    let s = if cairn_agent::store::sqlite_path(&home).is_some() {
+        crash_on_sqlite(&mut tour, &store, s, &panel3)?
+    } else {
+        crash_on_file(&mut tour, &store, s, &panel3)?
     };
-    let saved = t.saved_to.as_deref().map_or("nowhere".into(), file_name);
-    tour.say(&format!(
-        "Reopened for writing, cairn found {} torn bytes at offset {} ({}); it cut them from the \
-         log and saved them beside it as {saved}.",
-        t.len, t.offset, t.problem
-    ))?;
-    ensure!(
-        s.len() == records,
-        "every acknowledged record should be there: {} of {records}",
-        s.len()
-    );
-    ensure!(
-        s.leaf().as_ref() == Some(&panel3),
-        "the leaf should be panel 3's reply"
-    );
-    tour.say(&format!(
-        "All {records} acknowledged records are there and the leaf is panel 3's reply ({panel3}): nothing lost."
-    ))?;
 
     // 6. Fork.
     tour.step(6, "Fork panel-1 into a new session")?;
@@ -214,7 +187,7 @@ pub fn run(ctx: &Ctx) -> Result<Status> {
         tour.out.nl()?;
     }
 
-    let store_flag = store_flag(ctx, &home);
+    let store_flag = cairn_agent::store::store_flag(&home);
     tour.heading("Explore what it made:")?;
     for cmd in [
         format!("cairn{store_flag} tree {id}"),
@@ -227,6 +200,87 @@ pub fn run(ctx: &Ctx) -> Result<Status> {
             .spans(&[(Style::Plain, "  "), (Style::Active, &cmd)])?;
     }
     Ok(Status::Ok)
+}
+
+/// Step 5 on a directory store: a torn last line, cut on reopening.
+fn crash_on_file(
+    tour: &mut Tour<'_, '_>,
+    store: &Store,
+    s: Session,
+    panel3: &EntryId,
+) -> Result<Session> {
+    tour.step(5, "A crash tears the last line")?;
+    let records = s.len();
+    tour.append(&s, user("Panel 4: the hero reaches the top and"))?;
+    let location = s.location().to_owned();
+    let id = s.id().clone();
+    drop(s);
+    let torn = tear_last_line(Path::new(&location))?;
+    tour.say(&format!(
+        "To stage a crash, the demo wrote panel 4 and then cut its line in half ({torn} bytes \
+         kept): what the disk holds when power fails while a line is being written. Such a \
+         record was never acknowledged: cairn acknowledges a record only once its line is \
+         complete and synced."
+    ))?;
+    let s = store.open(&id, Access::Write)?;
+    let Some(t) = s.open_report().torn.clone() else {
+        bail!("reopening should have found the torn line");
+    };
+    let saved = t.saved_to.as_deref().map_or("nowhere".into(), file_name);
+    tour.say(&format!(
+        "Reopened for writing, cairn found {} torn bytes at offset {} ({}); it cut them from the \
+         log and saved them beside it as {saved}.",
+        t.len, t.offset, t.problem
+    ))?;
+    nothing_lost(tour, s, records, panel3)
+}
+
+/// Step 5 on a SQLite store: an append is one transaction, so a crash
+/// leaves a record whole or absent, and there is no tail to cut.
+fn crash_on_sqlite(
+    tour: &mut Tour<'_, '_>,
+    store: &Store,
+    s: Session,
+    panel3: &EntryId,
+) -> Result<Session> {
+    tour.step(5, "A crash on SQLite")?;
+    let records = s.len();
+    let id = s.id().clone();
+    drop(s);
+    tour.say(
+        "On a SQLite store each append is one transaction whose commit syncs the write-ahead \
+         log before it is acknowledged. A crash mid-append rolls the transaction back: a record \
+         is stored whole or not at all, so there is no torn line to cut. The demo closes the \
+         session as a killed writer would and reopens it.",
+    )?;
+    let s = store.open(&id, Access::Write)?;
+    ensure!(
+        s.open_report().torn.is_none(),
+        "a SQLite store has no torn tail"
+    );
+    nothing_lost(tour, s, records, panel3)
+}
+
+/// Checks and says that the reopened session holds every acknowledged record.
+fn nothing_lost(
+    tour: &mut Tour<'_, '_>,
+    s: Session,
+    records: u64,
+    panel3: &EntryId,
+) -> Result<Session> {
+    ensure!(
+        s.len() == records,
+        "every acknowledged record should be there: {} of {records}",
+        s.len()
+    );
+    ensure!(
+        s.leaf().as_ref() == Some(panel3),
+        "the leaf should be panel 3's reply"
+    );
+    tour.say(&format!(
+        "All {records} acknowledged records are there and the leaf is panel 3's reply ({panel3}): nothing lost."
+    ))?;
+    Ok(s)
 }
 
 struct Tour<'a, 'w> {
@@ -291,25 +345,6 @@ fn file_name(path: &str) -> String {
         .map_or_else(|| path.to_owned(), |n| n.to_string_lossy().into_owned())
 }
 
-/// ` --store DIR` when the store came from the flag (not the environment).
-fn store_flag(ctx: &Ctx, home: &Path) -> String {
-    let from_env = std::env::var_os("CAIRN_HOME").is_some_and(|e| Path::new(&e) == home);
-    match &ctx.store_dir {
-        Some(dir) if !from_env => format!(" --store {}", shell_quote(&dir.display().to_string())),
-        _ => String::new(),
-    }
-}
-
-fn shell_quote(s: &str) -> String {
-    if s.bytes()
-        .all(|c| c.is_ascii_alphanumeric() || b"/._-+=:".contains(&c))
-    {
-        s.to_owned()
-    } else {
-        format!("'{}'", s.replace('\'', "'\\''"))
-    }
-}
-
 /// Draws a session's tree as `cairn tree` does, for the agent's `/tree` and
 /// its demo.
 pub fn tree_printer(look: Look) -> cairn_agent::tree::TreePrinter {
@@ -328,11 +363,6 @@ pub fn tree_printer(look: Look) -> cairn_agent::tree::TreePrinter {
 /// I/O errors, or a claim of the demo that does not hold (a bug).
 pub fn agent(ctx: &Ctx) -> Result<Status> {
     let home = ctx.home()?;
-    if home.to_str().is_some_and(|h| h.starts_with("sqlite:")) {
-        bail!(
-            "the agent demo runs on a directory store; pass --store DIR (or use `cairn demo --journal`)"
-        );
-    }
     let opts = cairn_agent::DemoOptions {
         exe: None,
         tree_printer: Some(tree_printer(ctx.look)),

@@ -1,0 +1,220 @@
+//! Every command of the CLI, run on a directory store and on a SQLite store
+//! (`sqlite:PATH`): each must work on both, and the agent's sessions must
+//! land in the store named (not in a directory called `sqlite:PATH`).
+
+// Test helpers panic on a failed step; that is how a test fails.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+
+use assert_cmd::Command;
+use serde_json::{Value, json};
+
+/// The stores a test runs on: a directory, and a SQLite database.
+fn stores(dir: &Path) -> [String; 2] {
+    [
+        dir.join("home").display().to_string(),
+        format!("sqlite:{}", dir.join("cairn.db").display()),
+    ]
+}
+
+/// `cairn --store STORE …`, run in `cwd`, with no inherited store.
+fn cairn(store: &str, cwd: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_cairn"));
+    c.current_dir(cwd)
+        .env_remove("CAIRN_HOME")
+        .env("COLUMNS", "80")
+        .args(["--color", "never", "--store", store]);
+    c
+}
+
+/// Runs `args` and returns stdout, failing with the command and its stderr.
+fn ok(store: &str, cwd: &Path, args: &[&str]) -> String {
+    let out = cairn(store, cwd).args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "`cairn --store {store} {}` failed ({}):\n{}\n{}",
+        args.join(" "),
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// A session with a tool call, its result, app state and a second message, made with `new` and `append`.
+fn session(store: &str, cwd: &Path) -> String {
+    let id = ok(
+        store,
+        cwd,
+        &["new", "--title", "every command", "--state", "{}"],
+    )
+    .trim()
+    .to_owned();
+    let records = [
+        json!({"kind": "message", "id": "u1", "data": {"role": "user", "content": [{"type": "text", "text": "draw panel 1"}]}}),
+        json!({"kind": "message", "id": "a1", "data": {"role": "assistant", "content": [{"type": "tool_call", "call_id": "c1", "name": "render", "arguments": {"panel": 1}}]}}),
+        json!({"kind": "message", "id": "r1", "data": {"role": "tool", "content": [{"type": "tool_result", "call_id": "c1", "content": [{"type": "text", "text": "rendered"}]}]}}),
+        json!({"kind": "app_state", "id": "s1", "data": {"patch": {"panel": 1}}}),
+        json!({"kind": "message", "id": "a2", "data": {"role": "assistant", "content": [{"type": "text", "text": "Panel 1 is done."}]}}),
+    ];
+    let input: Vec<String> = records.iter().map(Value::to_string).collect();
+    cairn(store, cwd)
+        .args(["append", &id])
+        .write_stdin(input.join("\n"))
+        .assert()
+        .success();
+    id
+}
+
+/// Every command but `fsck`, on `store`.
+fn every_command(store: &str, dir: &Path) {
+    let cwd = dir.join("cwd");
+    std::fs::create_dir_all(&cwd).unwrap();
+    let id = session(store, &cwd);
+    assert!(ok(store, &cwd, &["ls"]).contains("every command"));
+    let listed: Value = serde_json::from_str(&ok(store, &cwd, &["ls", "--json", "--all"])).unwrap();
+    assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
+    assert!(ok(store, &cwd, &["show", &id]).contains("Panel 1 is done"));
+    ok(store, &cwd, &["show", &id, "--json"]);
+    ok(store, &cwd, &["show", &id, "--memory"]);
+    assert!(ok(store, &cwd, &["context", &id]).contains("draw panel 1"));
+    ok(store, &cwd, &["context", &id, "--json"]);
+    assert!(ok(store, &cwd, &["tree", &id]).contains("Panel 1 is done"));
+    ok(store, &cwd, &["tree", &id, "--ascii"]);
+    ok(store, &cwd, &["tree", &id, "--json"]);
+    assert!(ok(store, &cwd, &["log", &id]).contains("app_state"));
+    ok(store, &cwd, &["log", &id, "--json"]);
+    ok(store, &cwd, &["label", &id, "r1", "rendered"]);
+    assert!(ok(store, &cwd, &["label", &id]).contains("rendered"));
+    ok(store, &cwd, &["checkout", &id, "rendered"]);
+    ok(store, &cwd, &["rewind", "--last", "s1"]);
+    let fork = ok(
+        store,
+        &cwd,
+        &["fork", &id, "rendered", "--title", "take two"],
+    );
+    let fork = fork.split_whitespace().last().unwrap().to_owned();
+    assert!(ok(store, &cwd, &["tree", &fork]).contains("rendered"));
+    for format in ["md", "json", "html"] {
+        let file = cwd.join(format!("export.{format}"));
+        ok(
+            store,
+            &cwd,
+            &[
+                "export",
+                &id,
+                "--format",
+                format,
+                "-o",
+                file.to_str().unwrap(),
+            ],
+        );
+        assert!(std::fs::metadata(&file).unwrap().len() > 0);
+    }
+    ok(store, &cwd, &["steps", &id]);
+    ok(store, &cwd, &["steps", &id, "--json"]);
+    ok(store, &cwd, &["recover", &id, "--policy", "unknown"]);
+    ok(store, &cwd, &["memory", &id]);
+    ok(store, &cwd, &["memory", &id, "--json"]);
+    let copy = dir.join("copy");
+    ok(
+        store,
+        &cwd,
+        &["copy", "--from", store, "--to", copy.to_str().unwrap()],
+    );
+    assert!(copy.join("sessions").join(format!("{id}.jsonl")).exists());
+    ok(store, &cwd, &["rm", &fork, "--yes"]);
+    assert!(!ok(store, &cwd, &["ls"]).contains("take two"));
+
+    // The agent, one prompt, then --continue: both in this store.
+    let script = dir.join("script.json");
+    std::fs::write(
+        &script,
+        json!({"turns": [
+            {"match": "one", "replies": [{"text": "first answer"}]},
+            {"match": "two", "replies": [{"text": "second answer"}]}]})
+        .to_string(),
+    )
+    .unwrap();
+    let script = script.to_str().unwrap();
+    let first = ok(store, &cwd, &["agent", "--script", script, "-p", "one"]);
+    assert!(first.contains("first answer"), "{first}");
+    let second = ok(
+        store,
+        &cwd,
+        &["agent", "--continue", "--script", script, "-p", "two"],
+    );
+    assert!(second.contains("second answer"), "{second}");
+    let agent_id = first
+        .split("--resume ")
+        .nth(1)
+        .and_then(|r| r.split(')').next())
+        .unwrap()
+        .to_owned();
+    assert!(
+        second.contains(&agent_id),
+        "--continue resumed another session: {second}"
+    );
+    let shown = ok(store, &cwd, &["show", &agent_id]);
+    assert!(
+        shown.contains("one") && shown.contains("two"),
+        "both requests are in one session: {shown}"
+    );
+    assert!(
+        std::fs::read_dir(&cwd).unwrap().all(|e| !e
+            .unwrap()
+            .file_name()
+            .to_string_lossy()
+            .starts_with("sqlite:")),
+        "nothing is written under a directory named after the store"
+    );
+
+    assert!(ok(store, &cwd, &["demo", "--journal"]).contains("nothing lost"));
+    let demo = ok(store, &cwd, &["demo"]);
+    assert!(
+        demo.contains(&format!("cairn --store {store} tree")),
+        "the demo's commands name the store: {demo}"
+    );
+}
+
+/// `fsck` by id and `--all`, on `store`.
+fn fsck(store: &str, dir: &Path) {
+    let cwd = dir.join("cwd");
+    std::fs::create_dir_all(&cwd).unwrap();
+    let id = session(store, &cwd);
+    ok(store, &cwd, &["fsck", &id]);
+    ok(store, &cwd, &["fsck", "--all"]);
+    ok(store, &cwd, &["fsck", "--all", "--json"]);
+}
+
+fn temp() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_owned();
+    (dir, path)
+}
+
+#[test]
+fn regression_every_command_works_on_a_directory_store() {
+    let (_keep, dir) = temp();
+    every_command(&stores(&dir)[0], &dir);
+}
+
+#[test]
+fn regression_every_command_works_on_a_sqlite_store() {
+    let (_keep, dir) = temp();
+    every_command(&stores(&dir)[1], &dir);
+}
+
+#[test]
+fn fsck_works_on_a_directory_store() {
+    let (_keep, dir) = temp();
+    fsck(&stores(&dir)[0], &dir);
+}
+
+#[test]
+#[ignore = "fsck on SQLite: fsck branch"]
+fn fsck_works_on_a_sqlite_store() {
+    let (_keep, dir) = temp();
+    fsck(&stores(&dir)[1], &dir);
+}
