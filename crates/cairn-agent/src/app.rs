@@ -2,9 +2,16 @@
 //! provider, and running a prompt or the REPL. [`AgentArgs`] is the
 //! command line (a `clap::Args` the CLI flattens); [`AgentOptions`] is the
 //! same as a plain struct; [`run`] does the work.
+//!
+//! What a resume must reproduce is recorded in the session as `settings`
+//! (keys [`SETTING_WORKDIR`], [`SETTING_TOOLS`], `provider`, `model`,
+//! `base_url` or `script`), and the header's `cwd` is the working directory
+//! at creation: a resumed session runs its tools where they first ran and
+//! talks to the same provider, unless a flag says otherwise, and a change is
+//! recorded.
 
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,6 +28,7 @@ use crate::provider::Provider;
 use crate::provider::openai::{DEFAULT_BASE_URL, OpenAiConfig, OpenAiProvider};
 use crate::provider::scripted::ScriptedProvider;
 use crate::store::{files_dir, open_store};
+use crate::term::clean_line;
 use crate::tools::{Registry, ToolEnv};
 use crate::tree::TreePrinter;
 
@@ -29,6 +37,12 @@ pub const ACKS_ENV: &str = "CAIRN_AGENT_ACKS";
 
 /// The default model when neither `--model`, `CAIRN_MODEL` nor the session says.
 pub const DEFAULT_MODEL: &str = "gpt-4o-mini";
+
+/// The settings key of the tools' working directory (an absolute path).
+pub const SETTING_WORKDIR: &str = "workdir";
+
+/// The settings key of the tool set offered to the model (an array of names).
+pub const SETTING_TOOLS: &str = "tools";
 
 /// The command line of `cairn agent`.
 #[derive(Debug, Clone, Default, clap::Args)]
@@ -70,7 +84,8 @@ pub struct AgentArgs {
     /// Longest the model server may stay silent (before the reply starts, or between pieces), in seconds.
     #[arg(long, value_name = "SECS", default_value_t = 300)]
     pub read_timeout: u64,
-    /// Directory the tools work in (default: the current directory).
+    /// Directory the tools work in (default: a resumed session's own, else the
+    /// current directory). Recorded in the session.
     #[arg(long, value_name = "DIR")]
     pub workdir: Option<PathBuf>,
     /// A file holding the system prompt to use instead of the default.
@@ -189,14 +204,34 @@ pub fn run(opts: AgentOptions) -> Result<()> {
     let files = files_dir(&opts.home);
     let existing = open_session(&store, &opts)?;
     // The provider first, so that a bad set-up creates no empty session.
-    let (provider, settings) = provider_for(&opts, existing.as_ref())?;
+    let (provider, mut settings) = provider_for(&opts, existing.as_ref())?;
+    let workdir = workdir_for(&opts, existing.as_ref())?;
+    let tools = Registry::standard();
+    settings.insert(
+        SETTING_WORKDIR.into(),
+        Value::from(workdir.display().to_string()),
+    );
+    settings.insert(SETTING_TOOLS.into(), Value::from(tools.names()));
     let (session, created) = match existing {
         Some(s) => (s, false),
-        None => (store.create(NewSession::default())?, true),
+        None => (
+            store.create(NewSession {
+                cwd: Some(workdir.display().to_string()),
+                ..NewSession::default()
+            })?,
+            true,
+        ),
     };
-    if session.resume_operation().is_none() && changed(&session, &settings) {
-        session.append(EntryBody::Settings(Settings { values: settings }))?;
-    }
+    // Settings wait while an operation is open (recovery closes it first).
+    let record_settings = |session: &Session| -> Result<()> {
+        if session.resume_operation().is_none() && changed(session, &settings) {
+            session.append(EntryBody::Settings(Settings {
+                values: settings.clone(),
+            }))?;
+        }
+        Ok(())
+    };
+    record_settings(&session)?;
     let interactive = std::io::stdin().is_terminal();
     let prompter: Box<dyn Prompter> = if interactive {
         Box::new(
@@ -212,10 +247,6 @@ pub fn run(opts: AgentOptions) -> Result<()> {
     if std::env::var(ACKS_ENV).is_ok_and(|v| v == "1") {
         observers.push(Box::new(Acks));
     }
-    let workdir = match &opts.workdir {
-        Some(w) => w.clone(),
-        None => std::env::current_dir().context("finding the current directory")?,
-    };
     let mut env = ToolEnv::new(workdir, files.join("blobs"));
     env.timeout = opts.tool_timeout;
     let system_prompt = match &opts.system_prompt {
@@ -237,7 +268,7 @@ pub fn run(opts: AgentOptions) -> Result<()> {
     };
     let rt = Runtime {
         provider: Arc::clone(&provider),
-        tools: Registry::standard(),
+        tools,
         env,
         config,
         observer: Box::new(Tee(observers)),
@@ -258,11 +289,12 @@ pub fn run(opts: AgentOptions) -> Result<()> {
     };
     println!(
         "model {} via {via} · tools: {}",
-        crate::term::clean_line(provider.model()),
+        clean_line(provider.model()),
         agent.runtime().tools.names().join(", ")
     );
     agent.resume()?;
     agent.runtime().interrupt.check_terminated()?;
+    record_settings(agent.session())?;
     if let Some(p) = &opts.prompt {
         let end = agent.prompt(p)?;
         agent.runtime().interrupt.check_terminated()?;
@@ -316,11 +348,24 @@ fn provider_for(
     let recorded_str = |k: &str| recorded.get(k).and_then(Value::as_str).map(str::to_owned);
     let mut settings = Map::new();
     let fresh_flags = opts.base_url.is_some() || opts.model.is_some();
-    let script = opts.script.clone().or_else(|| {
-        (!fresh_flags && recorded_str("provider").as_deref() == Some("scripted"))
-            .then(|| recorded_str("script").map(PathBuf::from))
+    let script = match &opts.script {
+        Some(p) => Some(
+            std::path::absolute(p)
+                .with_context(|| format!("finding the script {}", p.display()))?,
+        ),
+        None => (!fresh_flags && recorded_str("provider").as_deref() == Some("scripted"))
+            .then(|| recorded_str("script"))
             .flatten()
-    });
+            .map(|p| {
+                // Sessions of older versions recorded the path as typed:
+                // relative to where the session was created.
+                let header_cwd = session.and_then(|s| s.header().cwd.clone());
+                match header_cwd {
+                    Some(cwd) => Path::new(&cwd).join(p),
+                    None => PathBuf::from(p),
+                }
+            }),
+    };
     if let Some(path) = script {
         let p = ScriptedProvider::load(&path)?;
         settings.insert("provider".into(), Value::from("scripted"));
@@ -353,6 +398,59 @@ fn provider_for(
     settings.insert("base_url".into(), Value::from(base_url));
     settings.insert("model".into(), Value::from(model));
     Ok((Arc::new(p), settings))
+}
+
+/// The tools' working directory, absolute: `--workdir` (a change from the
+/// session's is announced, and recorded by the caller), else the resumed
+/// session's recorded one (its `workdir` setting, else its header's `cwd`),
+/// else the current directory.
+fn workdir_for(opts: &AgentOptions, session: Option<&Session>) -> Result<PathBuf> {
+    let recorded = session.and_then(|s| {
+        let ctx = s.context();
+        ctx.settings()
+            .get(SETTING_WORKDIR)
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .or_else(|| s.header().cwd.clone())
+            .map(PathBuf::from)
+    });
+    let dir = match (&opts.workdir, &recorded) {
+        (Some(w), _) => {
+            let w = std::path::absolute(w)
+                .with_context(|| format!("finding the working directory {}", w.display()))?;
+            if let Some(r) = recorded.as_ref().filter(|r| **r != w) {
+                println!(
+                    "note: the tools now work in {} (the session worked in {}); the change is recorded in the session",
+                    clean_line(&w.display().to_string()),
+                    clean_line(&r.display().to_string())
+                );
+            }
+            w
+        }
+        (None, Some(r)) => {
+            if !r.is_dir() {
+                bail!(
+                    "the session's working directory {} is gone: pass --workdir DIR to resume it in another directory (the change is recorded in the session)",
+                    r.display()
+                );
+            }
+            if std::env::current_dir().is_ok_and(|c| c != *r) {
+                println!(
+                    "note: the tools work in {}, where this session worked (--workdir DIR changes it)",
+                    clean_line(&r.display().to_string())
+                );
+            }
+            r.clone()
+        }
+        (None, None) => std::env::current_dir().context("finding the current directory")?,
+    };
+    if !dir.is_dir() {
+        bail!(
+            "the working directory {} is not a directory: create it, or pass --workdir DIR",
+            dir.display()
+        );
+    }
+    Ok(dir)
 }
 
 fn changed(session: &Session, settings: &Map<String, Value>) -> bool {

@@ -45,9 +45,13 @@ fn the_demo_runs_and_its_claims_hold() {
         "no new charge",
         "One charge for panel 3",
         "TOOL_OUTCOME_UNKNOWN",
-        &format!("cairn tree {}", report.session),
-        &format!("cairn steps {}", report.session),
-        &format!("cairn export {} --format html", report.session),
+        &format!("cairn --store {} tree {}", home.display(), report.session),
+        &format!("cairn --store {} steps {}", home.display(), report.session),
+        &format!(
+            "cairn --store {} export {} --format html",
+            home.display(),
+            report.session
+        ),
     ] {
         assert!(
             text.contains(claim),
