@@ -31,7 +31,7 @@ use crate::interrupt::Interrupt;
 use crate::observer::{Event, Observer};
 use crate::prompt::{Approval, Prompter};
 use crate::provider::retry::RetryPolicy;
-use crate::provider::{ChatRequest, Provider, Purpose};
+use crate::provider::{ChatRequest, Provider, ProviderError, Purpose};
 use crate::recovery;
 use crate::stream::{Streamed, stream};
 use crate::tools::{Registry, Tool, ToolCall, ToolEnv};
@@ -374,21 +374,13 @@ fn model_step(op: &Operation<'_>, session: &Session, rt: &mut Runtime) -> Result
                 });
                 return Ok(Step::Reply(message));
             }
-            Streamed::Done(Err(e)) if rt.config.retry.should_retry(retry, &e) => {
-                let delay = rt.config.retry.delay(retry, &e);
-                retry += 1;
-                rt.observer.event(&Event::Retry {
-                    error: &e,
-                    delay,
-                    retry,
-                });
-                if rt.interrupt.sleep(delay) {
-                    return Ok(Step::Interrupted);
+            Streamed::Done(Err(e)) => match backoff(rt, &mut retry, &e) {
+                Backoff::Retry => {}
+                Backoff::Interrupted => return Ok(Step::Interrupted),
+                Backoff::GiveUp => {
+                    return Ok(Step::Failed(format!("model request failed: {e}")));
                 }
-            }
-            Streamed::Done(Err(e)) => {
-                return Ok(Step::Failed(format!("model request failed: {e}")));
-            }
+            },
             Streamed::Interrupted { text, thinking } => {
                 let mut content = Vec::new();
                 if !thinking.is_empty() {
@@ -416,6 +408,37 @@ fn model_step(op: &Operation<'_>, session: &Session, rt: &mut Runtime) -> Result
                 return Ok(Step::Interrupted);
             }
         }
+    }
+}
+
+/// What follows a failed model request.
+pub(crate) enum Backoff {
+    /// The error is transient and the wait is over: ask again.
+    Retry,
+    /// The wait was interrupted.
+    Interrupted,
+    /// Not retried (not transient, or the retries are used up).
+    GiveUp,
+}
+
+/// The one retry rule of every model request (replies and summaries): when
+/// the policy retries `error` after `retry` retries, announce the retry and
+/// wait its delay, awake to interrupts.
+pub(crate) fn backoff(rt: &mut Runtime, retry: &mut u32, error: &ProviderError) -> Backoff {
+    if !rt.config.retry.should_retry(*retry, error) {
+        return Backoff::GiveUp;
+    }
+    let delay = rt.config.retry.delay(*retry, error);
+    *retry += 1;
+    rt.observer.event(&Event::Retry {
+        error,
+        delay,
+        retry: *retry,
+    });
+    if rt.interrupt.sleep(delay) {
+        Backoff::Interrupted
+    } else {
+        Backoff::Retry
     }
 }
 
@@ -489,6 +512,19 @@ pub(crate) fn deny(
     Ok(())
 }
 
+/// Records that `by` refused a call awaiting approval, and answers it as not run.
+pub(crate) fn refuse(
+    op: &Operation<'_>,
+    rt: &mut Runtime,
+    call_id: &str,
+    tool: &str,
+    by: &str,
+    reason: &str,
+) -> Result<()> {
+    op.resolve_approval(call_id, false, Some(by))?;
+    deny(op, rt, call_id, tool, reason)
+}
+
 /// Validates, asks approval if needed, dispatches (T1), runs and records (T2) one call.
 pub(crate) fn run_call(
     op: &Operation<'_>,
@@ -528,37 +564,20 @@ pub(crate) fn run_call(
                 op.resolve_approval(call_id, true, Some("person"))?;
             }
             Approval::No => {
-                op.resolve_approval(call_id, false, Some("person"))?;
-                deny(
-                    op,
-                    rt,
-                    call_id,
-                    name,
-                    "The person denied this call; it was not run.",
-                )?;
+                let why = "The person denied this call; it was not run.";
+                refuse(op, rt, call_id, name, "person", why)?;
                 return Ok(Flow::Continue);
             }
             Approval::Interrupted => {
-                op.resolve_approval(call_id, false, Some("person"))?;
-                deny(
-                    op,
-                    rt,
-                    call_id,
-                    name,
-                    "Not run: the person interrupted the agent (Ctrl-C) at the approval prompt.",
-                )?;
+                let why =
+                    "Not run: the person interrupted the agent (Ctrl-C) at the approval prompt.";
+                refuse(op, rt, call_id, name, "person", why)?;
                 rt.interrupt.trigger();
                 return Ok(Flow::Interrupted);
             }
             Approval::NoOneToAsk => {
-                op.resolve_approval(call_id, false, Some("cairn-agent: no one to ask"))?;
-                deny(
-                    op,
-                    rt,
-                    call_id,
-                    name,
-                    "Not run: this tool needs the person's approval and no one could be asked (run with --yes to allow it).",
-                )?;
+                let why = "Not run: this tool needs the person's approval and no one could be asked (run with --yes to allow it).";
+                refuse(op, rt, call_id, name, "cairn-agent: no one to ask", why)?;
                 return Ok(Flow::Continue);
             }
         }

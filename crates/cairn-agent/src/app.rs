@@ -27,7 +27,7 @@ use crate::prompt::{Batch, Console, Prompter};
 use crate::provider::Provider;
 use crate::provider::openai::{DEFAULT_BASE_URL, OpenAiConfig, OpenAiProvider};
 use crate::provider::scripted::ScriptedProvider;
-use crate::store::{files_dir, open_store};
+use crate::store::{blob_dir, files_dir, open_store};
 use crate::term::clean_line;
 use crate::tools::{Registry, ToolEnv};
 use crate::tree::TreePrinter;
@@ -247,7 +247,7 @@ pub fn run(opts: AgentOptions) -> Result<()> {
     if std::env::var(ACKS_ENV).is_ok_and(|v| v == "1") {
         observers.push(Box::new(Acks));
     }
-    let mut env = ToolEnv::new(workdir, files.join("blobs"));
+    let mut env = ToolEnv::new(workdir, blob_dir(&opts.home));
     env.timeout = opts.tool_timeout;
     let system_prompt = match &opts.system_prompt {
         Some(p) => std::fs::read_to_string(p)

@@ -20,8 +20,7 @@ use anyhow::{Context as _, Result};
 use cairn::Access;
 use serde::{Deserialize, Serialize};
 
-use crate::agent::{Agent, AgentConfig, OnUnknown, Runtime};
-use crate::compaction::CompactionPolicy;
+use crate::agent::{Agent, Runtime};
 use crate::interrupt::Interrupt;
 use crate::observer::{Acks, Observer, Silent};
 use crate::prompt::Batch;
@@ -93,20 +92,8 @@ fn run_spec(text: &str) -> Result<()> {
     let rt = Runtime {
         provider: Arc::new(provider),
         tools: storyboard_tools(spec.ledger.as_deref(), &spec.workdir),
-        env: ToolEnv::new(
-            &spec.workdir,
-            crate::store::files_dir(&spec.home).join("blobs"),
-        ),
-        config: AgentConfig {
-            system_prompt: Some(crate::demo::SYSTEM_PROMPT.to_owned()),
-            auto_approve: true,
-            on_unknown: OnUnknown::Mark,
-            compaction: CompactionPolicy {
-                budget_tokens: None,
-                keep_recent_tokens: 0,
-            },
-            ..AgentConfig::default()
-        },
+        env: ToolEnv::new(&spec.workdir, crate::store::blob_dir(&spec.home)),
+        config: crate::demo::storyboard_config(),
         observer,
         prompter: Box::new(Batch),
         interrupt: Interrupt::new(),

@@ -19,7 +19,7 @@ use cairn::{
     Block, Compaction, ContextMessage, EntryBody, EntryId, Message, Role, Session, Source,
 };
 
-use crate::agent::Runtime;
+use crate::agent::{Backoff, Runtime, backoff};
 use crate::observer::Event;
 use crate::provider::{ChatRequest, Purpose, result_text};
 use crate::stream::{Streamed, stream};
@@ -149,24 +149,16 @@ fn compact_keeping(session: &Session, rt: &mut Runtime, keep: usize) -> Result<O
                 ));
                 return Ok(None);
             }
-            Streamed::Done(Err(e)) if rt.config.retry.should_retry(retry, &e) => {
-                let delay = rt.config.retry.delay(retry, &e);
-                retry += 1;
-                rt.observer.event(&Event::Retry {
-                    error: &e,
-                    delay,
-                    retry,
-                });
-                if rt.interrupt.sleep(delay) {
+            Streamed::Done(Err(e)) => match backoff(rt, &mut retry, &e) {
+                Backoff::Retry => {}
+                Backoff::Interrupted => return Ok(None),
+                Backoff::GiveUp => {
+                    rt.observer.event(&Event::Notice(&format!(
+                        "compaction skipped: the summary request failed: {e}"
+                    )));
                     return Ok(None);
                 }
-            }
-            Streamed::Done(Err(e)) => {
-                rt.observer.event(&Event::Notice(&format!(
-                    "compaction skipped: the summary request failed: {e}"
-                )));
-                return Ok(None);
-            }
+            },
             Streamed::Interrupted { .. } => return Ok(None),
         }
     };

@@ -188,20 +188,8 @@ impl Tour<'_> {
         let rt = Runtime {
             provider: Arc::new(provider),
             tools: storyboard_tools(Some(self.ledger.path()), &self.workdir),
-            env: ToolEnv::new(
-                &self.workdir,
-                crate::store::files_dir(&self.home).join("blobs"),
-            ),
-            config: AgentConfig {
-                system_prompt: Some(SYSTEM_PROMPT.to_owned()),
-                auto_approve: true,
-                on_unknown: OnUnknown::Mark,
-                compaction: CompactionPolicy {
-                    budget_tokens: None,
-                    keep_recent_tokens: 0,
-                },
-                ..AgentConfig::default()
-            },
+            env: ToolEnv::new(&self.workdir, crate::store::blob_dir(&self.home)),
+            config: storyboard_config(),
             observer: Box::new(Printer::new(Box::new(self.capture.clone()), "     │ ")),
             prompter: Box::new(Batch),
             interrupt: Interrupt::new(),
@@ -331,6 +319,22 @@ fn tool_result(session: &Session, tool: &str) -> Option<(String, Option<String>)
             _ => None,
         })
     })
+}
+
+/// How the storyboard agent runs, here and in its child processes: the
+/// storyboard prompt, side effects approved, unknown outcomes marked, no
+/// compaction.
+pub(crate) fn storyboard_config() -> AgentConfig {
+    AgentConfig {
+        system_prompt: Some(SYSTEM_PROMPT.to_owned()),
+        auto_approve: true,
+        on_unknown: OnUnknown::Mark,
+        compaction: CompactionPolicy {
+            budget_tokens: None,
+            keep_recent_tokens: 0,
+        },
+        ..AgentConfig::default()
+    }
 }
 
 /// Runs the demo in the store at `home`, narrating to `out`.

@@ -42,6 +42,11 @@ pub fn files_dir(spec: &Path) -> PathBuf {
     }
 }
 
+/// Where the agent keeps blobs (long tool output) for the store `spec`.
+pub fn blob_dir(spec: &Path) -> PathBuf {
+    files_dir(spec).join("blobs")
+}
+
 /// ` --store SPEC` for a command line that should reach the store `spec`,
 /// or nothing when `spec` is the default store (`$CAIRN_HOME`, else the
 /// default home).

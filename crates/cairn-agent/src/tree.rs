@@ -1,18 +1,52 @@
-//! A plain text drawing of a session's tree, for `/tree` and the demo:
-//! a chain of entries is drawn flat, a branch point indents its children;
-//! `*` marks the active branch, labels are shown in brackets.
+//! A session's tree, for `cairn tree`, the HTML export's SVG, `tree --json`,
+//! the REPL's `/tree` and the demo: [`TreeView`] holds every entry,
+//! decoded, with the active path and labels; [`TreeView::rows`] lays it out
+//! as an indented drawing (a chain of entries drawn flat, a branch point
+//! indenting its children) and [`TreeView::layout`] in rows and lanes (a
+//! branch's first child continues its lane; later children open new ones).
+//! [`render`] is the plain drawing: `*` marks the active branch, labels are
+//! shown in brackets.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write;
 use std::sync::Arc;
 
-use anyhow::Result;
+use anyhow::{Result, bail};
 use cairn::{AppStateChange, Block, Body, EntryBody, EntryId, Role, Session};
 
 use crate::term::{clean_line, excerpt};
 
 /// Draws a session's tree (the CLI may pass its own, richer one).
 pub type TreePrinter = Arc<dyn Fn(&Session, &mut dyn Write) -> Result<()> + Send + Sync>;
+
+/// The connectors of an indented drawing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Connectors {
+    /// Before a child that has siblings after it.
+    pub tee: &'static str,
+    /// Before the last child.
+    pub corner: &'static str,
+    /// Below a child that has siblings after it.
+    pub pipe: &'static str,
+    /// Below the last child.
+    pub blank: &'static str,
+}
+
+/// Box-drawing connectors.
+pub const BOX: Connectors = Connectors {
+    tee: "├─ ",
+    corner: "└─ ",
+    pipe: "│  ",
+    blank: "   ",
+};
+
+/// Plain ASCII connectors.
+pub const ASCII: Connectors = Connectors {
+    tee: "|- ",
+    corner: "`- ",
+    pipe: "|  ",
+    blank: "   ",
+};
 
 /// A one-line description of an entry.
 pub fn describe(body: &EntryBody) -> String {
@@ -93,67 +127,257 @@ pub fn describe(body: &EntryBody) -> String {
 ///
 /// Read errors, write errors.
 pub fn render(session: &Session, out: &mut dyn Write) -> Result<()> {
-    let nodes = session.nodes();
-    let active: HashSet<EntryId> = session.branch().into_iter().collect();
-    let leaf = session.leaf();
-    let mut labels: BTreeMap<EntryId, Vec<String>> = BTreeMap::new();
-    for (name, target) in session.labels() {
-        labels.entry(target).or_default().push(name);
-    }
-    let mut children: HashMap<Option<EntryId>, Vec<usize>> = HashMap::new();
-    for (i, n) in nodes.iter().enumerate() {
-        children.entry(n.parent.clone()).or_default().push(i);
-    }
-    let mut lines = Vec::new();
-    // (node, prefix for its line, prefix for what follows it)
-    let mut stack: Vec<(usize, String, String)> = Vec::new();
-    for &r in children.get(&None).into_iter().flatten().rev() {
-        stack.push((r, String::new(), String::new()));
-    }
-    while let Some((i, first, rest)) = stack.pop() {
-        let n = &nodes[i];
-        let desc = match session.record(n.seq)?.body {
-            Body::Entry(e) => describe(&e.body),
-            Body::Header(_) | Body::Op(_) => String::new(),
+    let view = TreeView::load(session)?;
+    for (n, prefix) in view.rows(BOX) {
+        let node = &view.nodes[n];
+        let mark = if node.active { "*" } else { "o" };
+        let tags = if node.labels.is_empty() {
+            String::new()
+        } else {
+            let names: Vec<String> = node.labels.iter().map(|l| clean_line(l)).collect();
+            format!(" [{}]", names.join(", "))
         };
-        let mark = if active.contains(&n.id) { "*" } else { "o" };
-        let tags = labels
-            .get(&n.id)
-            .map(|l| {
-                format!(
-                    " [{}]",
-                    l.iter()
-                        .map(|x| clean_line(x))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                )
-            })
-            .unwrap_or_default();
-        let here = if leaf.as_ref() == Some(&n.id) {
+        let here = if view.leaf == Some(n) {
             "  ← leaf"
         } else {
             ""
         };
-        lines.push(format!("{first}{mark} {} {desc}{tags}{here}", n.id));
-        let kids = children
-            .get(&Some(n.id.clone()))
-            .cloned()
-            .unwrap_or_default();
-        match kids.len() {
-            0 => {}
-            1 => stack.push((kids[0], rest.clone(), rest)),
-            k => {
-                for (j, &c) in kids.iter().enumerate().rev() {
-                    let last = j == k - 1;
-                    let connector = if last { "└─ " } else { "├─ " };
-                    let cont = if last { "   " } else { "│  " };
-                    stack.push((c, format!("{rest}{connector}"), format!("{rest}{cont}")));
-                }
-            }
-        }
-    }
-    for l in lines {
-        writeln!(out, "{l}")?;
+        writeln!(
+            out,
+            "{prefix}{mark} {} {}{tags}{here}",
+            node.id,
+            describe(&node.body)
+        )?;
     }
     Ok(())
+}
+
+/// One entry of the tree.
+#[derive(Debug, Clone)]
+pub struct Node {
+    /// Its id.
+    pub id: EntryId,
+    /// Its parent, if any.
+    pub parent: Option<usize>,
+    /// Its record's position.
+    pub seq: u64,
+    /// When it was written.
+    pub ts: String,
+    /// What it records.
+    pub body: EntryBody,
+    /// Its children, in append order.
+    pub children: Vec<usize>,
+    /// Whether it is on the branch from the root to the leaf.
+    pub active: bool,
+    /// Labels pointing at it.
+    pub labels: Vec<String>,
+}
+
+/// The tree of a session.
+#[derive(Debug, Clone)]
+pub struct TreeView {
+    /// Every entry, in append order.
+    pub nodes: Vec<Node>,
+    /// The roots, in append order.
+    pub roots: Vec<usize>,
+    /// The leaf.
+    pub leaf: Option<usize>,
+}
+
+/// Where a node is drawn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Place {
+    /// The node.
+    pub node: usize,
+    /// Its row (depth-first order).
+    pub row: usize,
+    /// Its lane (column of the graph).
+    pub lane: usize,
+}
+
+impl TreeView {
+    /// Reads and decodes every entry of a session.
+    ///
+    /// # Errors
+    ///
+    /// When a record cannot be read back.
+    pub fn load(session: &Session) -> Result<TreeView> {
+        let infos = session.nodes();
+        let index: HashMap<EntryId, usize> = infos
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.id.clone(), i))
+            .collect();
+        let active: HashSet<EntryId> = session.branch().into_iter().collect();
+        let mut labels: BTreeMap<EntryId, Vec<String>> = BTreeMap::new();
+        for (name, target) in session.labels() {
+            labels.entry(target).or_default().push(name);
+        }
+        let mut nodes: Vec<Node> = Vec::with_capacity(infos.len());
+        let mut roots = Vec::new();
+        for (i, info) in infos.iter().enumerate() {
+            let rec = session.record(info.seq)?;
+            let Body::Entry(entry) = rec.body else {
+                bail!(
+                    "record {} should hold entry {} but does not",
+                    info.seq,
+                    info.id
+                );
+            };
+            let parent = info.parent.as_ref().and_then(|p| index.get(p).copied());
+            match parent.and_then(|p| nodes.get_mut(p)) {
+                Some(p) => p.children.push(i),
+                None => roots.push(i),
+            }
+            nodes.push(Node {
+                active: active.contains(&info.id),
+                labels: labels.remove(&info.id).unwrap_or_default(),
+                id: info.id.clone(),
+                parent,
+                seq: info.seq,
+                ts: rec.ts,
+                body: entry.body,
+                children: Vec::new(),
+            });
+        }
+        let leaf = session.leaf().and_then(|l| index.get(&l).copied());
+        Ok(TreeView { nodes, roots, leaf })
+    }
+
+    /// The rows of an indented drawing, in order: each node with the prefix
+    /// of its line. A chain of single children stays in one column; a
+    /// branch point (or more than one root) opens `tee`/`corner` branches.
+    pub fn rows(&self, c: Connectors) -> Vec<(usize, String)> {
+        // (node, prefix of its own line, prefix of the lines below it)
+        let mut stack: Vec<(usize, String, String)> = Vec::new();
+        let push = |stack: &mut Vec<(usize, String, String)>, kids: &[usize], rest: &str| {
+            if let [only] = kids {
+                stack.push((*only, rest.to_owned(), rest.to_owned()));
+                return;
+            }
+            for (i, &k) in kids.iter().enumerate().rev() {
+                let last = i + 1 == kids.len();
+                let first = format!("{rest}{}", if last { c.corner } else { c.tee });
+                let below = format!("{rest}{}", if last { c.blank } else { c.pipe });
+                stack.push((k, first, below));
+            }
+        };
+        push(&mut stack, &self.roots, "");
+        let mut rows = Vec::with_capacity(self.nodes.len());
+        while let Some((n, first, rest)) = stack.pop() {
+            push(&mut stack, &self.nodes[n].children, &rest);
+            rows.push((n, first));
+        }
+        rows
+    }
+
+    /// Rows and lanes for every node, in row order.
+    pub fn layout(&self) -> Vec<Place> {
+        let mut out = Vec::with_capacity(self.nodes.len());
+        let mut next_lane = 0;
+        // (node, lane); popped in depth-first order.
+        let mut stack: Vec<(usize, usize)> = Vec::new();
+        for &r in self.roots.iter().rev() {
+            stack.push((r, usize::MAX));
+        }
+        while let Some((n, lane)) = stack.pop() {
+            let lane = if lane == usize::MAX {
+                next_lane += 1;
+                next_lane - 1
+            } else {
+                lane
+            };
+            out.push(Place {
+                node: n,
+                row: out.len(),
+                lane,
+            });
+            let children = &self.nodes[n].children;
+            for (i, &c) in children.iter().enumerate().rev() {
+                stack.push((c, if i == 0 { lane } else { usize::MAX }));
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cairn::{MemoryBackend, Message, NewEntry, NewSession, Parent, Role, Store};
+    use std::sync::Arc;
+
+    fn put(s: &Session, id: &str, parent: Parent) {
+        let body = EntryBody::Message(Message::text(Role::User, id));
+        s.append_entry(NewEntry {
+            id: Some(EntryId::parse(id).unwrap()),
+            parent,
+            body,
+        })
+        .unwrap();
+    }
+
+    /// `a → b`, and `a → c → d`: a branch point at `a`.
+    fn branched() -> Session {
+        let store = Store::with_backend(Arc::new(MemoryBackend::new()));
+        let s = store.create(NewSession::default()).unwrap();
+        put(&s, "a", Parent::Leaf);
+        put(&s, "b", Parent::Leaf);
+        put(&s, "c", Parent::Entry(EntryId::parse("a").unwrap()));
+        put(&s, "d", Parent::Leaf);
+        s
+    }
+
+    #[test]
+    fn first_children_keep_the_lane_and_later_ones_open_new_lanes() {
+        let s = branched();
+        put(&s, "r", Parent::Root);
+        let view = TreeView::load(&s).unwrap();
+        let placed: Vec<(&str, usize, usize)> = view
+            .layout()
+            .iter()
+            .map(|p| (view.nodes[p.node].id.as_str(), p.row, p.lane))
+            .collect();
+        assert_eq!(
+            placed,
+            [
+                ("a", 0, 0),
+                ("b", 1, 0),
+                ("c", 2, 1),
+                ("d", 3, 1),
+                ("r", 4, 2)
+            ]
+        );
+        assert_eq!(view.leaf, Some(4));
+        assert!(view.nodes[4].active && !view.nodes[0].active);
+    }
+
+    #[test]
+    fn rows_keep_chains_flat_and_indent_branch_points() {
+        let s = branched();
+        let view = TreeView::load(&s).unwrap();
+        let rows: Vec<(&str, String)> = view
+            .rows(ASCII)
+            .into_iter()
+            .map(|(n, p)| (view.nodes[n].id.as_str(), p))
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                ("a", String::new()),
+                ("b", "|- ".to_owned()),
+                ("c", "`- ".to_owned()),
+                ("d", "   ".to_owned()),
+            ]
+        );
+        s.label("top", Some(&EntryId::parse("a").unwrap())).unwrap();
+        let mut out = Vec::new();
+        render(&s, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "* a user: a [top]");
+        assert_eq!(lines[1], "├─ o b user: b");
+        assert!(lines[2].starts_with("└─ * c user: c"), "{text}");
+        assert!(lines[4].ends_with("← leaf"), "{text}");
+    }
 }

@@ -12,7 +12,6 @@ mod report;
 mod shapes;
 mod target;
 mod term;
-mod treeview;
 
 use std::process::ExitCode;
 

@@ -3,11 +3,13 @@
 //!
 //! Everything a session holds came from a model, a tool or a host, and may
 //! contain escape sequences that would recolour, retitle, hide text in or
-//! otherwise drive the terminal. [`clean`] turns every control character
-//! (C0, DEL, C1 — so ESC, CSI and OSC introducers among them) and every
-//! bidirectional-override character into a visible escape such as `\x1b` or
-//! `\u{202e}`. [`Out`] passes every piece of human output through it; the only
-//! escape sequences that reach the terminal are the colours `Out` adds itself.
+//! otherwise drive the terminal. [`clean`] (the agent's sanitiser,
+//! `cairn_agent::term::sanitize`: one rule for both) turns every control
+//! character (C0, DEL, C1 — so ESC, CSI and OSC introducers among them) and
+//! every bidirectional-override character into a visible escape such as
+//! `\x1b` or `\u{202e}`. [`Out`] passes every piece of human output through
+//! it; the only escape sequences that reach the terminal are the colours `Out`
+//! adds itself.
 
 use std::borrow::Cow;
 use std::io::{self, IsTerminal, Write};
@@ -16,52 +18,9 @@ use unicode_width::{UnicodeWidthChar, UnicodeWidthStr};
 
 use crate::args::ColorChoice;
 
-/// Whether newlines and tabs may pass through [`clean`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Lines {
-    /// Newline and tab are kept (text blocks).
-    Keep,
-    /// Newline and tab become a space (one-line contexts: tables, trees).
-    Flatten,
-}
-
-/// Neutralises control characters and escape sequences in untrusted text.
-///
-/// C0 controls, DEL and C1 controls become `\xNN`; Unicode bidirectional
-/// controls (which can reorder what is displayed) become `\u{NNNN}`. With
-/// [`Lines::Keep`], `\n` and `\t` are kept; with [`Lines::Flatten`] they
-/// become a space. Carriage return is always escaped: it would let text
-/// overwrite the start of its line.
-pub fn clean(text: &str, lines: Lines) -> Cow<'_, str> {
-    if !text.chars().any(|c| needs_escape(c, lines)) {
-        return Cow::Borrowed(text);
-    }
-    let mut out = String::with_capacity(text.len() + 8);
-    for c in text.chars() {
-        if !needs_escape(c, lines) {
-            out.push(c);
-        } else if matches!(c, '\n' | '\t') {
-            out.push(' ');
-        } else if (c as u32) < 0x100 {
-            out.push_str(&format!("\\x{:02x}", c as u32));
-        } else {
-            out.push_str(&format!("\\u{{{:04x}}}", c as u32));
-        }
-    }
-    Cow::Owned(out)
-}
-
-fn needs_escape(c: char, lines: Lines) -> bool {
-    match c {
-        '\n' | '\t' => lines == Lines::Flatten,
-        '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}' => true,
-        // Bidirectional embeddings, overrides and isolates ("Trojan Source").
-        '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}' | '\u{61c}' => {
-            true
-        }
-        _ => false,
-    }
-}
+/// The sanitiser the agent uses too: `clean(text, Lines::Keep)` keeps
+/// newlines and tabs, `Lines::Flatten` makes them spaces.
+pub use cairn_agent::term::{Lines, sanitize as clean};
 
 /// Escapes DEL and C1 controls in serialized JSON (which serde already
 /// escapes below U+0020), so JSON printed to a terminal cannot drive it either.
@@ -310,37 +269,6 @@ mod tests {
             width: 80,
             tty: true,
         }
-    }
-
-    #[test]
-    fn escape_sequences_are_made_visible_and_inert() {
-        let hostile = "ok\x1b[2J\x1b]0;pwned\x07 \u{9b}31m \x08\x7f";
-        let cleaned = clean(hostile, Lines::Keep);
-        assert_eq!(cleaned, "ok\\x1b[2J\\x1b]0;pwned\\x07 \\x9b31m \\x08\\x7f");
-        assert!(!cleaned.chars().any(|c| c.is_control()));
-    }
-
-    #[test]
-    fn newlines_and_tabs_are_kept_or_flattened() {
-        assert_eq!(clean("a\nb\tc", Lines::Keep), "a\nb\tc");
-        assert_eq!(clean("a\nb\tc", Lines::Flatten), "a b c");
-        assert_eq!(clean("over\rwrite", Lines::Keep), "over\\x0dwrite");
-    }
-
-    #[test]
-    fn bidi_overrides_are_escaped() {
-        assert_eq!(
-            clean("a\u{202e}b\u{2066}", Lines::Keep),
-            "a\\u{202e}b\\u{2066}"
-        );
-    }
-
-    #[test]
-    fn plain_text_is_borrowed_untouched() {
-        assert!(matches!(
-            clean("héllo wörld ✓", Lines::Flatten),
-            Cow::Borrowed(_)
-        ));
     }
 
     #[test]

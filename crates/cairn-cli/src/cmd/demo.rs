@@ -18,7 +18,7 @@ use super::tree::{UNICODE, draw};
 use crate::describe::{compact, entry_line};
 use crate::target::Ctx;
 use crate::term::{Look, Out, Style, wrap};
-use crate::treeview::TreeView;
+use cairn_agent::tree::TreeView;
 
 /// Runs the demo.
 ///

@@ -12,15 +12,12 @@ use crate::args::SessionArg;
 use crate::describe::entry_line;
 use crate::target::{self, Ctx};
 use crate::term::{Out, Style, fit, width};
-use crate::treeview::TreeView;
+use cairn_agent::tree::{Connectors, TreeView};
 
 /// The characters a tree is drawn with.
 #[derive(Debug, Clone, Copy)]
 pub struct Glyphs {
-    tee: &'static str,
-    corner: &'static str,
-    pipe: &'static str,
-    blank: &'static str,
+    lines: Connectors,
     on: &'static str,
     off: &'static str,
     leaf: &'static str,
@@ -29,10 +26,7 @@ pub struct Glyphs {
 
 /// Box-drawing characters.
 pub const UNICODE: Glyphs = Glyphs {
-    tee: "├─ ",
-    corner: "└─ ",
-    pipe: "│  ",
-    blank: "   ",
+    lines: cairn_agent::tree::BOX,
     on: "●",
     off: "○",
     leaf: "◀ leaf",
@@ -40,10 +34,7 @@ pub const UNICODE: Glyphs = Glyphs {
 };
 /// Plain ASCII.
 pub const ASCII: Glyphs = Glyphs {
-    tee: "|- ",
-    corner: "`- ",
-    pipe: "|  ",
-    blank: "   ",
+    lines: cairn_agent::tree::ASCII,
     on: "*",
     off: "o",
     leaf: "<- leaf",
@@ -92,37 +83,10 @@ pub fn run(ctx: &Ctx, arg: &SessionArg, ascii: bool, json: bool) -> Result<Statu
 ///
 /// Write errors.
 pub fn draw(out: &mut Out<'_>, view: &TreeView, g: Glyphs) -> std::io::Result<()> {
-    // (node, prefix of its own line, prefix of the lines below it)
-    let mut stack: Vec<(usize, String, String)> = Vec::new();
-    push_children(&mut stack, &view.roots, "", g);
-    while let Some((n, first, rest)) = stack.pop() {
-        line(out, view, n, &first, g)?;
-        let children = &view.nodes[n].children;
-        if children.len() == 1 {
-            stack.push((children[0], rest.clone(), rest));
-        } else {
-            push_children(&mut stack, children, &rest, g);
-        }
+    for (n, prefix) in view.rows(g.lines) {
+        line(out, view, n, &prefix, g)?;
     }
     Ok(())
-}
-
-fn push_children(
-    stack: &mut Vec<(usize, String, String)>,
-    children: &[usize],
-    rest: &str,
-    g: Glyphs,
-) {
-    if children.len() == 1 {
-        stack.push((children[0], rest.to_owned(), rest.to_owned()));
-        return;
-    }
-    for (i, &c) in children.iter().enumerate().rev() {
-        let last = i + 1 == children.len();
-        let first = format!("{rest}{}", if last { g.corner } else { g.tee });
-        let below = format!("{rest}{}", if last { g.blank } else { g.pipe });
-        stack.push((c, first, below));
-    }
 }
 
 fn line(

@@ -11,7 +11,7 @@ use cairn::{AppStateChange, Block, EntryBody, Session};
 use super::{branch, escape_html as esc, svg};
 use crate::cmd::list::short_time;
 use crate::describe::{compact, entry_line};
-use crate::treeview::TreeView;
+use cairn_agent::tree::TreeView;
 
 const CSS: &str = r#"
 :root { color-scheme: light dark; --fg:#1d1f23; --bg:#fbfaf7; --muted:#6b6f76; --line:#d9d6cf;

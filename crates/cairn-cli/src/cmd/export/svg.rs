@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 use super::escape_html;
 use crate::describe::entry_line;
 use crate::term::fit;
-use crate::treeview::TreeView;
+use cairn_agent::tree::TreeView;
 
 const ROW: usize = 26;
 const LANE: usize = 20;
