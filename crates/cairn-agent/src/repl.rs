@@ -70,6 +70,24 @@ pub fn run(agent: &mut Agent, tree: Option<&TreePrinter>) -> Result<()> {
     }
 }
 
+/// The compaction in force, for people: where it is and what it kept.
+fn compaction_line(c: &cairn::ActiveCompaction) -> String {
+    let tokens = c
+        .tokens_before
+        .map(|t| format!(", {t} tokens before it"))
+        .unwrap_or_default();
+    match &c.first_kept {
+        Some(k) => format!(
+            "(compacted at entry {}{tokens}: a summary, then the messages from entry {k} on)",
+            c.entry
+        ),
+        None => format!(
+            "(compacted at entry {}{tokens}: a summary of everything before it)",
+            c.entry
+        ),
+    }
+}
+
 fn entry(agent: &Agent, query: Option<&str>) -> Result<EntryId> {
     let Some(q) = query else {
         bail!("which entry? give an id, an id prefix or a label (see /tree)")
@@ -158,12 +176,7 @@ fn command(agent: &mut Agent, cmd: &str, tree: Option<&TreePrinter>) -> Result<b
         "context" => {
             let ctx = agent.session().context();
             if let Some(c) = ctx.compaction() {
-                writeln!(
-                    out,
-                    "(compacted at {}: kept from {:?})",
-                    c.entry,
-                    c.first_kept.as_ref().map(EntryId::as_str)
-                )?;
+                writeln!(out, "{}", compaction_line(c))?;
             }
             for m in ctx.messages() {
                 let body = cairn::EntryBody::Message(m.message().clone());

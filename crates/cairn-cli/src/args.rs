@@ -16,8 +16,8 @@ Examples:
 
 Sessions are named by full id, unique id prefix, path to a .jsonl file, or --last.
 Exit status: 0 ok, 1 the thing asked for is not so (fsck found damage),
-2 usage or I/O error. The store is --store DIR, else $CAIRN_HOME, else
-$XDG_DATA_HOME/cairn, else ~/.local/share/cairn.";
+2 usage or I/O error. The store is --store DIR (or sqlite:PATH), else
+$CAIRN_HOME, else $XDG_DATA_HOME/cairn, else ~/.local/share/cairn.";
 
 /// cairn: a durable session engine for AI agents.
 ///

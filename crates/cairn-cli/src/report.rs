@@ -54,7 +54,7 @@ fn hint(e: &anyhow::Error) -> Option<&'static str> {
         });
         if let Some(OpenError::InUse { .. }) = open {
             return Some(
-                "read commands (show, context, tree, log, export, fsck) work while another process writes",
+                "read commands (ls, show, context, tree, log, steps, memory, export, fsck) work while another process writes; fsck may report a line being written as a torn tail",
             );
         }
         if let Some(OpenError::Damaged(_)) = open {

@@ -5,7 +5,9 @@
 // Test helpers panic on a failed step; that is how a test fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
+use std::process::Stdio;
 
 use assert_cmd::Command;
 use serde_json::{Value, json};
@@ -217,4 +219,84 @@ fn fsck_works_on_a_directory_store() {
 fn fsck_works_on_a_sqlite_store() {
     let (_keep, dir) = temp();
     fsck(&stores(&dir)[1], &dir);
+}
+
+/// While `cairn append` holds a session, a write command names the holder
+/// and its hint lists read commands: each of them must work meanwhile.
+fn reads_work_while_a_writer_holds_the_session(store: &str, dir: &Path, with_fsck: bool) {
+    let cwd = dir.join("cwd");
+    std::fs::create_dir_all(&cwd).unwrap();
+    let id = session(store, &cwd);
+    let mut writer = std::process::Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .current_dir(&cwd)
+        .env_remove("CAIRN_HOME")
+        .args(["--store", store, "append", &id])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = writer.stdin.take().unwrap();
+    let line = json!({"kind": "message", "data": {"role": "user", "content": [{"type": "text", "text": "held"}]}});
+    writeln!(stdin, "{line}").unwrap();
+    let mut ack = String::new();
+    BufReader::new(writer.stdout.take().unwrap())
+        .read_line(&mut ack)
+        .unwrap();
+    assert!(ack.contains("\"seq\""), "{ack}");
+    let refused = cairn(store, &cwd)
+        .args(["label", &id, "a1", "busy"])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let err = String::from_utf8_lossy(&refused.stderr);
+    let hint = err
+        .lines()
+        .find(|l| l.starts_with("hint:"))
+        .unwrap_or_else(|| panic!("no hint: {err}"));
+    let listed = hint
+        .split('(')
+        .nth(1)
+        .and_then(|l| l.split(')').next())
+        .unwrap();
+    for command in listed.split(", ") {
+        let args: Vec<&str> = match command {
+            "ls" => vec!["ls"],
+            "export" => vec!["export", &id, "--format", "md"],
+            "fsck" if !with_fsck => continue,
+            other => vec![other, &id],
+        };
+        ok(store, &cwd, &args);
+    }
+    drop(stdin);
+    assert!(writer.wait().unwrap().success());
+}
+
+#[test]
+fn the_write_lock_hint_names_read_commands_that_work_during_a_write() {
+    let (_keep, dir) = temp();
+    reads_work_while_a_writer_holds_the_session(&stores(&dir)[0], &dir, true);
+    let (_keep, dir) = temp();
+    reads_work_while_a_writer_holds_the_session(&stores(&dir)[1], &dir, false);
+}
+
+#[test]
+fn regression_the_demos_explore_commands_left_out_the_store() {
+    let (_keep, dir) = temp();
+    let cwd = dir.join("cwd");
+    std::fs::create_dir_all(&cwd).unwrap();
+    let store = dir.join("my store").display().to_string();
+    let flag = format!("cairn --store '{store}' ");
+    for args in [&["demo"][..], &["demo", "--journal"][..]] {
+        let out = ok(&store, &cwd, args);
+        let explore = out.split("Explore what").nth(1).unwrap();
+        let commands: Vec<&str> = explore
+            .lines()
+            .map(str::trim)
+            .filter(|l| l.starts_with("cairn "))
+            .collect();
+        assert!(commands.len() >= 4, "{explore}");
+        for c in commands {
+            assert!(c.starts_with(&flag), "{c} does not name the store");
+        }
+    }
 }
