@@ -171,20 +171,24 @@ fn regression_resume_from_another_directory_reran_a_side_effect_in_the_callers_d
     assert!(tools.iter().any(|t| t == "bash"), "{set:?}");
 }
 
-#[test]
-fn regression_a_relative_script_path_failed_when_resumed_from_elsewhere() {
-    let d = dirs();
+/// A session started in `work` with a relative `--script` that says hello.
+fn hello_session(d: &Dirs) -> String {
     std::fs::write(
         d.work.join("script.json"),
         json!({"turns": [{"replies": [{"text": "hello"}]}]}).to_string(),
     )
     .unwrap();
-    let first = ok(&agent(
-        &d,
+    session_id(&ok(&agent(
+        d,
         &d.work,
         &["--script", "script.json", "-p", "hi"],
-    ));
-    let id = session_id(&first);
+    )))
+}
+
+#[test]
+fn regression_a_relative_script_path_failed_when_resumed_from_elsewhere() {
+    let d = dirs();
+    let id = hello_session(&d);
     let s = Store::open_dir(&d.home)
         .open(&SessionId::parse(&id).unwrap(), Access::Read)
         .unwrap();
@@ -205,17 +209,7 @@ fn regression_a_relative_script_path_failed_when_resumed_from_elsewhere() {
 #[test]
 fn a_different_working_directory_on_resume_is_asked_for_and_recorded() {
     let d = dirs();
-    std::fs::write(
-        d.work.join("script.json"),
-        json!({"turns": [{"replies": [{"text": "hello"}]}]}).to_string(),
-    )
-    .unwrap();
-    let first = ok(&agent(
-        &d,
-        &d.work,
-        &["--script", "script.json", "-p", "hi"],
-    ));
-    let id = session_id(&first);
+    let id = hello_session(&d);
     let moved = ok(&agent(
         &d,
         &d.work,

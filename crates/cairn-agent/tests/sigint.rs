@@ -18,17 +18,22 @@ use serde_json::{Value, json};
 
 const BIN: &str = env!("CARGO_BIN_EXE_cairn-agent");
 
-/// Runs the agent on `script`, sends SIGINT once a line starting with
-/// `when` appears (plus `delay`), and returns the session.
-fn interrupted(script: Value, when: &str, delay: Duration) -> (tempfile::TempDir, cairn::Session) {
-    let (dir, s, exit) = signalled("INT", script, when, delay);
-    assert!(exit.success(), "{exit}");
-    (dir, s)
+/// Runs the agent on `script` with `-p go`, sends `signal` once a line
+/// starting with `when` appears (plus `delay`), and returns the session and
+/// how the agent exited.
+fn signalled(
+    signal: &str,
+    script: Value,
+    when: &str,
+    delay: Duration,
+) -> (tempfile::TempDir, cairn::Session, std::process::ExitStatus) {
+    signalled_with(&["-p", "go"], signal, script, when, delay)
 }
 
-/// Runs the agent on `script`, sends `signal` once a line starting with
-/// `when` appears (plus `delay`), and returns the session and how the agent exited.
-fn signalled(
+/// [`signalled`] with other arguments (the REPL without `-p`), stdin open
+/// and silent until the agent has exited.
+fn signalled_with(
+    args: &[&str],
     signal: &str,
     script: Value,
     when: &str,
@@ -46,9 +51,10 @@ fn signalled(
         .arg(&work)
         .arg("--script")
         .arg(&path)
-        .args(["--yes", "-p", "go"])
+        .arg("--yes")
+        .args(args)
         .env("CAIRN_AGENT_ACKS", "1")
-        .stdin(Stdio::null())
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -91,40 +97,9 @@ fn signalled(
 
 #[test]
 fn ctrl_c_during_a_tool_stops_it_and_records_why() {
-    let script = json!({"turns": [{"replies": [
-        {"text": "Waiting.", "tool_calls": [{"name": "bash", "arguments": {"command": "echo begun; sleep 30"}}]},
-        {"text": "unreachable"}]}]});
-    let (_dir, s) = interrupted(script, "@ack t1", Duration::from_millis(200));
-    assert!(
-        matches!(
-            s.verdict(),
-            Verdict::Finished {
-                outcome: Outcome::Aborted,
-                ..
-            }
-        ),
-        "{:?}",
-        s.verdict()
-    );
-    support::every_call_answered(&s).unwrap();
-    let ctx = s.context();
-    let call = ctx
-        .messages()
-        .iter()
-        .find_map(|m| {
-            m.message()
-                .tool_calls()
-                .next()
-                .map(|(id, _, _)| id.to_owned())
-        })
-        .unwrap();
-    let (is_error, code, text) = support::result_of(&s, &call).unwrap();
-    assert!(is_error);
-    assert_eq!(code.as_deref(), Some(cairn_agent::tools::CODE_INTERRUPTED));
-    assert!(
-        text.contains("begun") && text.contains("interrupted by the person"),
-        "{text}"
-    );
+    let (dir, s, exit) = signalled("INT", sleeper(), "@ack t1", Duration::from_millis(200));
+    assert!(exit.success(), "{exit}");
+    assert_stopped_and_recorded(&dir, &s, "the person (Ctrl-C)");
 }
 
 #[test]
@@ -132,7 +107,8 @@ fn ctrl_c_while_the_model_streams_records_an_interrupted_reply() {
     let long = "panel ".repeat(400);
     let script =
         json!({"chunk_chars": 3, "chunk_delay_ms": 10, "turns": [{"replies": [{"text": long}]}]});
-    let (_dir, s) = interrupted(script, "@ack entry", Duration::from_millis(300));
+    let (_dir, s, exit) = signalled("INT", script, "@ack entry", Duration::from_millis(300));
+    assert!(exit.success(), "{exit}");
     assert!(
         matches!(
             s.verdict(),
@@ -206,4 +182,36 @@ fn regression_sighup_during_a_tool_left_its_child_running_and_recorded_nothing()
     let (dir, s, exit) = signalled("HUP", sleeper(), "@ack t1", Duration::from_millis(200));
     assert_eq!(exit.code(), Some(128 + 1), "{exit}");
     assert_stopped_and_recorded(&dir, &s, "SIGHUP");
+}
+
+#[test]
+fn sigterm_while_the_model_streams_records_an_interrupted_reply_and_exits_143() {
+    let long = "panel ".repeat(400);
+    let script =
+        json!({"chunk_chars": 3, "chunk_delay_ms": 10, "turns": [{"replies": [{"text": long}]}]});
+    let (_dir, s, exit) = signalled("TERM", script, "@ack entry", Duration::from_millis(300));
+    assert_eq!(exit.code(), Some(128 + 15), "{exit}");
+    let last = support::last_assistant(&s).unwrap();
+    assert_eq!(last.stop_reason.as_deref(), Some("interrupted"));
+    assert!(matches!(
+        s.verdict(),
+        Verdict::Finished {
+            outcome: Outcome::Aborted,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn sigterm_at_the_repl_prompt_exits_at_once_with_143() {
+    let script = json!({"turns": [{"replies": [{"text": "unused"}]}]});
+    let (_dir, s, exit) = signalled_with(
+        &[],
+        "TERM",
+        script,
+        "Type a request",
+        Duration::from_millis(300),
+    );
+    assert_eq!(exit.code(), Some(128 + 15), "{exit}");
+    assert!(s.resume_operation().is_none(), "no operation was started");
 }
