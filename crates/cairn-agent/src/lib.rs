@@ -20,6 +20,7 @@ mod app;
 pub mod child;
 pub mod compaction;
 pub mod demo;
+pub mod describe;
 pub mod interrupt;
 pub mod observer;
 pub mod prompt;

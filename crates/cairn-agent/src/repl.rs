@@ -180,7 +180,7 @@ fn command(agent: &mut Agent, cmd: &str, tree: Option<&TreePrinter>) -> Result<b
             }
             for m in ctx.messages() {
                 let body = cairn::EntryBody::Message(m.message().clone());
-                writeln!(out, "{} {}", m.entry(), describe(&body))?;
+                writeln!(out, "{} {}", m.entry(), describe(&body, 100))?;
             }
         }
         "memory" => match agent.session().memory() {

@@ -17,6 +17,46 @@ pub enum Lines {
     Flatten,
 }
 
+/// The look of a piece of output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Style {
+    /// No styling.
+    Plain,
+    /// Less important: ids, times, tree lines.
+    Dim,
+    /// Headings.
+    Bold,
+    /// The person.
+    User,
+    /// The model.
+    Assistant,
+    /// Tools and their results.
+    Tool,
+    /// Labels, bookmarks.
+    Label,
+    /// The leaf and the active path.
+    Active,
+    /// Warnings and damage.
+    Warn,
+}
+
+impl Style {
+    /// The SGR parameters of its colour (`None`: plain).
+    pub fn sgr(self) -> Option<&'static str> {
+        match self {
+            Style::Plain => None,
+            Style::Dim => Some("2"),
+            Style::Bold => Some("1"),
+            Style::User => Some("1;36"),
+            Style::Assistant => Some("1;35"),
+            Style::Tool => Some("33"),
+            Style::Label => Some("1;33"),
+            Style::Active => Some("1;32"),
+            Style::Warn => Some("1;31"),
+        }
+    }
+}
+
 /// Neutralises control characters and escape sequences in untrusted text.
 ///
 /// C0 controls, DEL and C1 controls become `\xNN`; Unicode bidirectional

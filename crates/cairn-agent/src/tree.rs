@@ -12,8 +12,9 @@ use std::io::Write;
 use std::sync::Arc;
 
 use anyhow::{Result, bail};
-use cairn::{AppStateChange, Block, Body, EntryBody, EntryId, Role, Session};
+use cairn::{Body, EntryBody, EntryId, Session};
 
+use crate::describe::entry_line;
 use crate::term::{clean_line, excerpt};
 
 /// Draws a session's tree (the CLI may pass its own, richer one).
@@ -48,77 +49,11 @@ pub const ASCII: Connectors = Connectors {
     blank: "   ",
 };
 
-/// A one-line description of an entry.
-pub fn describe(body: &EntryBody) -> String {
-    match body {
-        EntryBody::Message(m) => {
-            let text = excerpt(&m.plain_text(), 60);
-            match m.role {
-                Role::Tool => {
-                    let mut parts = Vec::new();
-                    for b in &m.content {
-                        if let Block::ToolResult {
-                            call_id,
-                            content,
-                            is_error,
-                            code,
-                        } = b
-                        {
-                            let status = match (is_error, code) {
-                                (false, _) => "ok".to_owned(),
-                                (true, Some(c)) => c.clone(),
-                                (true, None) => "error".to_owned(),
-                            };
-                            let first = excerpt(&crate::provider::result_text(content), 50);
-                            parts.push(format!("result {} {status}: {first}", clean_line(call_id)));
-                        }
-                    }
-                    parts.join("; ")
-                }
-                Role::Assistant => {
-                    let calls: Vec<String> = m
-                        .tool_calls()
-                        .map(|(_, name, _)| clean_line(name))
-                        .collect();
-                    let stop = if m.stop_reason.as_deref() == Some("interrupted") {
-                        " (interrupted)"
-                    } else {
-                        ""
-                    };
-                    if calls.is_empty() {
-                        format!("assistant: {text}{stop}")
-                    } else {
-                        format!("assistant: {text} → {}{stop}", calls.join(", "))
-                    }
-                }
-                other => format!("{}: {text}", other.as_str()),
-            }
-        }
-        EntryBody::AppState(AppStateChange::Patch(p)) => {
-            format!("state patch {}", excerpt(&p.to_string(), 60))
-        }
-        EntryBody::AppState(AppStateChange::Set(v)) => {
-            format!("state set {}", excerpt(&v.to_string(), 60))
-        }
-        EntryBody::Compaction(c) => format!("compaction: {}", excerpt(&c.summary, 60)),
-        EntryBody::Checkout(c) => match &c.from {
-            Some(f) => format!("rewind to here (from {f})"),
-            None => "rewind to here".to_owned(),
-        },
-        EntryBody::Settings(s) => format!(
-            "settings {}",
-            excerpt(&serde_json::Value::Object(s.values.clone()).to_string(), 60)
-        ),
-        EntryBody::Label(l) => match &l.target {
-            Some(t) => format!("label {} → {t}", clean_line(&l.name)),
-            None => format!("label {} removed", clean_line(&l.name)),
-        },
-        EntryBody::SessionInfo(i) => {
-            format!("title {}", excerpt(i.title.as_deref().unwrap_or(""), 60))
-        }
-        EntryBody::Custom(c) => format!("custom {}", clean_line(&c.namespace)),
-        EntryBody::Ignored(u) => format!("({} record)", clean_line(&u.kind)),
-    }
+/// An entry in one line of at most about `max` characters: its tag
+/// (`user`, `state`, `checkout`, …) and what it says ([`entry_line`]).
+pub fn describe(body: &EntryBody, max: usize) -> String {
+    let d = entry_line(body);
+    format!("{} {}", d.tag, excerpt(&d.text, max))
 }
 
 /// Draws the tree of `session` to `out`.
@@ -146,7 +81,7 @@ pub fn render(session: &Session, out: &mut dyn Write) -> Result<()> {
             out,
             "{prefix}{mark} {} {}{tags}{here}",
             node.id,
-            describe(&node.body)
+            describe(&node.body, 60)
         )?;
     }
     Ok(())
@@ -375,9 +310,9 @@ mod tests {
         render(&s, &mut out).unwrap();
         let text = String::from_utf8(out).unwrap();
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines[0], "* a user: a [top]");
-        assert_eq!(lines[1], "├─ o b user: b");
-        assert!(lines[2].starts_with("└─ * c user: c"), "{text}");
+        assert_eq!(lines[0], "* a user a [top]");
+        assert_eq!(lines[1], "├─ o b user b");
+        assert!(lines[2].starts_with("└─ * c user c"), "{text}");
         assert!(lines[4].ends_with("← leaf"), "{text}");
     }
 }

@@ -7,7 +7,6 @@
 
 mod args;
 mod cmd;
-mod describe;
 mod report;
 mod shapes;
 mod target;

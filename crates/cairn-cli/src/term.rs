@@ -20,7 +20,7 @@ use crate::args::ColorChoice;
 
 /// The sanitiser the agent uses too: `clean(text, Lines::Keep)` keeps
 /// newlines and tabs, `Lines::Flatten` makes them spaces.
-pub use cairn_agent::term::{Lines, sanitize as clean};
+pub use cairn_agent::term::{Lines, Style, sanitize as clean};
 
 /// Escapes DEL and C1 controls in serialized JSON (which serde already
 /// escapes below U+0020), so JSON printed to a terminal cannot drive it either.
@@ -92,45 +92,6 @@ pub fn pad(text: &str, cols: usize) -> String {
     let mut s = text.to_owned();
     s.extend(std::iter::repeat_n(' ', cols.saturating_sub(w)));
     s
-}
-
-/// The look of a piece of output.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Style {
-    /// No styling.
-    Plain,
-    /// Less important: ids, times, tree lines.
-    Dim,
-    /// Headings.
-    Bold,
-    /// The person.
-    User,
-    /// The model.
-    Assistant,
-    /// Tools and their results.
-    Tool,
-    /// Labels, bookmarks.
-    Label,
-    /// The leaf and the active path.
-    Active,
-    /// Warnings and damage.
-    Warn,
-}
-
-impl Style {
-    fn sgr(self) -> Option<&'static str> {
-        match self {
-            Style::Plain => None,
-            Style::Dim => Some("2"),
-            Style::Bold => Some("1"),
-            Style::User => Some("1;36"),
-            Style::Assistant => Some("1;35"),
-            Style::Tool => Some("33"),
-            Style::Label => Some("1;33"),
-            Style::Active => Some("1;32"),
-            Style::Warn => Some("1;31"),
-        }
-    }
 }
 
 /// How output is shaped: colour and width.

@@ -15,9 +15,9 @@ use serde_json::json;
 
 use super::Status;
 use super::tree::{UNICODE, draw};
-use crate::describe::{compact, entry_line};
 use crate::target::Ctx;
 use crate::term::{Look, Out, Style, wrap};
+use cairn_agent::describe::{compact, entry_line};
 use cairn_agent::tree::TreeView;
 
 /// Runs the demo.

@@ -7,9 +7,9 @@ use serde_json::Value;
 
 use super::Status;
 use crate::args::SessionArg;
-use crate::describe::compact;
 use crate::target::{self, Ctx};
 use crate::term::Style;
+use cairn_agent::describe::compact;
 
 /// Runs `cairn new`: prints the new session's id.
 ///

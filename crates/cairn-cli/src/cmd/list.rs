@@ -5,9 +5,9 @@ use cairn::SessionSummary;
 use serde_json::{Value, json};
 
 use super::Status;
-use crate::describe::flat;
 use crate::target::Ctx;
 use crate::term::{Style, fit, pad};
+use cairn_agent::describe::flat;
 
 /// How many sessions `ls` shows without `--all`.
 pub const DEFAULT_LIMIT: usize = 20;

@@ -8,8 +8,8 @@ use cairn::Access;
 
 use super::Status;
 use crate::args::SessionArg;
-use crate::describe::flat;
 use crate::target::{self, Ctx};
+use cairn_agent::describe::flat;
 
 /// Runs `cairn rm`.
 ///

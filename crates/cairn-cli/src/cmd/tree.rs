@@ -9,9 +9,9 @@ use serde_json::{Value, json};
 
 use super::Status;
 use crate::args::SessionArg;
-use crate::describe::entry_line;
 use crate::target::{self, Ctx};
 use crate::term::{Out, Style, fit, width};
+use cairn_agent::describe::entry_line;
 use cairn_agent::tree::{Connectors, TreeView};
 
 /// The characters a tree is drawn with.
@@ -56,7 +56,7 @@ pub fn run(ctx: &Ctx, arg: &SessionArg, ascii: bool, json: bool) -> Result<Statu
     }
     let title = session
         .title()
-        .map(|t| format!(" {:?}", crate::describe::flat(&t)))
+        .map(|t| format!(" {:?}", cairn_agent::describe::flat(&t)))
         .unwrap_or_default();
     out.spans(&[
         (Style::Bold, &format!("session {}", session.id())),

@@ -10,7 +10,7 @@ use cairn::{AppStateChange, Block, EntryBody, Session};
 
 use super::{branch, escape_html as esc, svg};
 use crate::cmd::list::short_time;
-use crate::describe::{compact, entry_line};
+use cairn_agent::describe::{compact, entry_line};
 use cairn_agent::tree::TreeView;
 
 const CSS: &str = r#"

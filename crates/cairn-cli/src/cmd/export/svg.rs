@@ -7,8 +7,8 @@
 use std::fmt::Write as _;
 
 use super::escape_html;
-use crate::describe::entry_line;
 use crate::term::fit;
+use cairn_agent::describe::entry_line;
 use cairn_agent::tree::TreeView;
 
 const ROW: usize = 26;

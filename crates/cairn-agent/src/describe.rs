@@ -1,12 +1,13 @@
 //! Short, human descriptions of entries and content blocks, shared by the
-//! tree, the log, the exports and the demo. Text here is flattened to one
-//! line and cleaned (see `term::clean`), but not yet cut to a width.
+//! agent's `/tree` and `/context` and the CLI's tree, log, exports and demo.
+//! Text here is flattened to one line and cleaned (see
+//! [`crate::term::sanitize`]), but not yet cut to a width.
 
 use cairn::record::Unknown;
 use cairn::{AppStateChange, Block, EntryBody, Message, Role};
 use serde_json::Value;
 
-use crate::term::{Lines, Style, clean};
+use crate::term::{Lines, Style, sanitize};
 
 /// One entry in one line: a tag (`user`, `state`, `checkout`, …) and a text.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,7 +22,7 @@ pub struct OneLine {
 
 /// Flattens text to one cleaned line, whitespace collapsed.
 pub fn flat(text: &str) -> String {
-    let cleaned = clean(text, Lines::Flatten);
+    let cleaned = sanitize(text, Lines::Flatten);
     cleaned.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
