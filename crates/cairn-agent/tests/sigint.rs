@@ -109,6 +109,14 @@ fn ctrl_c_while_the_model_streams_records_an_interrupted_reply() {
         json!({"chunk_chars": 3, "chunk_delay_ms": 10, "turns": [{"replies": [{"text": long}]}]});
     let (_dir, s, exit) = signalled("INT", script, "@ack entry", Duration::from_millis(300));
     assert!(exit.success(), "{exit}");
+    assert_aborted(&s);
+    let last = support::last_assistant(&s).unwrap();
+    assert_eq!(last.stop_reason.as_deref(), Some("interrupted"));
+    assert!(!last.plain_text().is_empty() && last.plain_text().len() < long.len());
+}
+
+/// The operation finished, aborted.
+fn assert_aborted(s: &cairn::Session) {
     assert!(
         matches!(
             s.verdict(),
@@ -120,9 +128,6 @@ fn ctrl_c_while_the_model_streams_records_an_interrupted_reply() {
         "{:?}",
         s.verdict()
     );
-    let last = support::last_assistant(&s).unwrap();
-    assert_eq!(last.stop_reason.as_deref(), Some("interrupted"));
-    assert!(!last.plain_text().is_empty() && last.plain_text().len() < long.len());
 }
 
 /// Whether process `pid` is gone (or a zombie nobody reaped: it runs no more).
@@ -141,17 +146,7 @@ fn sleeper() -> Value {
 }
 
 fn assert_stopped_and_recorded(dir: &tempfile::TempDir, s: &cairn::Session, signal: &str) {
-    assert!(
-        matches!(
-            s.verdict(),
-            Verdict::Finished {
-                outcome: Outcome::Aborted,
-                ..
-            }
-        ),
-        "{:?}",
-        s.verdict()
-    );
+    assert_aborted(s);
     support::every_call_answered(s).unwrap();
     let call = support::last_assistant(s)
         .and_then(|m| m.tool_calls().next().map(|(id, _, _)| id.to_owned()))
@@ -193,13 +188,7 @@ fn sigterm_while_the_model_streams_records_an_interrupted_reply_and_exits_143() 
     assert_eq!(exit.code(), Some(128 + 15), "{exit}");
     let last = support::last_assistant(&s).unwrap();
     assert_eq!(last.stop_reason.as_deref(), Some("interrupted"));
-    assert!(matches!(
-        s.verdict(),
-        Verdict::Finished {
-            outcome: Outcome::Aborted,
-            ..
-        }
-    ));
+    assert_aborted(&s);
 }
 
 #[test]
