@@ -14,7 +14,8 @@ use clap::{Parser, Subcommand};
     about = "The reference agent on cairn (same as `cairn agent`)."
 )]
 struct Cli {
-    /// The store's home (default: $CAIRN_HOME, else ~/.local/share/cairn).
+    /// The store: a directory, or sqlite:PATH for a SQLite database
+    /// (default: $CAIRN_HOME, else ~/.local/share/cairn).
     #[arg(long, global = true, value_name = "DIR")]
     store: Option<PathBuf>,
     #[command(subcommand)]
