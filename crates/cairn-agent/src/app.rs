@@ -211,6 +211,12 @@ pub fn run(opts: AgentOptions) -> Result<()> {
         SETTING_WORKDIR.into(),
         Value::from(workdir.display().to_string()),
     );
+    if let Some(note) = existing
+        .as_ref()
+        .and_then(|s| tools_changed(s, &tools.names()))
+    {
+        println!("{note}");
+    }
     settings.insert(SETTING_TOOLS.into(), Value::from(tools.names()));
     let (session, created) = match existing {
         Some(s) => (s, false),
@@ -451,6 +457,45 @@ fn workdir_for(opts: &AgentOptions, session: Option<&Session>) -> Result<PathBuf
         );
     }
     Ok(dir)
+}
+
+/// A note when the tools offered now differ from those the session recorded.
+fn tools_changed(session: &Session, now: &[&str]) -> Option<String> {
+    let ctx = session.context();
+    let before: Vec<&str> = ctx
+        .settings()
+        .get(SETTING_TOOLS)?
+        .as_array()?
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    let added: Vec<&str> = now
+        .iter()
+        .filter(|t| !before.contains(t))
+        .copied()
+        .collect();
+    let gone: Vec<&str> = before
+        .iter()
+        .filter(|t| !now.contains(t))
+        .copied()
+        .collect();
+    if added.is_empty() && gone.is_empty() {
+        return None;
+    }
+    let list = |names: &[&str]| clean_line(&names.join(", "));
+    Some(format!(
+        "note: the tools differ from the session's (new: {}; no longer offered: {}); the new set is recorded",
+        if added.is_empty() {
+            "none".to_owned()
+        } else {
+            list(&added)
+        },
+        if gone.is_empty() {
+            "none".to_owned()
+        } else {
+            list(&gone)
+        },
+    ))
 }
 
 fn changed(session: &Session, settings: &Map<String, Value>) -> bool {

@@ -237,3 +237,27 @@ fn a_different_working_directory_on_resume_is_asked_for_and_recorded() {
         "{err}"
     );
 }
+
+#[test]
+fn a_changed_tool_set_on_resume_is_announced_and_recorded() {
+    let d = dirs();
+    let id = hello_session(&d);
+    {
+        let s = Store::open_dir(&d.home)
+            .open(&SessionId::parse(&id).unwrap(), Access::Write)
+            .unwrap();
+        let values = json!({"tools": ["read_file", "old_tool"]});
+        s.append(cairn::EntryBody::Settings(cairn::Settings {
+            values: values.as_object().unwrap().clone(),
+        }))
+        .unwrap();
+    }
+    let out = ok(&agent(&d, &d.elsewhere, &["--resume", &id, "-p", "again"]));
+    assert!(out.contains("no longer offered: old_tool"), "{out}");
+    assert!(out.contains("new: list_dir"), "{out}");
+    let tools = settings(&d, &id)["tools"].clone();
+    assert!(
+        tools.as_array().unwrap().iter().all(|t| t != "old_tool"),
+        "{tools}"
+    );
+}

@@ -251,7 +251,7 @@ fn crash_on_sqlite(
         "On a SQLite store each append is one transaction whose commit syncs the write-ahead \
          log before it is acknowledged. A crash mid-append rolls the transaction back: a record \
          is stored whole or not at all, so there is no torn line to cut. The demo closes the \
-         session as a killed writer would and reopens it.",
+         session and reopens it for writing.",
     )?;
     let s = store.open(&id, Access::Write)?;
     ensure!(
