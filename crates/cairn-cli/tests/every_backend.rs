@@ -69,7 +69,7 @@ fn session(store: &str, cwd: &Path) -> String {
     id
 }
 
-/// Every command but `fsck`, on `store`.
+/// Every command, on `store`.
 fn every_command(store: &str, dir: &Path) {
     let cwd = dir.join("cwd");
     std::fs::create_dir_all(&cwd).unwrap();
@@ -119,6 +119,9 @@ fn every_command(store: &str, dir: &Path) {
     ok(store, &cwd, &["recover", &id, "--policy", "unknown"]);
     ok(store, &cwd, &["memory", &id]);
     ok(store, &cwd, &["memory", &id, "--json"]);
+    assert!(ok(store, &cwd, &["fsck", &id]).contains("ok"));
+    ok(store, &cwd, &["fsck", "--all"]);
+    ok(store, &cwd, &["fsck", "--all", "--json"]);
     let copy = dir.join("copy");
     ok(
         store,
@@ -180,16 +183,6 @@ fn every_command(store: &str, dir: &Path) {
     );
 }
 
-/// `fsck` by id and `--all`, on `store`.
-fn fsck(store: &str, dir: &Path) {
-    let cwd = dir.join("cwd");
-    std::fs::create_dir_all(&cwd).unwrap();
-    let id = session(store, &cwd);
-    ok(store, &cwd, &["fsck", &id]);
-    ok(store, &cwd, &["fsck", "--all"]);
-    ok(store, &cwd, &["fsck", "--all", "--json"]);
-}
-
 fn temp() -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().to_owned();
@@ -208,22 +201,9 @@ fn regression_every_command_works_on_a_sqlite_store() {
     every_command(&stores(&dir)[1], &dir);
 }
 
-#[test]
-fn fsck_works_on_a_directory_store() {
-    let (_keep, dir) = temp();
-    fsck(&stores(&dir)[0], &dir);
-}
-
-#[test]
-#[ignore = "fsck on SQLite: fsck branch"]
-fn fsck_works_on_a_sqlite_store() {
-    let (_keep, dir) = temp();
-    fsck(&stores(&dir)[1], &dir);
-}
-
 /// While `cairn append` holds a session, a write command names the holder
 /// and its hint lists read commands: each of them must work meanwhile.
-fn reads_work_while_a_writer_holds_the_session(store: &str, dir: &Path, with_fsck: bool) {
+fn reads_work_while_a_writer_holds_the_session(store: &str, dir: &Path) {
     let cwd = dir.join("cwd");
     std::fs::create_dir_all(&cwd).unwrap();
     let id = session(store, &cwd);
@@ -262,7 +242,6 @@ fn reads_work_while_a_writer_holds_the_session(store: &str, dir: &Path, with_fsc
         let args: Vec<&str> = match command {
             "ls" => vec!["ls"],
             "export" => vec!["export", &id, "--format", "md"],
-            "fsck" if !with_fsck => continue,
             other => vec![other, &id],
         };
         ok(store, &cwd, &args);
@@ -274,9 +253,9 @@ fn reads_work_while_a_writer_holds_the_session(store: &str, dir: &Path, with_fsc
 #[test]
 fn the_write_lock_hint_names_read_commands_that_work_during_a_write() {
     let (_keep, dir) = temp();
-    reads_work_while_a_writer_holds_the_session(&stores(&dir)[0], &dir, true);
+    reads_work_while_a_writer_holds_the_session(&stores(&dir)[0], &dir);
     let (_keep, dir) = temp();
-    reads_work_while_a_writer_holds_the_session(&stores(&dir)[1], &dir, false);
+    reads_work_while_a_writer_holds_the_session(&stores(&dir)[1], &dir);
 }
 
 #[test]
