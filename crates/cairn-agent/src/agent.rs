@@ -323,23 +323,27 @@ fn finish(
 }
 
 /// The messages a provider receives: system prompt, memory, context.
-pub(crate) fn view_messages(session: &Session, rt: &Runtime) -> Vec<Message> {
+///
+/// # Errors
+///
+/// The context holds a tool call without a result (recover first).
+pub(crate) fn view_messages(session: &Session, rt: &Runtime) -> Result<Vec<Message>> {
     let ctx = session.context();
     let memory = if rt.config.memory {
         session.memory()
     } else {
         None
     };
-    ViewBuilder::new(rt.config.system_prompt.clone())
-        .build(memory.as_ref(), &ctx)
+    Ok(ViewBuilder::new(rt.config.system_prompt.clone())
+        .build(memory.as_ref(), &ctx)?
         .messages
         .into_iter()
         .map(|(_, m)| m)
-        .collect()
+        .collect())
 }
 
 fn model_step(op: &Operation<'_>, session: &Session, rt: &mut Runtime) -> Result<Step> {
-    let messages = view_messages(session, rt);
+    let messages = view_messages(session, rt)?;
     let tools = rt.tools.specs();
     let mut retry = 0u32;
     loop {
@@ -564,7 +568,7 @@ pub(crate) fn run_call(
                 op.resolve_approval(call_id, true, Some("person"))?;
             }
             Approval::No => {
-                let why = "The person denied this call; it was not run.";
+                let why = cairn::recovery::DENIED_BY_PERSON;
                 refuse(op, rt, call_id, name, "person", why)?;
                 return Ok(Flow::Continue);
             }

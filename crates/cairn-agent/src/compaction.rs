@@ -66,7 +66,7 @@ pub fn maybe_compact(session: &Session, rt: &mut Runtime) -> Result<Option<Entry
     ViewBuilder::new(rt.config.system_prompt.clone())
         .budget(budget)
         .on_over_budget(|_| over = true)
-        .build(memory.as_ref(), &ctx);
+        .build(memory.as_ref(), &ctx)?;
     if !over {
         return Ok(None);
     }

@@ -1,11 +1,11 @@
-//! Resume: read the recovery verdict and act on it, through the operation
-//! API, until the session is ready for new input.
+//! Resume: the agent's [`Resolver`] for cairn's one recovery loop
+//! ([`cairn::recover_with`]), then the loop goes on.
 //!
-//! | verdict | what the agent does |
+//! | verdict | what the agent decides |
 //! |---|---|
 //! | `IndeterminateTool` | `ReadOnly`/`Idempotent` calls are re-run with their recorded idempotency key; for `SideEffect` calls the person decides (`--on-unknown`): re-run, mark `TOOL_OUTCOME_UNKNOWN`, or tell what happened |
 //! | `AwaitingApproval` | the approval is asked again (the old prompt died with the process) |
-//! | `ToolsNotStarted` | the calls run (validation and approval as usual); calls a person denied are answered as denied |
+//! | `ToolsNotStarted` | the calls run (validation and approval as usual); calls a person denied are answered as denied; after the operation ended, or with no operation, they are closed `TOOL_NOT_STARTED` |
 //! | `ProviderInterrupted` | the model call is retried, and the loop goes on |
 //! | `Ready` with an open operation | the loop goes on |
 //! | `Finished`, or no operation | nothing to do |
@@ -13,12 +13,21 @@
 use std::sync::Arc;
 
 use anyhow::{Result, bail};
-use cairn::{EffectClass, Operation, PendingCall, Session, ToolOutput, Verdict};
+use cairn::recovery::DENIED_BY_PERSON;
+use cairn::{
+    Action, ActionKind, Decision, EffectClass, Pending, RecoveryError, Resolver, Session,
+    ToolOutput, ToolRunner, Verdict,
+};
 use serde_json::Value;
 
-use crate::agent::{Flow, OnUnknown, Runtime, TurnEnd, deny, drive, execute, run_call};
+use crate::agent::{OnUnknown, Runtime, TurnEnd, drive};
 use crate::observer::Event;
 use crate::prompt::{Approval, UnknownChoice};
+use crate::tools::{Tool, ToolCall};
+
+/// The result text of a call not run because the person interrupted the agent.
+const INTERRUPTED: &str =
+    "Not run: the person interrupted the agent (Ctrl-C) before this call started.";
 
 /// What resuming did.
 #[derive(Debug, Clone, PartialEq)]
@@ -31,27 +40,14 @@ pub struct Resumed {
     pub end: Option<TurnEnd>,
 }
 
-/// The tool name and arguments of a call on the branch.
-pub fn find_call(session: &Session, call_id: &str) -> Option<(String, Value)> {
-    let ctx = session.context();
-    ctx.messages().iter().rev().find_map(|m| {
-        m.message()
-            .tool_calls()
-            .find(|(id, _, _)| *id == call_id)
-            .map(|(_, name, args)| (name.to_owned(), args.clone()))
-    })
-}
-
-fn act(rt: &mut Runtime, actions: &mut Vec<String>, what: String) {
-    rt.observer.event(&Event::Recovery(&what));
-    actions.push(what);
-}
-
-/// Acts on the session's verdict until nothing is pending.
+/// Resolves the session's verdict through cairn's recovery loop, then
+/// continues the open operation (retrying an interrupted model call).
 ///
 /// # Errors
 ///
-/// Append errors; with [`OnUnknown::Fail`], a side effect of unknown outcome.
+/// Append errors; with [`OnUnknown::Fail`], a side effect of unknown
+/// outcome (the session is left unchanged); a verdict recovery could not
+/// settle.
 pub fn resume(session: &Session, rt: &mut Runtime) -> Result<Resumed> {
     let before = session.verdict();
     if !matches!(
@@ -60,191 +56,282 @@ pub fn resume(session: &Session, rt: &mut Runtime) -> Result<Resumed> {
     ) {
         rt.observer.event(&Event::Verdict(&before));
     }
-    let mut actions = Vec::new();
-    for _ in 0..64 {
-        let Some(op) = session.resume_operation() else {
-            return Ok(Resumed {
-                before,
-                actions,
-                end: None,
-            });
-        };
-        let verdict = session.verdict();
-        match &verdict {
-            Verdict::IndeterminateTool { calls, .. } => {
-                for call in calls {
-                    resolve_indeterminate(&op, session, rt, call, &mut actions)?;
-                }
-            }
-            Verdict::AwaitingApproval { calls, .. } => {
-                for c in calls {
-                    if reask(&op, session, rt, &c.call_id, &c.tool, &mut actions)?
-                        == Flow::Interrupted
-                    {
-                        break;
-                    }
-                }
-            }
-            Verdict::ToolsNotStarted { calls, .. } => {
-                for (i, c) in calls.iter().enumerate() {
-                    if rt.interrupt.is_set() {
-                        for rest in &calls[i..] {
-                            deny(
-                                &op,
-                                rt,
-                                &rest.call_id,
-                                &rest.tool,
-                                "Not run: the person interrupted the agent (Ctrl-C) before this call started.",
-                            )?;
-                        }
-                        break;
-                    }
-                    if c.denied {
-                        deny(
-                            &op,
-                            rt,
-                            &c.call_id,
-                            &c.tool,
-                            "A person denied this call; it was not run.",
-                        )?;
-                        act(
-                            rt,
-                            &mut actions,
-                            format!(
-                                "answered {} ({}) as denied, as the person had decided",
-                                c.call_id, c.tool
-                            ),
-                        );
-                        continue;
-                    }
-                    act(
-                        rt,
-                        &mut actions,
-                        format!("running {} ({}), which never started", c.call_id, c.tool),
-                    );
-                    run_call(&op, session, rt, &c.call_id, &c.tool, &c.arguments)?;
-                }
-            }
-            Verdict::ProviderInterrupted { .. } | Verdict::Ready { .. } => {
-                let what = if matches!(verdict, Verdict::ProviderInterrupted { .. }) {
-                    "the model call was interrupted: asking again and continuing the operation"
-                } else {
-                    "continuing the open operation"
-                };
-                act(rt, &mut actions, what.to_owned());
-                let end = drive(op, session, rt)?;
-                return Ok(Resumed {
-                    before,
-                    actions,
-                    end: Some(end),
-                });
-            }
-            Verdict::Finished { .. } => {
-                return Ok(Resumed {
-                    before,
-                    actions,
-                    end: None,
-                });
-            }
-            other => bail!(
-                "cannot act on the verdict {}: this cairn-agent is older than the cairn library",
-                other.name()
-            ),
-        }
-        if session.verdict() == verdict && !rt.interrupt.is_set() {
-            bail!(
-                "recovery made no progress on the verdict {}",
-                verdict.name()
-            );
-        }
+    let mut agent = AgentResolver {
+        session,
+        rt: &mut *rt,
+        actions: Vec::new(),
+    };
+    let report = cairn::recover_with(session, &mut agent);
+    let mut actions = agent.actions;
+    match report {
+        Ok(_) => {}
+        Err(RecoveryError::Stopped(why)) => bail!("{why}"),
+        Err(e) => return Err(e.into()),
     }
-    bail!(
-        "recovery did not settle (verdict {}); run `cairn recover` to inspect",
-        session.verdict().name()
-    )
+    let after = session.verdict();
+    let end = match (&after, session.resume_operation()) {
+        (
+            Verdict::IndeterminateTool { .. }
+            | Verdict::AwaitingApproval { .. }
+            | Verdict::ToolsNotStarted { .. },
+            _,
+        ) => bail!(
+            "recovery did not settle (verdict {}); run `cairn recover` to inspect",
+            after.name()
+        ),
+        (Verdict::ProviderInterrupted { .. } | Verdict::Ready { .. }, Some(op)) => {
+            let what = if matches!(after, Verdict::ProviderInterrupted { .. }) {
+                "the model call was interrupted: asking again and continuing the operation"
+            } else {
+                "continuing the open operation"
+            };
+            rt.observer.event(&Event::Recovery(what));
+            actions.push(what.to_owned());
+            Some(drive(op, session, rt)?)
+        }
+        _ => None,
+    };
+    Ok(Resumed {
+        before,
+        actions,
+        end,
+    })
 }
 
-fn resolve_indeterminate(
-    op: &Operation<'_>,
-    session: &Session,
-    rt: &mut Runtime,
-    call: &PendingCall,
-    actions: &mut Vec<String>,
-) -> Result<()> {
-    let args = find_call(session, &call.call_id).map_or(Value::Null, |(_, a)| a);
-    let tool = rt.tools.get(&call.tool).map(Arc::clone);
-    let summary = tool
-        .as_ref()
-        .map_or_else(|| call.tool.clone(), |t| t.summary(&args));
-    let choice = match (call.effect, &tool) {
-        (_, None) => UnknownChoice::Mark,
-        (EffectClass::ReadOnly | EffectClass::Idempotent, Some(_)) => UnknownChoice::Rerun,
-        (EffectClass::SideEffect, Some(_)) => match rt.config.on_unknown {
-            OnUnknown::Ask => rt
-                .prompter
-                .unknown_outcome(&summary)
-                .unwrap_or(UnknownChoice::Mark),
-            OnUnknown::Mark => UnknownChoice::Mark,
-            OnUnknown::Rerun => UnknownChoice::Rerun,
-            OnUnknown::Fail => bail!(
-                "`{summary}` (call {}) may or may not have run, and --on-unknown fail stops here; the session is unchanged. Resume interactively, or with --on-unknown mark|rerun.",
-                call.call_id
-            ),
-        },
-    };
-    match (choice, tool) {
-        (UnknownChoice::Rerun, Some(tool)) => {
-            let ticket = if call.effect == EffectClass::SideEffect {
-                let by = if rt.config.on_unknown == OnUnknown::Rerun {
+/// The agent's decisions: its tools, its prompter and its flags.
+struct AgentResolver<'a> {
+    session: &'a Session,
+    rt: &'a mut Runtime,
+    actions: Vec<String>,
+}
+
+impl AgentResolver<'_> {
+    fn say(&mut self, what: String) {
+        self.rt.observer.event(&Event::Recovery(&what));
+        self.actions.push(what);
+    }
+
+    /// Asks the person to approve `summary` (unless `--yes`); the decision
+    /// to run or deny.
+    fn approve(&mut self, summary: &str) -> Decision {
+        let answer = if self.rt.config.auto_approve {
+            Approval::Yes
+        } else {
+            self.rt.prompter.approve(summary)
+        };
+        let by = if self.rt.config.auto_approve {
+            "cairn-agent --yes"
+        } else {
+            "person"
+        };
+        match answer {
+            Approval::Yes | Approval::Always => {
+                if answer == Approval::Always {
+                    self.rt.config.auto_approve = true;
+                }
+                Decision::Run {
+                    approved_by: Some(by.to_owned()),
+                }
+            }
+            Approval::No => Decision::Deny {
+                by: Some("person".to_owned()),
+                reason: DENIED_BY_PERSON.to_owned(),
+            },
+            Approval::Interrupted => {
+                self.rt.interrupt.trigger();
+                Decision::Deny {
+                    by: Some("person".to_owned()),
+                    reason: "Not run: the person interrupted the agent (Ctrl-C) at the approval prompt.".to_owned(),
+                }
+            }
+            Approval::NoOneToAsk => Decision::Deny {
+                by: Some("cairn-agent: no one to ask".to_owned()),
+                reason: "Not run: this tool needs the person's approval and no one could be asked (resume with --yes to allow it).".to_owned(),
+            },
+        }
+    }
+
+    fn indeterminate(&mut self, call: &cairn::PendingCall, arguments: &Value) -> Decision {
+        let tool = self.rt.tools.get(&call.tool).map(Arc::clone);
+        let summary = tool
+            .as_ref()
+            .map_or_else(|| call.tool.clone(), |t| t.summary(arguments));
+        let choice = match (call.effect, &tool) {
+            (_, None) => UnknownChoice::Mark,
+            (EffectClass::ReadOnly | EffectClass::Idempotent, Some(_)) => UnknownChoice::Rerun,
+            (EffectClass::SideEffect, Some(_)) => match self.rt.config.on_unknown {
+                OnUnknown::Ask => self
+                    .rt
+                    .prompter
+                    .unknown_outcome(&summary)
+                    .unwrap_or(UnknownChoice::Mark),
+                OnUnknown::Mark => UnknownChoice::Mark,
+                OnUnknown::Rerun => UnknownChoice::Rerun,
+                OnUnknown::Fail => {
+                    return Decision::Stop(format!(
+                        "`{summary}` (call {}) may or may not have run, and --on-unknown fail stops here; the session is unchanged. Resume interactively, or with --on-unknown mark|rerun.",
+                        call.call_id
+                    ));
+                }
+            },
+        };
+        match choice {
+            UnknownChoice::Rerun if call.effect == EffectClass::SideEffect => {
+                let by = if self.rt.config.on_unknown == OnUnknown::Rerun {
                     "cairn-agent --on-unknown rerun"
                 } else {
                     "person"
                 };
-                act(
-                    rt,
-                    actions,
-                    format!(
-                        "`{summary}` may or may not have run: re-running it, as decided ({by})"
-                    ),
-                );
-                op.rerun_side_effect(call, by)?
-            } else {
-                act(
-                    rt,
-                    actions,
-                    format!(
-                        "`{summary}` may or may not have run; it is {}: re-running it with its idempotency key {}",
-                        effect_name(call.effect),
-                        call.key
-                    ),
-                );
-                op.rerun(call)?
-            };
-            execute(op, session, rt, ticket, &tool, &args)?;
-        }
-        (UnknownChoice::Rerun | UnknownChoice::Mark, _) => {
-            op.record_unknown(call)?;
-            act(
-                rt,
-                actions,
-                format!(
-                    "`{summary}` may or may not have run: recorded its outcome as TOOL_OUTCOME_UNKNOWN (not re-run)"
-                ),
-            );
-        }
-        (UnknownChoice::Tell(what), _) => {
-            op.provide_outcome(
-                call,
-                ToolOutput::text(format!("The agent stopped before this call's result was recorded. The person reports what happened: {what}")),
-            )?;
-            act(
-                rt,
-                actions,
-                format!("`{summary}`: recorded what the person said happened"),
-            );
+                self.say(format!(
+                    "`{summary}` may or may not have run: re-running it, as decided ({by})"
+                ));
+                Decision::Rerun {
+                    by: Some(by.to_owned()),
+                }
+            }
+            UnknownChoice::Rerun => {
+                self.say(format!(
+                    "`{summary}` may or may not have run; it is {}: re-running it with its idempotency key {}",
+                    effect_name(call.effect),
+                    call.key
+                ));
+                Decision::Rerun { by: None }
+            }
+            UnknownChoice::Mark => Decision::MarkUnknown,
+            UnknownChoice::Tell(what) => Decision::Outcome(ToolOutput::text(format!(
+                "The agent stopped before this call's result was recorded. The person reports what happened: {what}"
+            ))),
         }
     }
-    Ok(())
+}
+
+impl Resolver for AgentResolver<'_> {
+    fn decide(&mut self, item: Pending<'_>, can_run: bool) -> Decision {
+        match item {
+            Pending::Indeterminate { call, arguments } => self.indeterminate(call, arguments),
+            Pending::Approval { call, arguments } => {
+                let tool = match self.rt.tools.check(&call.tool, arguments) {
+                    Ok(t) => Arc::clone(t),
+                    Err(why) => {
+                        return Decision::Deny {
+                            by: Some("cairn-agent".to_owned()),
+                            reason: why,
+                        };
+                    }
+                };
+                let summary = tool.summary(arguments);
+                self.say(format!(
+                    "asking again for approval of `{summary}` (the earlier prompt was interrupted)"
+                ));
+                self.approve(&summary)
+            }
+            Pending::NotStarted(c) => {
+                if self.rt.interrupt.is_set() {
+                    return Decision::Deny {
+                        by: None,
+                        reason: INTERRUPTED.to_owned(),
+                    };
+                }
+                if c.denied {
+                    return Decision::Deny {
+                        by: None,
+                        reason: DENIED_BY_PERSON.to_owned(),
+                    };
+                }
+                if !can_run {
+                    return Decision::CloseNotStarted;
+                }
+                let tool = match self.rt.tools.check(&c.tool, &c.arguments) {
+                    Ok(t) => Arc::clone(t),
+                    Err(why) => {
+                        return Decision::Deny {
+                            by: None,
+                            reason: why,
+                        };
+                    }
+                };
+                let summary = tool.summary(&c.arguments);
+                self.say(format!(
+                    "running `{summary}` ({}), which never started",
+                    c.call_id
+                ));
+                if tool.effect() == EffectClass::SideEffect {
+                    self.approve(&summary)
+                } else {
+                    Decision::Run { approved_by: None }
+                }
+            }
+        }
+    }
+
+    fn runner(&mut self) -> Option<&mut dyn ToolRunner> {
+        Some(self)
+    }
+
+    fn done(&mut self, action: &Action) {
+        let (call_id, tool) = (action.call_id.as_str(), action.tool.as_str());
+        match (&action.kind, &action.entry, &action.output) {
+            (ActionKind::Reran { .. } | ActionKind::Ran, Some(entry), Some(output)) => {
+                self.rt.observer.event(&Event::ToolResult {
+                    call_id,
+                    tool,
+                    entry,
+                    output,
+                });
+            }
+            (ActionKind::Denied { reason }, entry, _) => self.rt.observer.event(&Event::Denied {
+                call_id,
+                tool,
+                reason,
+                entry: entry.as_ref(),
+            }),
+            _ => {}
+        }
+        self.say(action.to_string());
+    }
+}
+
+impl ToolRunner for AgentResolver<'_> {
+    fn effect(&self, tool: &str) -> EffectClass {
+        self.rt
+            .tools
+            .get(tool)
+            .map_or(EffectClass::SideEffect, |t| t.effect())
+    }
+
+    fn run(&mut self, call_id: &str, name: &str, arguments: &Value, key: &str) -> ToolOutput {
+        let Some(tool) = self.rt.tools.get(name).map(Arc::clone) else {
+            return ToolOutput::error(format!("Not run: there is no tool named {name:?}."));
+        };
+        self.rt.observer.event(&Event::Dispatched {
+            call_id,
+            tool: name,
+            key,
+        });
+        let output = run_tool(&tool, self.session, self.rt, call_id, arguments, key);
+        if let Some(hook) = &self.rt.after_tool_effect {
+            hook(name, call_id);
+        }
+        output
+    }
+}
+
+fn run_tool(
+    tool: &Arc<dyn Tool>,
+    session: &Session,
+    rt: &Runtime,
+    call_id: &str,
+    arguments: &Value,
+    key: &str,
+) -> ToolOutput {
+    tool.run(&ToolCall {
+        call_id,
+        arguments,
+        key,
+        session,
+        env: &rt.env,
+        interrupt: &rt.interrupt,
+    })
 }
 
 fn effect_name(e: EffectClass) -> &'static str {
@@ -252,84 +339,5 @@ fn effect_name(e: EffectClass) -> &'static str {
         EffectClass::ReadOnly => "read-only",
         EffectClass::Idempotent => "idempotent",
         EffectClass::SideEffect => "a side effect",
-    }
-}
-
-fn reask(
-    op: &Operation<'_>,
-    session: &Session,
-    rt: &mut Runtime,
-    call_id: &str,
-    tool_name: &str,
-    actions: &mut Vec<String>,
-) -> Result<Flow> {
-    let args = find_call(session, call_id).map_or(Value::Null, |(_, a)| a);
-    let tool = match rt.tools.check(tool_name, &args) {
-        Ok(t) => Arc::clone(t),
-        Err(why) => {
-            op.resolve_approval(call_id, false, Some("cairn-agent"))?;
-            deny(op, rt, call_id, tool_name, &why)?;
-            return Ok(Flow::Continue);
-        }
-    };
-    let summary = tool.summary(&args);
-    act(
-        rt,
-        actions,
-        format!("asking again for approval of `{summary}` (the earlier prompt was interrupted)"),
-    );
-    let answer = if rt.config.auto_approve {
-        Approval::Yes
-    } else {
-        rt.prompter.approve(&summary)
-    };
-    match answer {
-        Approval::Yes | Approval::Always => {
-            let by = if rt.config.auto_approve {
-                "cairn-agent --yes"
-            } else {
-                "person"
-            };
-            if answer == Approval::Always {
-                rt.config.auto_approve = true;
-            }
-            op.resolve_approval(call_id, true, Some(by))?;
-            let ticket = op.dispatch_tool(call_id, tool.effect())?;
-            execute(op, session, rt, ticket, &tool, &args)
-        }
-        Approval::No => {
-            op.resolve_approval(call_id, false, Some("person"))?;
-            deny(
-                op,
-                rt,
-                call_id,
-                tool_name,
-                "The person denied this call; it was not run.",
-            )?;
-            Ok(Flow::Continue)
-        }
-        Approval::Interrupted => {
-            op.resolve_approval(call_id, false, Some("person"))?;
-            deny(
-                op,
-                rt,
-                call_id,
-                tool_name,
-                "Not run: the person interrupted the agent (Ctrl-C) at the approval prompt.",
-            )?;
-            rt.interrupt.trigger();
-            Ok(Flow::Interrupted)
-        }
-        Approval::NoOneToAsk => {
-            op.resolve_approval(call_id, false, Some("cairn-agent: no one to ask"))?;
-            deny(
-                op,
-                rt,
-                call_id,
-                tool_name,
-                "Not run: this tool needs the person's approval and no one could be asked (resume with --yes to allow it).",
-            )?;
-            Ok(Flow::Continue)
-        }
     }
 }

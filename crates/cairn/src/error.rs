@@ -182,6 +182,34 @@ pub enum Invalid {
         /// What is wrong.
         problem: String,
     },
+    /// A `tool_dispatched` record's idempotency key is not the documented
+    /// derivation (`journal::idempotency_key`).
+    #[error(
+        "tool_dispatched for call {call_id:?} has idempotency key {found:?}, expected {expected:?} (derived from the session, operation and call ids; see FORMAT.md section 5)"
+    )]
+    IdempotencyKey {
+        /// The call.
+        call_id: String,
+        /// The key in the record.
+        found: String,
+        /// The derived key.
+        expected: String,
+    },
+    /// The entry would start a branch (a checkout, a fork, an explicit
+    /// parent) at a point where tool calls have no result: a provider would
+    /// receive them unanswered.
+    #[error(
+        "{at} leaves tool call(s) {} without a result on its branch; {hint}",
+        calls.join(", ")
+    )]
+    UnansweredCalls {
+        /// The entry the branch would start at.
+        at: String,
+        /// The unanswered calls.
+        calls: Vec<String>,
+        /// What to do instead (the nearest safe entries).
+        hint: String,
+    },
     /// An id does not follow the id rules.
     #[error("{0}")]
     Id(#[from] InvalidId),

@@ -14,7 +14,7 @@ use sha2::{Digest, Sha256};
 
 use crate::error::Invalid;
 use crate::id::{EntryId, SessionId};
-use crate::projection::Projector;
+use crate::projection::{CheckError, Context, EntrySource, Projector};
 use crate::record::{Body, EffectClass, Entry, EntryBody, OpRecord, Outcome, Role, ToolDispatched};
 use crate::tree::Tree;
 
@@ -159,8 +159,9 @@ pub struct PendingApproval {
 #[serde(tag = "verdict", rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum Verdict {
-    /// Tools were dispatched and have no result: they may have run. Never
-    /// re-run blindly (see each call's effect class).
+    /// Tools were dispatched and have no result on the branch: they may have
+    /// run (or, while a writer holds the session, may still be running).
+    /// Never re-run blindly (see each call's effect class).
     IndeterminateTool {
         /// The operation.
         op: String,
@@ -191,11 +192,12 @@ pub enum Verdict {
         /// The id that attempt's assistant entry would have used.
         entry: EntryId,
     },
-    /// The last assistant message has tool calls that were never dispatched:
-    /// they never started; run them (or close them as not started).
+    /// Tool calls on the branch have no result and were never dispatched:
+    /// they never started (on this branch); run them (or close them as not
+    /// started). Also covers calls with no operation records at all.
     ToolsNotStarted {
-        /// The operation.
-        op: String,
+        /// The last operation, if any.
+        op: Option<String>,
         /// The calls.
         calls: Vec<NotStarted>,
     },
@@ -303,8 +305,6 @@ pub(crate) struct OpProgress {
     pub attempts: Vec<Attempt>,
     pub approvals: Vec<(PendingApproval, Option<bool>)>,
     pub dispatched: Vec<Dispatch>,
-    /// Tool calls of the last assistant message of the operation.
-    pub last_calls: Vec<NotStarted>,
     /// Calls answered by tool results during the operation.
     pub answered: HashSet<String>,
 }
@@ -332,7 +332,6 @@ impl OpFold {
                 attempts: Vec::new(),
                 approvals: Vec::new(),
                 dispatched: Vec::new(),
-                last_calls: Vec::new(),
                 answered: HashSet::new(),
             });
             return;
@@ -385,10 +384,8 @@ impl OpFold {
     }
 
     pub fn apply_entry(&mut self, e: &Entry) {
+        // Results recorded after `op_finished` (by recovery) still count.
         let Some(p) = self.last.as_mut() else { return };
-        if p.finished.is_some() {
-            return;
-        }
         let EntryBody::Message(m) = &e.body else {
             return;
         };
@@ -405,79 +402,69 @@ impl OpFold {
                 }
             }
         }
-        if m.role == Role::Assistant {
-            p.last_calls = m
-                .tool_calls()
-                .map(|(call_id, tool, arguments)| NotStarted {
-                    call_id: call_id.to_owned(),
-                    tool: tool.to_owned(),
-                    arguments: arguments.clone(),
-                    denied: false,
-                })
-                .collect();
-        }
     }
 
-    /// The verdict for the last operation.
-    pub fn verdict(&self) -> Verdict {
+    /// The verdict for the branch whose context is `ctx`, given what the
+    /// last operation recorded. Every tool call of the context without a
+    /// result is pending, whether or not an operation record mentions it.
+    pub fn verdict_on(&self, ctx: &Context) -> Verdict {
+        let unanswered = unanswered_calls(ctx);
+        let op = self.last.as_ref().map(|p| p.id.clone());
         let Some(p) = &self.last else {
-            return Verdict::Ready { op: None };
+            return match not_started(unanswered, None) {
+                calls if calls.is_empty() => Verdict::Ready { op },
+                calls => Verdict::ToolsNotStarted { op, calls },
+            };
         };
-        let op = p.id.clone();
+        // Dispatched by the last operation and answered nowhere: indeterminate.
         let pending: Vec<PendingCall> = p
             .dispatched
             .iter()
-            .filter(|d| !d.answered)
+            .filter(|d| !d.answered && unanswered.iter().any(|c| c.call_id == d.record.call_id))
             .map(|d| PendingCall::from(&d.record))
             .collect();
+        let rest: Vec<OpenCall> = unanswered
+            .into_iter()
+            .filter(|c| !pending.iter().any(|d| d.call_id == c.call_id))
+            .collect();
         if !pending.is_empty() {
-            return Verdict::IndeterminateTool { op, calls: pending };
+            return Verdict::IndeterminateTool {
+                op: p.id.clone(),
+                calls: pending,
+            };
+        }
+        if p.finished.is_none() {
+            let waiting: Vec<PendingApproval> = p
+                .approvals
+                .iter()
+                .filter(|(x, a)| a.is_none() && rest.iter().any(|c| c.call_id == x.call_id))
+                .map(|(x, _)| x.clone())
+                .collect();
+            if !waiting.is_empty() {
+                return Verdict::AwaitingApproval {
+                    op: p.id.clone(),
+                    calls: waiting,
+                };
+            }
+        }
+        let calls = not_started(rest, Some(p));
+        if !calls.is_empty() {
+            return Verdict::ToolsNotStarted { op, calls };
         }
         if let Some(outcome) = p.finished {
-            return Verdict::Finished { op, outcome };
-        }
-        let waiting: Vec<PendingApproval> = p
-            .approvals
-            .iter()
-            .filter(|(_, a)| a.is_none())
-            .map(|(x, _)| x.clone())
-            .collect();
-        if !waiting.is_empty() {
-            return Verdict::AwaitingApproval { op, calls: waiting };
+            return Verdict::Finished {
+                op: p.id.clone(),
+                outcome,
+            };
         }
         if let Some(a) = p.attempts.last().filter(|a| !a.fulfilled) {
             return Verdict::ProviderInterrupted {
-                op,
+                op: p.id.clone(),
                 attempt: a.attempt,
                 entry: a.entry.clone(),
             };
         }
-        let dispatched: HashSet<&str> = p
-            .dispatched
-            .iter()
-            .map(|d| d.record.call_id.as_str())
-            .collect();
-        let not_started: Vec<NotStarted> = p
-            .last_calls
-            .iter()
-            .filter(|c| {
-                !dispatched.contains(c.call_id.as_str()) && !p.answered.contains(&c.call_id)
-            })
-            .map(|c| NotStarted {
-                denied: p
-                    .approvals
-                    .iter()
-                    .any(|(a, answer)| a.call_id == c.call_id && *answer == Some(false)),
-                ..c.clone()
-            })
-            .collect();
-        if !not_started.is_empty() {
-            return Verdict::ToolsNotStarted {
-                op,
-                calls: not_started,
-            };
-        }
-        Verdict::Ready { op: Some(op) }
+        Verdict::Ready { op }
     }
 
     /// The log-derived phase of the last operation.
@@ -495,6 +482,130 @@ impl OpFold {
     /// The open (unfinished) operation, if any.
     pub fn open(&self) -> Option<&OpProgress> {
         self.last.as_ref().filter(|p| p.finished.is_none())
+    }
+}
+
+/// A tool call of a context that has no result in it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct OpenCall {
+    /// The call.
+    pub call_id: String,
+    /// The tool.
+    pub tool: String,
+    /// Its arguments.
+    pub arguments: Value,
+    /// The assistant entry holding the call.
+    pub entry: EntryId,
+}
+
+/// The tool calls of `ctx` with no result in it, in order. A provider must
+/// never receive one of these: recovery answers them, and the model view
+/// refuses to hold them.
+pub fn unanswered_calls(ctx: &Context) -> Vec<OpenCall> {
+    let mut open: Vec<OpenCall> = Vec::new();
+    for cm in ctx.messages() {
+        let m = cm.message();
+        let answered: HashSet<&str> = m.tool_results().collect();
+        if !answered.is_empty() {
+            open.retain(|c| !answered.contains(c.call_id.as_str()));
+        }
+        for (call_id, tool, arguments) in m.tool_calls() {
+            open.push(OpenCall {
+                call_id: call_id.to_owned(),
+                tool: tool.to_owned(),
+                arguments: arguments.clone(),
+                entry: cm.entry().clone(),
+            });
+        }
+    }
+    open
+}
+
+/// The calls of `open` as never started, marked denied where the last
+/// operation recorded a person's denial.
+fn not_started(open: Vec<OpenCall>, last: Option<&OpProgress>) -> Vec<NotStarted> {
+    open.into_iter()
+        .map(|c| NotStarted {
+            denied: last.is_some_and(|p| {
+                p.approvals
+                    .iter()
+                    .any(|(a, answer)| a.call_id == c.call_id && *answer == Some(false))
+            }),
+            call_id: c.call_id,
+            tool: c.tool,
+            arguments: c.arguments,
+        })
+        .collect()
+}
+
+/// Checks an entry that starts a branch (its parent is not the leaf: a
+/// checkout, an explicit parent) against `ctx`, the context at its parent:
+/// every tool call unanswered there must be answered by the entry itself,
+/// so that no branch starts with a call a provider would receive without a
+/// result. The refusal names the nearest safe entries.
+pub(crate) fn check_branch_point(
+    ctx: &Context,
+    entry: &Entry,
+    tree: &Tree,
+    src: &dyn EntrySource,
+) -> Result<(), CheckError> {
+    let answered: HashSet<&str> = match &entry.body {
+        EntryBody::Message(m) => m.tool_results().collect(),
+        _ => HashSet::new(),
+    };
+    let left: Vec<OpenCall> = unanswered_calls(ctx)
+        .into_iter()
+        .filter(|c| !answered.contains(c.call_id.as_str()))
+        .collect();
+    if left.is_empty() {
+        return Ok(());
+    }
+    let Some(at) = ctx.leaf() else {
+        return Ok(());
+    };
+    let before = tree
+        .get(&left[0].entry)
+        .and_then(|n| tree.node(n).parent)
+        .map(|n| tree.node(n).id.clone());
+    let mut after = None;
+    for child in tree.children(tree.get(at)) {
+        if let EntryBody::Message(m) = src.entry(child)?.body {
+            let results: HashSet<&str> = m.tool_results().collect();
+            if left.iter().all(|c| results.contains(c.call_id.as_str())) {
+                after = Some(tree.node(child).id.clone());
+                break;
+            }
+        }
+    }
+    Err(unanswered_at(at, &left, before.as_ref(), after.as_ref()).into())
+}
+
+/// The refusal of a branch (checkout or fork) at `at`, where `left` are
+/// unanswered; `before` is the entry before the first of them, `after` an
+/// entry below `at` that answers them all.
+pub(crate) fn unanswered_at(
+    at: &EntryId,
+    left: &[OpenCall],
+    before: Option<&EntryId>,
+    after: Option<&EntryId>,
+) -> Invalid {
+    let before = match before {
+        Some(b) => format!("use {b} instead (the entry before the calls, to ask the model again)"),
+        None => {
+            "start from the beginning of the session instead (to ask the model again)".to_owned()
+        }
+    };
+    let after = match after {
+        Some(a) => format!(", or {a} (where they are answered)"),
+        None => String::new(),
+    };
+    Invalid::UnansweredCalls {
+        at: format!("entry {at}"),
+        calls: left
+            .iter()
+            .map(|c| format!("{:?} ({})", c.call_id, c.tool))
+            .collect(),
+        hint: format!("{before}{after}"),
     }
 }
 
@@ -544,7 +655,13 @@ impl OpFold {
     }
 
     /// Checks an operation record against the journal so far and the branch.
-    pub fn check_op(&self, op: &OpRecord, tree: &Tree, proj: &Projector) -> Result<(), Invalid> {
+    pub fn check_op(
+        &self,
+        session: &SessionId,
+        op: &OpRecord,
+        tree: &Tree,
+        proj: &Projector,
+    ) -> Result<(), Invalid> {
         let open = self.open();
         let other = |s: String| Err(Invalid::Other(s));
         let op_id = match op {
@@ -591,6 +708,14 @@ impl OpFold {
                 }
             }
             OpRecord::ToolDispatched(t) => {
+                let expected = idempotency_key(session, &t.op, &t.call_id);
+                if t.key != expected {
+                    return Err(Invalid::IdempotencyKey {
+                        call_id: t.call_id.clone(),
+                        found: t.key.clone(),
+                        expected,
+                    });
+                }
                 match proj.call_state(&t.call_id) {
                     None => {
                         return other(format!(
@@ -640,14 +765,20 @@ impl OpFold {
     }
 }
 
-/// The recovery verdict of a sequence of records (a session's records in
-/// `seq` order, or any suffix starting at the last `op_started`). Pure.
+/// The recovery verdict of a session's records in `seq` order, for the
+/// branch of the last entry. Pure.
 pub fn verdict<'a>(records: impl IntoIterator<Item = &'a Body>) -> Verdict {
     let mut fold = OpFold::default();
+    let mut entries = Vec::new();
     for r in records {
         fold.apply(r);
+        if let Body::Entry(e) = r {
+            entries.push(e.clone());
+        }
     }
-    fold.verdict()
+    let leaf = entries.last().map(|e| e.id.clone());
+    let ctx = Context::fold(&Value::Object(Default::default()), &entries, leaf.as_ref());
+    fold.verdict_on(&ctx)
 }
 
 #[cfg(test)]

@@ -35,6 +35,7 @@ pub mod memory;
 mod operation;
 mod projection;
 pub mod record;
+pub mod recovery;
 mod session;
 pub mod steps;
 mod store;
@@ -50,14 +51,16 @@ pub use backend::{Access, Backend, FileBackend, MemoryBackend};
 pub use commit::Durability;
 pub use error::{AppendError, Damage, Invalid, LookupError, OpenError, ReadError, StoreError};
 pub use id::{EntryId, InvalidId, SessionId};
-pub use journal::{OpPhase, PendingCall, Status, Verdict};
-pub use operation::{
-    ModelTicket, Operation, Policy, RecoveryReport, ToolOutput, ToolRunner, ToolTicket, recover,
-};
+pub use journal::{NotStarted, OpPhase, PendingApproval, PendingCall, Status, Verdict};
+pub use operation::{ModelTicket, Operation, ToolOutput, ToolTicket};
 pub use projection::{ActiveCompaction, Context, ContextMessage, Source, apply_state, merge_patch};
 pub use record::{
     AppStateChange, Block, Body, Checkout, Compaction, Custom, EffectClass, Entry, EntryBody,
     Header, Label, Lineage, Message, OpRecord, Outcome, Record, Role, SessionInfo, Settings, Usage,
+};
+pub use recovery::{
+    Action, ActionKind, Decision, MAX_RECOVERY_ROUNDS, Pending, Policy, RecoveryError,
+    RecoveryReport, Resolver, ToolRunner, recover, recover_with,
 };
 pub use session::{Appended, NewEntry, NewSession, NodeInfo, OpenReport, Parent, Session, WRITER};
 pub use store::{Store, child_reference, locate_path, summary_of};

@@ -9,7 +9,7 @@ use serde_json::Value;
 use crate::commit::Durability;
 use crate::error::{AppendError, Invalid};
 use crate::id::EntryId;
-use crate::journal::{self, NotStarted, PendingApproval, PendingCall, Status, Verdict};
+use crate::journal::{self, NotStarted, PendingCall, Status, Verdict};
 use crate::record::{
     ApprovalRequested, ApprovalResolved, Block, EffectClass, EntryBody, InputQueued, Message,
     ModelAttempted, OpFinished, OpRecord, OpStarted, Outcome, Role, ToolDispatched, Usage,
@@ -142,9 +142,11 @@ impl Session {
             .map(|id| Operation { session: self, id })
     }
 
-    /// The recovery verdict for the last operation: a pure function of the log.
+    /// The recovery verdict of the branch: a pure function of the log (the
+    /// branch's unanswered tool calls, and the last operation's records).
     pub fn verdict(&self) -> Verdict {
-        self.with_fold(journal::OpFold::verdict)
+        let ctx = self.context();
+        self.with_fold(|f| f.verdict_on(&ctx))
     }
 
     /// The log-derived phase of the last operation (see [`Session::status`]).
@@ -376,25 +378,7 @@ impl<'s> Operation<'s> {
         output: ToolOutput,
         d: Durability,
     ) -> Result<Appended, AppendError> {
-        let block = Block::ToolResult {
-            call_id: call_id.to_owned(),
-            content: output.content,
-            is_error: output.is_error,
-            code: output.code,
-        };
-        let message = Message {
-            role: Role::Tool,
-            content: vec![block],
-            usage: None,
-            model: None,
-            stop_reason: None,
-        };
-        let new = NewEntry {
-            id,
-            parent: Parent::Leaf,
-            body: EntryBody::Message(message),
-        };
-        self.session.append_entry_at(new, None, Some(d))
+        append_result(self.session, id, call_id, output, d)
     }
 
     /// Answers a call that was denied approval (or that the loop chose not
@@ -414,12 +398,7 @@ impl<'s> Operation<'s> {
     ///
     /// Append errors.
     pub fn close_not_started(&self, call: &NotStarted) -> Result<Appended, AppendError> {
-        let mut out = ToolOutput::error(format!(
-            "The tool call {} ({}) never started: the agent stopped before running it. It had no effect; request it again if it is still needed.",
-            call.call_id, call.tool
-        ));
-        out.code = Some(journal::TOOL_NOT_STARTED.to_owned());
-        self.append_result(None, &call.call_id, out, Durability::Sync)
+        close_not_started(self.session, &call.call_id, &call.tool)
     }
 
     /// Re-dispatches an indeterminate call to run it again with the same
@@ -481,23 +460,7 @@ impl<'s> Operation<'s> {
     ///
     /// Append errors.
     pub fn record_unknown(&self, call: &PendingCall) -> Result<Appended, AppendError> {
-        let advice = match call.effect {
-            EffectClass::ReadOnly | EffectClass::Idempotent => "It is safe to run it again.",
-            EffectClass::SideEffect => {
-                "Do not assume it failed: check whether its effect happened before running it again."
-            }
-        };
-        let mut out = ToolOutput::error(format!(
-            "The tool call {} ({}) started but the agent stopped before its result was recorded, so its outcome is unknown. {advice}",
-            call.call_id, call.tool
-        ));
-        out.code = Some(journal::TOOL_OUTCOME_UNKNOWN.to_owned());
-        self.append_result(
-            Some(call.result_entry.clone()),
-            &call.call_id,
-            out,
-            Durability::Sync,
-        )
+        record_unknown(self.session, call)
     }
 
     /// Records what a person says happened to an indeterminate call.
@@ -557,157 +520,71 @@ impl<'s> Operation<'s> {
     }
 }
 
-/// Runs tools for recovery: the host's tool implementations. `run` is
-/// called for calls that never started (and re-runs of safe indeterminate
-/// ones); it must apply the host's own approval rules, as the loop would have.
-pub trait ToolRunner {
-    /// The effect class the host declares for `tool`.
-    fn effect(&self, tool: &str) -> EffectClass;
-    /// Runs `tool` with `arguments`, passing `key` downstream as its
-    /// idempotency key.
-    fn run(&mut self, call_id: &str, tool: &str, arguments: &Value, key: &str) -> ToolOutput;
-}
-
-/// How [`recover`] resolves each verdict without asking anyone.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Policy {
-    /// Re-run indeterminate `ReadOnly`/`Idempotent` calls (with their key)
-    /// when a runner is given; otherwise record them as unknown.
-    pub rerun_safe: bool,
-    /// Run calls that never started when a runner is given; otherwise close
-    /// them as `TOOL_NOT_STARTED`.
-    pub run_not_started: bool,
-    /// Deny approvals that were never answered (instead of leaving them).
-    pub deny_pending_approvals: bool,
-}
-
-impl Default for Policy {
-    /// Re-run what is safe, run what never started, deny unanswered approvals;
-    /// `SideEffect` calls are always recorded as unknown.
-    fn default() -> Policy {
-        Policy {
-            rerun_safe: true,
-            run_not_started: true,
-            deny_pending_approvals: true,
-        }
-    }
-}
-
-/// What [`recover`] did.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RecoveryReport {
-    /// The verdict before recovery.
-    pub before: Verdict,
-    /// One line per action taken.
-    pub actions: Vec<String>,
-    /// The verdict after recovery.
-    pub after: Verdict,
-}
-
-/// Resolves the session's verdict under `policy`, appending real results so
-/// the context has no tool call without one. `ProviderInterrupted` and
-/// `Ready` need the agent loop (retry the model, continue): they are left
-/// as they are. Repeats until the verdict stops changing.
-///
-/// # Errors
-///
-/// Append errors.
-pub fn recover(
+/// Appends a tool result at the leaf (with or without an open operation).
+pub(crate) fn append_result(
     session: &Session,
-    policy: Policy,
-    mut runner: Option<&mut dyn ToolRunner>,
-) -> Result<RecoveryReport, AppendError> {
-    let before = session.verdict();
-    let mut actions = Vec::new();
-    for _ in 0..8 {
-        let verdict = session.verdict();
-        let Some(op) = session.resume_operation() else {
-            break;
-        };
-        match &verdict {
-            Verdict::IndeterminateTool { calls, .. } => {
-                for call in calls {
-                    let safe =
-                        matches!(call.effect, EffectClass::ReadOnly | EffectClass::Idempotent);
-                    match runner.as_deref_mut() {
-                        Some(r) if safe && policy.rerun_safe => {
-                            let ticket = op.rerun(call)?;
-                            let args = session
-                                .find_call(&call.call_id)
-                                .map(|(_, a)| a)
-                                .unwrap_or(Value::Null);
-                            let out = r.run(&call.call_id, &call.tool, &args, ticket.key());
-                            op.record_result(ticket, out)?;
-                            actions.push(format!(
-                                "re-ran {} ({}) with key {}",
-                                call.call_id, call.tool, call.key
-                            ));
-                        }
-                        _ => {
-                            op.record_unknown(call)?;
-                            actions.push(format!(
-                                "recorded {} ({}) as TOOL_OUTCOME_UNKNOWN",
-                                call.call_id, call.tool
-                            ));
-                        }
-                    }
-                }
-            }
-            Verdict::AwaitingApproval { calls, .. } if policy.deny_pending_approvals => {
-                for PendingApproval { call_id, tool } in calls {
-                    op.resolve_approval(call_id, false, Some("cairn recover"))?;
-                    op.deny(
-                        call_id,
-                        "The approval prompt for this call was interrupted; the call was not run.",
-                    )?;
-                    actions.push(format!(
-                        "denied the unanswered approval of {call_id} ({tool})"
-                    ));
-                }
-            }
-            Verdict::ToolsNotStarted { calls, .. } => {
-                for call in calls {
-                    if call.denied {
-                        op.deny(&call.call_id, "A person denied this call; it was not run.")?;
-                        actions.push(format!(
-                            "answered {} ({}) as denied, as a person decided",
-                            call.call_id, call.tool
-                        ));
-                        continue;
-                    }
-                    match runner.as_deref_mut() {
-                        Some(r) if policy.run_not_started => {
-                            let ticket = op.dispatch_tool(&call.call_id, r.effect(&call.tool))?;
-                            let out =
-                                r.run(&call.call_id, &call.tool, &call.arguments, ticket.key());
-                            op.record_result(ticket, out)?;
-                            actions.push(format!(
-                                "ran {} ({}), which had never started",
-                                call.call_id, call.tool
-                            ));
-                        }
-                        _ => {
-                            op.close_not_started(call)?;
-                            actions.push(format!(
-                                "closed {} ({}) as TOOL_NOT_STARTED",
-                                call.call_id, call.tool
-                            ));
-                        }
-                    }
-                }
-            }
-            Verdict::AwaitingApproval { .. }
-            | Verdict::Finished { .. }
-            | Verdict::ProviderInterrupted { .. }
-            | Verdict::Ready { .. } => break,
+    id: Option<EntryId>,
+    call_id: &str,
+    output: ToolOutput,
+    d: Durability,
+) -> Result<Appended, AppendError> {
+    let block = Block::ToolResult {
+        call_id: call_id.to_owned(),
+        content: output.content,
+        is_error: output.is_error,
+        code: output.code,
+    };
+    let message = Message {
+        role: Role::Tool,
+        content: vec![block],
+        usage: None,
+        model: None,
+        stop_reason: None,
+    };
+    let new = NewEntry {
+        id,
+        parent: Parent::Leaf,
+        body: EntryBody::Message(message),
+    };
+    session.append_entry_at(new, None, Some(d))
+}
+
+/// Closes a call that never started (on this branch) with a
+/// `TOOL_NOT_STARTED` result.
+pub(crate) fn close_not_started(
+    session: &Session,
+    call_id: &str,
+    tool: &str,
+) -> Result<Appended, AppendError> {
+    let mut out = ToolOutput::error(format!(
+        "The tool call {call_id} ({tool}) never started: the agent stopped before running it. It had no effect; request it again if it is still needed."
+    ));
+    out.code = Some(journal::TOOL_NOT_STARTED.to_owned());
+    append_result(session, None, call_id, out, Durability::Sync)
+}
+
+/// Records an indeterminate call's outcome as unknown (`TOOL_OUTCOME_UNKNOWN`),
+/// under its preallocated result id.
+pub(crate) fn record_unknown(
+    session: &Session,
+    call: &PendingCall,
+) -> Result<Appended, AppendError> {
+    let advice = match call.effect {
+        EffectClass::ReadOnly | EffectClass::Idempotent => "It is safe to run it again.",
+        EffectClass::SideEffect => {
+            "Do not assume it failed: check whether its effect happened before running it again."
         }
-        if session.verdict() == verdict {
-            break;
-        }
-    }
-    Ok(RecoveryReport {
-        before,
-        actions,
-        after: session.verdict(),
-    })
+    };
+    let mut out = ToolOutput::error(format!(
+        "The tool call {} ({}) started but the agent stopped before its result was recorded, so its outcome is unknown. {advice}",
+        call.call_id, call.tool
+    ));
+    out.code = Some(journal::TOOL_OUTCOME_UNKNOWN.to_owned());
+    append_result(
+        session,
+        Some(call.result_entry.clone()),
+        &call.call_id,
+        out,
+        Durability::Sync,
+    )
 }

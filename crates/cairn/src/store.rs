@@ -287,6 +287,11 @@ impl Store {
     /// override it, a `session_info` entry with `title` is appended after the
     /// copied branch.
     ///
+    /// A fork at an entry whose branch has a tool call without a result (an
+    /// assistant entry whose calls are answered only on another branch, or
+    /// not at all) is refused with [`crate::Invalid::UnansweredCalls`],
+    /// which names the nearest safe entries.
+    ///
     /// # Errors
     ///
     /// Open, read or append errors; the partial fork is removed on failure.
@@ -297,6 +302,7 @@ impl Store {
         title: Option<String>,
     ) -> Result<Session, StoreError> {
         let entries = source.branch_entries(at)?;
+        source.check_fork_point(&entries, at)?;
         let h = source.header();
         let fork = self.create(NewSession {
             id: None,

@@ -7,9 +7,15 @@
 //! characters of text (rounded up), plus 4 per message for the framing,
 //! with tool arguments counted as their JSON text. Good enough to decide when
 //! to compact; use the provider's reported usage for billing.
+//!
+//! A view never holds a tool call without its result: a provider would
+//! refuse it (an OpenAI-compatible endpoint answers HTTP 400). The builder
+//! refuses such a context with [`ViewError::UnansweredCalls`]; recovery
+//! (`cairn::recover_with`) answers the calls first.
 
 use serde::Serialize;
 
+use crate::journal::unanswered_calls;
 use crate::memory::SessionMemory;
 use crate::projection::Context;
 use crate::record::{Block, Message, Role};
@@ -86,6 +92,21 @@ fn estimate_block(b: &Block) -> usize {
     }
 }
 
+/// Why a view cannot be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ViewError {
+    /// The context holds tool calls without a result.
+    #[error(
+        "the context holds tool call(s) {} without a result, which a provider refuses; recover the session first (`cairn recover`, or resume the agent)",
+        calls.join(", ")
+    )]
+    UnansweredCalls {
+        /// The calls, as `id (tool)`.
+        calls: Vec<String>,
+    },
+}
+
 /// The over-budget hook.
 type Hook<'h> = Box<dyn FnMut(&ModelView) + 'h>;
 
@@ -139,7 +160,25 @@ impl<'h> ViewBuilder<'h> {
     }
 
     /// Assembles the view.
-    pub fn build(&mut self, memory: Option<&SessionMemory>, context: &Context) -> ModelView {
+    ///
+    /// # Errors
+    ///
+    /// [`ViewError::UnansweredCalls`] when the context holds a tool call
+    /// without a result.
+    pub fn build(
+        &mut self,
+        memory: Option<&SessionMemory>,
+        context: &Context,
+    ) -> Result<ModelView, ViewError> {
+        let open = unanswered_calls(context);
+        if !open.is_empty() {
+            return Err(ViewError::UnansweredCalls {
+                calls: open
+                    .iter()
+                    .map(|c| format!("{:?} ({})", c.call_id, c.tool))
+                    .collect(),
+            });
+        }
         let mut messages = Vec::new();
         let mut tokens = PartTokens::default();
         if let Some(s) = &self.system {
@@ -166,6 +205,6 @@ impl<'h> ViewBuilder<'h> {
         {
             hook(&view);
         }
-        view
+        Ok(view)
     }
 }

@@ -19,7 +19,7 @@ use cairn::record::ForkOrigin;
 use cairn::{
     Access, AppStateChange, AppendError, Appended, Block, Checkout, Compaction, Context, Custom,
     Durability, Entry, EntryBody, EntryId, Invalid, LookupError, MemoryBackend, Message, NewEntry,
-    NewSession, Parent, Role, Session, SessionId, SessionInfo, Settings, Source, Store,
+    NewSession, Parent, Role, Session, SessionId, SessionInfo, Settings, Source, Store, StoreError,
 };
 use pretty_assertions::assert_eq;
 use proptest::prelude::*;
@@ -120,7 +120,8 @@ fn checkout(s: &Session, target: Option<&str>) -> EntryId {
     let target = target.map(eid);
     let a = s
         .checkout(target.as_ref(), None)
-        .unwrap_or_else(|e| panic!("checkout: {e}"));
+        .unwrap_or_else(|e| panic!("checkout: {e}"))
+        .expect("the checkout moves the leaf");
     a.id.expect("entries have ids")
 }
 
@@ -371,7 +372,10 @@ fn checkout_to_a_missing_target_is_rejected() {
     let (store, _dir) = file_store();
     let s = new_session(&store, json!({}));
     add(&s, "a", user("hi"));
-    let (inv, msg) = assert_rejected(&s, |s| s.checkout(Some(&eid("nowhere")), None));
+    let (inv, msg) = assert_rejected(&s, |s| {
+        s.checkout(Some(&eid("nowhere")), None)
+            .map(|a| a.expect("a checkout that is no refusal moves"))
+    });
     assert_eq!(inv, Invalid::MissingParent("nowhere".into()));
     assert!(msg.contains("nowhere"), "{msg}");
 }
@@ -1746,6 +1750,7 @@ enum Verdict {
     SplitsToolCall,
     Label,
     NoNamespace,
+    UnansweredCalls,
 }
 
 fn verdict_of(err: &AppendError) -> Verdict {
@@ -1760,6 +1765,7 @@ fn verdict_of(err: &AppendError) -> Verdict {
         Invalid::FirstKeptOffBranch(_) => Verdict::FirstKeptOffBranch,
         Invalid::SplitsToolCall { .. } => Verdict::SplitsToolCall,
         Invalid::Label { .. } => Verdict::Label,
+        Invalid::UnansweredCalls { .. } => Verdict::UnansweredCalls,
         Invalid::Other(m) if m.contains("already used") => Verdict::CallReused,
         Invalid::Other(m) if m.contains("namespace") => Verdict::NoNamespace,
         other => panic!("unexpected rejection: {other}"),
@@ -1903,6 +1909,49 @@ impl Model {
     /// The fate of appending `body` with `id` under `parent`, by the rules of
     /// `docs/DESIGN.md` §3.5 (`docs/FORMAT.md` §8), in the order the session checks them.
     fn verdict(&self, id: Option<&EntryId>, parent: Option<&EntryId>, body: &EntryBody) -> Verdict {
+        match self.verdict_of_checks(id, parent, body) {
+            Verdict::Ok if parent != self.leaf() => {
+                // A branch may not start where a tool call has no result,
+                // unless the entry itself answers every such call.
+                let answers: Vec<&str> = match body {
+                    EntryBody::Message(m) => m.tool_results().collect(),
+                    _ => Vec::new(),
+                };
+                let dangling = self
+                    .view(parent)
+                    .calls()
+                    .into_iter()
+                    .any(|(c, (_, r))| r.is_none() && !answers.contains(&c.as_str()));
+                if dangling {
+                    Verdict::UnansweredCalls
+                } else {
+                    Verdict::Ok
+                }
+            }
+            v => v,
+        }
+    }
+
+    /// Whether a checkout to `target` (with `summary`) would change nothing.
+    fn checkout_is_noop(&self, target: Option<&EntryId>, summary: Option<&String>) -> bool {
+        if summary.is_some() {
+            return false;
+        }
+        match self.entries.last() {
+            None => target.is_none(),
+            Some(leaf) if Some(&leaf.id) == target => true,
+            Some(leaf) => {
+                matches!(&leaf.body, EntryBody::Checkout(c) if c.summary.is_none() && leaf.parent.as_ref() == target)
+            }
+        }
+    }
+
+    fn verdict_of_checks(
+        &self,
+        id: Option<&EntryId>,
+        parent: Option<&EntryId>,
+        body: &EntryBody,
+    ) -> Verdict {
         if id.is_some_and(|id| self.get(id).is_some()) {
             return Verdict::DuplicateId;
         }
@@ -2333,9 +2382,38 @@ fn run_history(backing: &Backing, initial: Value, ops: &[Op]) {
             }
             Op::Checkout { to, summary } => {
                 let target = to.as_ref().and_then(|i| m.pick(i));
-                let a = s
-                    .checkout(target.as_ref(), summary.clone())
-                    .expect("checkout to an entry");
+                let noop = m.checkout_is_noop(target.as_ref(), summary.as_ref());
+                let body = EntryBody::Checkout(Checkout {
+                    from: m.leaf().cloned(),
+                    summary: summary.clone(),
+                });
+                let verdict = m.verdict(None, target.as_ref(), &body);
+                let (len, raw) = (s.len(), backing.raw(&s));
+                let moved = match s.checkout(target.as_ref(), summary.clone()) {
+                    Ok(Some(a)) => {
+                        assert!(
+                            !noop,
+                            "a checkout to where the branch ends must write nothing"
+                        );
+                        assert_eq!(verdict, Verdict::Ok, "checkout to {target:?} accepted");
+                        Some(a)
+                    }
+                    Ok(None) => {
+                        assert!(noop, "checkout to {target:?} wrote nothing");
+                        assert_eq!(s.len(), len);
+                        None
+                    }
+                    Err(e) => {
+                        assert!(!noop);
+                        assert_eq!(verdict_of(&e), verdict, "checkout to {target:?}: {e}");
+                        assert_eq!(backing.raw(&s), raw, "a rejected checkout wrote something");
+                        None
+                    }
+                };
+                let Some(a) = moved else {
+                    assert_session_matches_model(&s, &m);
+                    continue;
+                };
                 let from = m.leaf().cloned();
                 m.record(Entry {
                     id: a.id.expect("id"),
@@ -2410,9 +2488,29 @@ fn run_history(backing: &Backing, initial: Value, ops: &[Op]) {
             Op::Fork(at) => {
                 let at = at.as_ref().and_then(|i| m.pick(i));
                 let (len, raw, ctx) = (s.len(), backing.raw(&s), s.context());
-                let fork = store
-                    .fork(&s, at.as_ref(), None)
-                    .unwrap_or_else(|e| panic!("fork at {at:?} failed: {e}"));
+                let dangling = at.is_some()
+                    && m.view(at.as_ref())
+                        .calls()
+                        .values()
+                        .any(|(_, r)| r.is_none());
+                let fork = match store.fork(&s, at.as_ref(), None) {
+                    Ok(f) => {
+                        assert!(!dangling, "a fork at {at:?} left a call without a result");
+                        f
+                    }
+                    Err(StoreError::Append(AppendError::Invalid(Invalid::UnansweredCalls {
+                        ..
+                    }))) if dangling => {
+                        assert_eq!(
+                            (s.len(), backing.raw(&s)),
+                            (len, raw),
+                            "fork changed its source"
+                        );
+                        assert_session_matches_model(&s, &m);
+                        continue;
+                    }
+                    Err(e) => panic!("fork at {at:?} failed: {e}"),
+                };
                 let copied = m.fork_entries(at.as_ref());
                 let want = Context::fold(&m.initial, &copied, copied.last().map(|e| &e.id));
                 assert_eq!(*fork.context(), want, "fork context");

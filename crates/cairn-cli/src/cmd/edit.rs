@@ -64,16 +64,26 @@ pub fn checkout(
     } else {
         format!(" [{}]", labels.join(", "))
     };
+    let moved = if done.is_some() {
+        "moved the leaf to "
+    } else {
+        "the leaf is already at "
+    };
     out.spans(&[
-        (Style::Bold, "moved the leaf to "),
+        (Style::Bold, moved),
         (Style::Active, &target_text),
         (Style::Label, &labels),
     ])?;
-    if let Some(id) = &done.id {
-        out.spans(&[(
+    match done
+        .as_ref()
+        .and_then(|d| d.id.as_ref().map(|id| (id, d.seq)))
+    {
+        Some((id, seq)) => out.spans(&[(
             Style::Dim,
-            &format!("recorded as checkout entry {id} (seq {})", done.seq),
-        )])?;
+            &format!("recorded as checkout entry {id} (seq {seq})"),
+        )])?,
+        None if done.is_none() => out.spans(&[(Style::Dim, "nothing recorded")])?,
+        None => {}
     }
     let n = context.messages().len();
     out.line(&format!(

@@ -7,7 +7,7 @@ use std::io::{BufRead, IsTerminal, Write};
 use anyhow::{Result, bail};
 use cairn::memory::MemoryConfig;
 use cairn::steps::{Step, StepKind, StepStatus};
-use cairn::{Access, Operation, PendingCall, Session, ToolOutput, Verdict};
+use cairn::{Access, Decision, Pending, Policy, Resolver, ToolOutput, Verdict, recover_with};
 use serde_json::json;
 
 use super::Status;
@@ -105,28 +105,48 @@ pub fn recover(
     } else {
         Access::Read
     };
-    let (_, session) = target::open(ctx, &spec, access)?;
-    let before = session.verdict();
-    let mut actions: Vec<String> = Vec::new();
-    if (policy.is_some() || interactive)
-        && let Some(op) = session.resume_operation()
-    {
-        resolve(&session, &op, policy, &mut actions)?;
-    }
-    let after = session.verdict();
+    let (store, session) = target::open(ctx, &spec, access)?;
+    // A read-only look at a session another process holds: its open
+    // operation is in progress, not interrupted.
+    let running = access == Access::Read && store.status(session.id())? == cairn::Status::Running;
+    let report = match policy {
+        Some(RecoverPolicy::Unknown) => recover_with(&session, &mut Policy::close_all())?,
+        None if interactive => recover_with(&session, &mut Asker)?,
+        None => {
+            let v = session.verdict();
+            cairn::RecoveryReport {
+                before: v.clone(),
+                actions: Vec::new(),
+                after: v,
+            }
+        }
+    };
     let mut out = ctx.out();
     if json {
-        out.json(&json!({ "session": session.id(), "before": before, "actions": actions, "after": after }))?;
+        let actions: Vec<String> = report.actions.iter().map(ToString::to_string).collect();
+        out.json(&json!({
+            "session": session.id(),
+            "running": running,
+            "before": report.before,
+            "actions": actions,
+            "after": report.after,
+        }))?;
         return Ok(Status::Ok);
     }
-    describe_verdict(&mut out, &before)?;
-    for a in &actions {
-        out.line(&format!("  done: {}", clean(a, Lines::Flatten)))?;
+    describe_verdict(&mut out, &report.before, running)?;
+    for a in &report.actions {
+        out.line(&format!(
+            "  done: {}",
+            clean(&a.to_string(), Lines::Flatten)
+        ))?;
     }
-    if !actions.is_empty() {
+    if !report.actions.is_empty() {
         out.put(Style::Bold, "now: ")?;
-        describe_verdict(&mut out, &after)?;
-    } else if needs_resolution(&before) && policy.is_none() {
+        describe_verdict(&mut out, &report.after, running)?;
+    } else if running {
+        out.line("another process holds the session and is running this operation; wait for it,")?;
+        out.line("or stop it and run `cairn recover` again")?;
+    } else if needs_resolution(&report.before) && policy.is_none() {
         out.line("resolve it: `cairn recover SESSION --policy unknown`, or on a terminal")?;
         out.line("interactively, or resume the agent (`cairn agent --resume SESSION`),")?;
         out.line("which can also re-run read-only and idempotent tools")?;
@@ -144,11 +164,21 @@ fn needs_resolution(v: &Verdict) -> bool {
     )
 }
 
-fn describe_verdict(out: &mut Out<'_>, v: &Verdict) -> Result<()> {
+fn describe_verdict(out: &mut Out<'_>, v: &Verdict, running: bool) -> Result<()> {
     out.put(Style::Bold, v.name())?;
+    let op_name = |op: &Option<String>| {
+        op.as_ref().map_or_else(
+            || "no operation records".to_owned(),
+            |op| format!("operation {op}"),
+        )
+    };
     match v {
         Verdict::IndeterminateTool { op, calls } => {
-            out.line(&format!(" (operation {op}): these tools started and have no result; they may have run:"))?;
+            if running {
+                out.line(&format!(" (operation {op}, in progress in another process): these tools are running:"))?;
+            } else {
+                out.line(&format!(" (operation {op}): these tools started and have no result; they may have run:"))?;
+            }
             for c in calls {
                 let effect = format!("{:?}", c.effect);
                 out.line(&format!("  {} {} [{}] key {}", c.call_id, clean(&c.tool, Lines::Flatten), effect, c.key))?;
@@ -160,16 +190,24 @@ fn describe_verdict(out: &mut Out<'_>, v: &Verdict) -> Result<()> {
             out.line(&format!(" (operation {op} ended: {outcome}): nothing to do"))?;
         }
         Verdict::AwaitingApproval { op, calls } => {
-            out.line(&format!(" (operation {op}): a person was asked and never answered:"))?;
+            if running {
+                out.line(&format!(" (operation {op}, in progress in another process): a person is being asked:"))?;
+            } else {
+                out.line(&format!(" (operation {op}): a person was asked and never answered:"))?;
+            }
             for c in calls {
                 out.line(&format!("  {} {}", c.call_id, clean(&c.tool, Lines::Flatten)))?;
             }
         }
+        Verdict::ProviderInterrupted { op, attempt, .. } if running => out.line(&format!(
+            " (operation {op}, in progress in another process): waiting for model attempt {attempt}'s reply"
+        ))?,
         Verdict::ProviderInterrupted { op, attempt, .. } => out.line(&format!(
             " (operation {op}): model attempt {attempt} never got its reply; nothing external happened, retry it (`cairn agent --resume`)"
         ))?,
         Verdict::ToolsNotStarted { op, calls } => {
-            out.line(&format!(" (operation {op}): the model asked for tools that never started:"))?;
+            let state = if running { ", in progress in another process" } else { "" };
+            out.line(&format!(" ({}{state}): the model asked for tools that have not started:", op_name(op)))?;
             for c in calls {
                 let denied = if c.denied { " (denied by a person)" } else { "" };
                 out.line(&format!("  {} {}{denied}", c.call_id, clean(&c.tool, Lines::Flatten)))?;
@@ -184,112 +222,59 @@ fn describe_verdict(out: &mut Out<'_>, v: &Verdict) -> Result<()> {
     Ok(())
 }
 
-/// Resolves the open operation once, by policy or by asking on the terminal.
-fn resolve(
-    session: &Session,
-    op: &Operation<'_>,
-    policy: Option<RecoverPolicy>,
-    actions: &mut Vec<String>,
-) -> Result<()> {
-    // Every resolution changes the verdict; a few rounds reach a fixed point
-    // (e.g. a denied approval leaves the other calls not started).
-    for _ in 0..8 {
-        let verdict = session.verdict();
-        match &verdict {
-            Verdict::IndeterminateTool { calls, .. } => {
-                for c in calls {
-                    match policy {
-                        Some(RecoverPolicy::Unknown) => {
-                            op.record_unknown(c)?;
-                            actions.push(format!(
-                                "recorded {} ({}) as TOOL_OUTCOME_UNKNOWN",
-                                c.call_id, c.tool
-                            ));
-                        }
-                        None => ask_indeterminate(op, c, actions)?,
-                    }
-                }
-            }
-            Verdict::AwaitingApproval { calls, .. } => {
-                for c in calls {
-                    let deny = match policy {
-                        Some(RecoverPolicy::Unknown) => true,
-                        None => {
-                            ask(
-                                &format!(
-                                    "{} ({}) awaits approval: [d]eny, or [s]kip? ",
-                                    c.call_id, c.tool
-                                ),
-                                &["d", "s"],
-                            )? == "d"
-                        }
-                    };
-                    if deny {
-                        op.resolve_approval(&c.call_id, false, Some("cairn recover"))?;
-                        op.deny(&c.call_id, "The approval prompt was interrupted and the call was denied; it was not run.")?;
-                        actions.push(format!("denied {} ({})", c.call_id, c.tool));
-                    }
-                }
-            }
-            Verdict::ToolsNotStarted { calls, .. } => {
-                for c in calls {
-                    let close = match policy {
-                        Some(RecoverPolicy::Unknown) => true,
-                        None => {
-                            ask(
-                                &format!(
-                                    "{} ({}) never started: [c]lose it as not started, or [s]kip? ",
-                                    c.call_id, c.tool
-                                ),
-                                &["c", "s"],
-                            )? == "c"
-                        }
-                    };
-                    if close {
-                        op.close_not_started(c)?;
-                        actions.push(format!(
-                            "closed {} ({}) as TOOL_NOT_STARTED",
-                            c.call_id, c.tool
-                        ));
-                    }
-                }
-            }
-            _ => return Ok(()),
-        }
-        if session.verdict() == verdict {
-            return Ok(());
+/// Asks the person at the terminal about each pending item.
+struct Asker;
+
+impl Resolver for Asker {
+    fn decide(&mut self, item: Pending<'_>, _can_run: bool) -> Decision {
+        let (call_id, tool) = (item.call_id(), clean(item.tool(), Lines::Flatten));
+        match ask_decision(item, call_id, &tool) {
+            Ok(d) => d,
+            Err(e) => Decision::Stop(format!("{e:#}")),
         }
     }
-    Ok(())
 }
 
-fn ask_indeterminate(op: &Operation<'_>, c: &PendingCall, actions: &mut Vec<String>) -> Result<()> {
-    let q = format!(
-        "{} ({}) may or may not have run: mark [u]nknown, [t]ell what happened, or [s]kip? ",
-        c.call_id, c.tool
-    );
-    match ask(&q, &["u", "t", "s"])?.as_str() {
-        "u" => {
-            op.record_unknown(c)?;
-            actions.push(format!(
-                "recorded {} ({}) as TOOL_OUTCOME_UNKNOWN",
-                c.call_id, c.tool
-            ));
+fn ask_decision(item: Pending<'_>, call_id: &str, tool: &str) -> Result<Decision> {
+    Ok(match item {
+        Pending::Indeterminate { .. } => {
+            let q = format!(
+                "{call_id} ({tool}) may or may not have run: mark [u]nknown, [t]ell what happened, or [s]kip? "
+            );
+            match ask(&q, &["u", "t", "s"])?.as_str() {
+                "u" => Decision::MarkUnknown,
+                "t" => {
+                    let text = ask_line("what happened? ")?;
+                    Decision::Outcome(ToolOutput::text(format!(
+                        "The agent stopped before this call's result was recorded. The person reports what happened: {text}"
+                    )))
+                }
+                _ => Decision::Skip,
+            }
         }
-        "t" => {
-            let text = ask_line("what happened? ")?;
-            op.provide_outcome(
-                c,
-                ToolOutput::text(format!("(recorded by a person after a crash) {text}")),
-            )?;
-            actions.push(format!(
-                "recorded what a person said happened to {} ({})",
-                c.call_id, c.tool
-            ));
+        Pending::Approval { .. } => {
+            let q = format!("{call_id} ({tool}) awaits approval: [d]eny, or [s]kip? ");
+            match ask(&q, &["d", "s"])?.as_str() {
+                "d" => Decision::Deny {
+                    by: Some("person (cairn recover)".to_owned()),
+                    reason: cairn::recovery::DENIED_BY_PERSON.to_owned(),
+                },
+                _ => Decision::Skip,
+            }
         }
-        _ => {}
-    }
-    Ok(())
+        Pending::NotStarted(c) if c.denied => Decision::Deny {
+            by: None,
+            reason: cairn::recovery::DENIED_BY_PERSON.to_owned(),
+        },
+        Pending::NotStarted(_) => {
+            let q =
+                format!("{call_id} ({tool}) never started: [c]lose it as not started, or [s]kip? ");
+            match ask(&q, &["c", "s"])?.as_str() {
+                "c" => Decision::CloseNotStarted,
+                _ => Decision::Skip,
+            }
+        }
+    })
 }
 
 fn ask(question: &str, answers: &[&str]) -> Result<String> {

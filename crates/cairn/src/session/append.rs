@@ -9,7 +9,8 @@ use crate::commit::Durability;
 use crate::error::{AppendError, Invalid};
 use crate::frame;
 use crate::id::{self, EntryId};
-use crate::projection::CheckError;
+use crate::journal;
+use crate::projection::{CheckError, Source};
 use crate::record::{Checkout, Entry, EntryBody, Label, OpRecord};
 use crate::tree::{Kind, Reject, Tree};
 
@@ -91,7 +92,20 @@ impl Session {
             tree: &inner.tree,
         };
         inner.proj.move_to(&inner.tree, parent_node, &reader)?;
-        if let Err(e) = inner.proj.check(&inner.tree, &entry, &reader) {
+        // A new branch may not start where a tool call has no result.
+        let checked = inner
+            .proj
+            .check(&inner.tree, &entry, &reader)
+            .and_then(|()| match parent_node == old_leaf {
+                true => Ok(()),
+                false => journal::check_branch_point(
+                    &inner.proj.context(),
+                    &entry,
+                    &inner.tree,
+                    &reader,
+                ),
+            });
+        if let Err(e) = checked {
             inner.proj.move_to(&inner.tree, old_leaf, &reader)?;
             return Err(match e {
                 CheckError::Invalid(i) => i.into(),
@@ -168,7 +182,7 @@ impl Session {
         self.check_writable()?;
         {
             let inner = &*g;
-            inner.fold.check_op(&op, &inner.tree, &inner.proj)?;
+            inner.fold.check_op(&self.id, &op, &inner.tree, &inner.proj)?;
         }
         let seq = g.next_seq;
         let ts = ts.unwrap_or_else(crate::time::now_rfc3339);
@@ -187,20 +201,55 @@ impl Session {
     /// (`None`: before the first entry), recording the leaf it came from and
     /// an optional summary of the branch left behind (shown to the model).
     ///
+    /// Returns `None`, writing nothing, when the branch already ends at
+    /// `target` (the leaf, or the parent of a summary-less checkout leaf)
+    /// and there is no summary.
+    ///
     /// # Errors
     ///
-    /// As [`Session::append_entry`]; [`Invalid::MissingParent`] for an unknown target.
+    /// As [`Session::append_entry`]; [`Invalid::MissingParent`] for an
+    /// unknown target; [`Invalid::UnansweredCalls`] for a target whose branch
+    /// has a tool call without a result (an assistant entry whose calls are
+    /// answered only on another branch, or not at all): the error names the
+    /// nearest safe entries.
     pub fn checkout(
         &self,
         target: Option<&EntryId>,
         summary: Option<String>,
-    ) -> Result<Appended, AppendError> {
+    ) -> Result<Option<Appended>, AppendError> {
         let from = self.leaf();
+        if summary.is_none() && self.is_at(target) {
+            return Ok(None);
+        }
         self.append_entry(NewEntry {
             id: None,
             parent: target.map_or(Parent::Root, |t| Parent::Entry(t.clone())),
             body: EntryBody::Checkout(Checkout { from, summary }),
         })
+        .map(Some)
+    }
+
+    /// Whether the branch already ends at `target`: the leaf is `target`, or
+    /// a checkout without summary whose parent is `target`.
+    fn is_at(&self, target: Option<&EntryId>) -> bool {
+        let inner = lock(&self.inner);
+        let Some(leaf) = inner.tree.last() else {
+            return target.is_none();
+        };
+        let node = inner.tree.node(leaf);
+        if target == Some(&node.id) {
+            return true;
+        }
+        if node.kind != Kind::Checkout || node.parent.map(|p| &inner.tree.node(p).id) != target {
+            return false;
+        }
+        // The leaf checkout shows no summary (its summary would be the last message).
+        inner
+            .proj
+            .context()
+            .messages()
+            .last()
+            .is_none_or(|m| m.source() != &Source::CheckoutSummary || m.entry() != &node.id)
     }
 
     /// Sets (or with `target: None`, removes) a label.

@@ -9,8 +9,8 @@ use super::Fixture;
 use super::util::{OrFail, calls, other_store, store, user};
 use crate::backend::Access;
 use crate::journal::{Status, Verdict};
-use crate::operation::{Policy, recover};
 use crate::record::{EffectClass, Message, Outcome, Role};
+use crate::recovery::{Policy, recover};
 use crate::session::{NewSession, Session};
 use crate::store::Store;
 

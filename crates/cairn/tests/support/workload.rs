@@ -447,7 +447,7 @@ impl World {
         let summary = self.rng.chance(1, 3).then(|| "left a branch".to_owned());
         let d = s.durability();
         let r = s.checkout(target.as_ref(), summary);
-        if let Some(a) = self.app(r, si, "checkout")? {
+        if let Some(Some(a)) = self.app(r, si, "checkout")? {
             self.ack_appended(si, &a, d);
         }
         Ok(())
@@ -518,7 +518,10 @@ impl World {
             rerun_safe: self.rng.chance(1, 2),
             ..Policy::default()
         };
-        let r = cairn::recover(&s, policy, Some(&mut runner));
+        let r = cairn::recover(&s, policy, Some(&mut runner)).map_err(|e| match e {
+            cairn::RecoveryError::Append(a) => a,
+            other => panic!("recovery by policy cannot stop: {other}"),
+        });
         self.app(r, si, "recover")?;
         if let Some(op) = s.resume_operation() {
             let r = op.finish(Outcome::Aborted, Some("closed by the simulation".into()));
@@ -633,6 +636,14 @@ impl World {
         let s = self.handle(si);
         let at = self.random_entry(&s);
         let r = self.store.fork(&s, at.as_ref(), None);
+        // A fork where a tool call has no result is refused, writing nothing.
+        if let Err(cairn::StoreError::Append(AppendError::Invalid(
+            cairn::Invalid::UnansweredCalls { .. },
+        ))) = &r
+        {
+            self.stats.rejected += 1;
+            return Ok(());
+        }
         let f = self.res(r, Some(si), "fork")?;
         let n = f.len();
         self.stats.acks += n;
@@ -773,11 +784,17 @@ pub fn check_verdict(s: &Session) -> Result<(), String> {
                 ids.insert(e.id.to_string());
             }
             Body::Op(OpRecord::OpStarted(_)) => results.clear(),
-            Body::Op(OpRecord::ToolDispatched(t)) => results.push(t.result_entry.to_string()),
+            Body::Op(OpRecord::ToolDispatched(t)) => {
+                results.push((t.call_id.clone(), t.result_entry.to_string()))
+            }
             Body::Op(_) | Body::Header(_) => {}
         }
     }
-    let expected = results.iter().any(|r| !ids.contains(r));
+    // Only calls still on the branch without a result are pending.
+    let open = cairn::journal::unanswered_calls(&s.context());
+    let expected = results
+        .iter()
+        .any(|(c, r)| !ids.contains(r) && open.iter().any(|o| &o.call_id == c));
     let actual = matches!(s.verdict(), Verdict::IndeterminateTool { .. });
     if expected != actual {
         return Err(format!(
