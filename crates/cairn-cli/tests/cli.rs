@@ -1061,7 +1061,10 @@ fn steps_and_recover_work_on_a_crashed_operation_appended_by_another_program() {
         r#"{"kind":"op_started","data":{"op":"op-2","input":"u1"}}"#,
         r#"{"kind":"model_attempted","data":{"op":"op-2","attempt":1,"entry":"a1"}}"#,
         r#"{"kind":"message","id":"a1","data":{"role":"assistant","content":[{"type":"tool_call","call_id":"c1","name":"charge","arguments":{}}]}}"#,
-        r#"{"kind":"tool_dispatched","data":{"op":"op-2","call_id":"c1","tool":"charge","args_hash":"x","effect":"side_effect","key":"k","result_entry":"r1"}}"#,
+        &format!(
+            r#"{{"kind":"tool_dispatched","data":{{"op":"op-2","call_id":"c1","tool":"charge","args_hash":"x","effect":"side_effect","key":"{}","result_entry":"r1"}}}}"#,
+            cairn::journal::idempotency_key(&SessionId::parse(&id).unwrap(), "op-2", "c1")
+        ),
     ];
     home.cairn()
         .args(["append", &id])

@@ -1,6 +1,7 @@
 //! The operation journal as a pure fold: what the last operation did, the
-//! recovery [`Verdict`] (`docs/DESIGN.md` §4), and the session [`Status`]
-//! (`docs/DESIGN.md` §5).
+//! recovery [`Verdict`] over the branch's unanswered tool calls and the last
+//! operation (`docs/DESIGN.md` §4, `docs/FORMAT.md` §5), and the session
+//! [`Status`] (`docs/DESIGN.md` §5).
 //!
 //! Everything here is a function of decoded records — no I/O — so it is
 //! deterministic and property-testable. The session feeds it the records of
@@ -479,6 +480,15 @@ impl OpFold {
         }
     }
 
+    /// A call the last operation dispatched that has no result and is still
+    /// unanswered on the branch: a new operation would hide it from the
+    /// verdict (which reads the last operation only).
+    pub fn unresolved_dispatch(&self, proj: &Projector) -> Option<&ToolDispatched> {
+        self.last.as_ref()?.dispatched.iter().find_map(|d| {
+            (!d.answered && proj.call_state(&d.record.call_id) == Some(false)).then_some(&d.record)
+        })
+    }
+
     /// The open (unfinished) operation, if any.
     pub fn open(&self) -> Option<&OpProgress> {
         self.last.as_ref().filter(|p| p.finished.is_none())
@@ -674,6 +684,12 @@ impl OpFold {
                 }
                 if self.last.as_ref().is_some_and(|l| l.id == s.op) {
                     return other(format!("operation id {} is already used", s.op));
+                }
+                if let Some(d) = self.unresolved_dispatch(proj) {
+                    return other(format!(
+                        "tool call {:?} ({}) of operation {} was dispatched and has no result: recover the session (`cairn recover`) before starting another operation",
+                        d.call_id, d.tool, d.op
+                    ));
                 }
                 if let Some(input) = &s.input
                     && tree.get(input).is_none()

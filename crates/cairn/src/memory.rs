@@ -23,7 +23,7 @@ use serde_json::{Map, Value};
 
 use crate::error::ReadError;
 use crate::id::EntryId;
-use crate::journal::TOOL_OUTCOME_UNKNOWN;
+use crate::journal::{TOOL_NOT_STARTED, TOOL_OUTCOME_UNKNOWN};
 use crate::projection::{EntrySource, merge_patch};
 use crate::record::{AppStateChange, Block, Entry, EntryBody, Role};
 use crate::summary::excerpt;
@@ -253,7 +253,10 @@ impl MemoryState {
                         _ => None,
                     });
                     let unknown = code.as_deref() == Some(TOOL_OUTCOME_UNKNOWN);
-                    if unknown {
+                    let not_started = code.as_deref() == Some(TOOL_NOT_STARTED);
+                    if not_started {
+                        // Never ran: not an attempt, failed or otherwise.
+                    } else if unknown {
                         self.memory.failed.push(
                             item(
                                 cut(&format!("{what}: outcome unknown (interrupted)")),
@@ -277,6 +280,7 @@ impl MemoryState {
                     }
                     let lower = what.to_lowercase();
                     if !unknown
+                        && !not_started
                         && config
                             .verify_words
                             .iter()

@@ -1,8 +1,8 @@
 //! The API an agent loop drives, so that it cannot get the order wrong: an
 //! [`Operation`] announces model attempts (getting the id their assistant
 //! entry must use), dispatches tools (T1, durable before the tool may start)
-//! and records their results (T2) with the ticket dispatch returned. And
-//! recovery: resolving a [`Verdict`] by appending real entries.
+//! and records their results (T2) with the ticket dispatch returned. The
+//! recovery loop that resolves a [`Verdict`] is in `recovery.rs`.
 
 use serde_json::Value;
 
@@ -115,11 +115,20 @@ impl Session {
     ///
     /// # Errors
     ///
-    /// Append errors; [`Invalid::Other`] if an operation is already open.
+    /// Append errors; [`Invalid::Other`] if an operation is already open, or
+    /// if a call the last operation dispatched has no result (recover first).
     pub fn start_operation(&self, input: Message) -> Result<Operation<'_>, AppendError> {
         if let Some(open) = self.open_operation_id() {
             return Err(Invalid::Other(format!(
                 "operation {open} is still open: finish it (or recover the session) before starting another"
+            ))
+            .into());
+        }
+        if let Verdict::IndeterminateTool { op, calls } = self.verdict() {
+            let ids: Vec<&str> = calls.iter().map(|c| c.call_id.as_str()).collect();
+            return Err(Invalid::Other(format!(
+                "tool call(s) {} of operation {op} were dispatched and have no result: recover the session (`cairn recover`) before starting another operation",
+                ids.join(", ")
             ))
             .into());
         }

@@ -2,7 +2,7 @@
 //! calls), derived from the records — so numbers are stable across restarts.
 //! A tool step's parent is the model step whose reply requested the call.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use jiff::Timestamp;
 use serde::Serialize;
@@ -38,8 +38,11 @@ pub enum StepStatus {
     Interrupted,
     /// A tool that started and whose outcome is unknown.
     Unknown,
-    /// A tool call that never started (closed as such, or denied).
+    /// A tool call that never started (closed as such, or answered without
+    /// running: invalid, interrupted).
     NotStarted,
+    /// A tool call a person (or the host's approval rule) denied: never run.
+    Denied,
 }
 
 /// One step.
@@ -94,6 +97,8 @@ pub fn derive(records: &[Record]) -> Vec<Step> {
     let mut model_by_call: HashMap<String, (u32, String)> = HashMap::new();
     let mut tool_by_call: HashMap<String, usize> = HashMap::new();
     let mut open_ops: HashMap<String, bool> = HashMap::new();
+    // Calls whose approval was answered no.
+    let mut denied: HashSet<String> = HashSet::new();
     let mut current_op = String::new();
     for r in records {
         match &r.body {
@@ -161,8 +166,14 @@ pub fn derive(records: &[Record]) -> Vec<Step> {
                 OpRecord::OpFinished(f) => {
                     open_ops.insert(f.op.clone(), false);
                 }
+                OpRecord::ApprovalResolved(a) => {
+                    if a.approved {
+                        denied.remove(&a.call_id);
+                    } else {
+                        denied.insert(a.call_id.clone());
+                    }
+                }
                 OpRecord::ApprovalRequested(_)
-                | OpRecord::ApprovalResolved(_)
                 | OpRecord::InputQueued(_)
                 | OpRecord::Ignored(_) => {}
             },
@@ -226,10 +237,10 @@ pub fn derive(records: &[Record]) -> Vec<Step> {
                             let Some((parent, tool)) = model_by_call.get(call_id).cloned() else {
                                 continue;
                             };
-                            let status = if status == StepStatus::Error {
-                                StepStatus::NotStarted
-                            } else {
-                                status
+                            let status = match status {
+                                StepStatus::Error if denied.contains(call_id) => StepStatus::Denied,
+                                StepStatus::Error => StepStatus::NotStarted,
+                                other => other,
                             };
                             push(
                                 &mut steps,

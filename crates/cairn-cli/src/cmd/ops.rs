@@ -61,6 +61,7 @@ fn step_line(out: &mut Out<'_>, s: &Step) -> Result<()> {
         StepStatus::Interrupted => ("interrupted", Style::Warn),
         StepStatus::Unknown => ("unknown", Style::Warn),
         StepStatus::NotStarted => ("not started", Style::Dim),
+        StepStatus::Denied => ("denied", Style::Dim),
     };
     let time = s.duration_ms.map_or_else(|| "-".to_owned(), duration);
     let tokens = s

@@ -36,6 +36,7 @@ mod listing;
 mod locking;
 mod operations;
 mod projection;
+pub mod recovery;
 mod roundtrip;
 mod util;
 
