@@ -692,7 +692,7 @@ fn steps_are_numbered_stably_and_link_tools_to_their_model_call() {
             (StepKind::Model, StepStatus::Interrupted),
             (StepKind::Model, StepStatus::Ok),
             (StepKind::Tool, StepStatus::Ok),
-            (StepKind::Tool, StepStatus::NotStarted),
+            (StepKind::Tool, StepStatus::Denied),
             (StepKind::Model, StepStatus::Ok),
         ]
     );
