@@ -196,13 +196,21 @@ impl Agent {
     }
 
     /// Runs one operation for the person's `text` (resuming first if an
-    /// operation is still open).
+    /// operation is still open or a tool call on the branch has no result).
     ///
     /// # Errors
     ///
     /// Append errors (provider errors end the operation as failed instead).
     pub fn prompt(&mut self, text: &str) -> Result<TurnEnd> {
-        if self.session.resume_operation().is_some() {
+        // An open operation, or calls without a result on the branch (from
+        // any writer): recover first, so no provider receives them.
+        let pending = matches!(
+            self.session.verdict(),
+            cairn::Verdict::IndeterminateTool { .. }
+                | cairn::Verdict::AwaitingApproval { .. }
+                | cairn::Verdict::ToolsNotStarted { .. }
+        );
+        if pending || self.session.resume_operation().is_some() {
             self.resume()?;
         }
         self.rt.interrupt.clear();

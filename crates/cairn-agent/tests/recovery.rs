@@ -132,3 +132,30 @@ fn regression_agent_resume_sent_a_tool_call_appended_without_operation_records()
         assert_eq!(dangling(r), Vec::<String>::new());
     }
 }
+
+#[test]
+fn a_prompt_after_a_call_with_no_operation_records_recovers_first() {
+    let h = Harness::new();
+    let s = h.new_session();
+    s.append(EntryBody::Message(Message {
+        role: Role::Assistant,
+        content: vec![Block::ToolCall {
+            call_id: "c1".into(),
+            name: "read_file".into(),
+            arguments: json!({"path": "missing.txt"}),
+        }],
+        usage: None,
+        model: None,
+        stop_reason: None,
+    }))
+    .unwrap();
+    let provider = Arc::new(Strict::default());
+    let rt = h.runtime(provider.clone(), Canned::default());
+    let mut agent = h.agent(s, rt);
+    agent.prompt("go on").unwrap();
+    let requests = provider.requests.lock().unwrap();
+    assert!(!requests.is_empty());
+    for r in requests.iter() {
+        assert_eq!(dangling(r), Vec::<String>::new());
+    }
+}

@@ -93,18 +93,19 @@ impl Session {
         };
         inner.proj.move_to(&inner.tree, parent_node, &reader)?;
         // A new branch may not start where a tool call has no result.
-        let checked = inner
-            .proj
-            .check(&inner.tree, &entry, &reader)
-            .and_then(|()| match parent_node == old_leaf {
-                true => Ok(()),
-                false => journal::check_branch_point(
-                    &inner.proj.context(),
-                    &entry,
-                    &inner.tree,
-                    &reader,
-                ),
-            });
+        let checked =
+            inner
+                .proj
+                .check(&inner.tree, &entry, &reader)
+                .and_then(|()| match parent_node == old_leaf {
+                    true => Ok(()),
+                    false => journal::check_branch_point(
+                        &inner.proj.context(),
+                        &entry,
+                        &inner.tree,
+                        &reader,
+                    ),
+                });
         if let Err(e) = checked {
             inner.proj.move_to(&inner.tree, old_leaf, &reader)?;
             return Err(match e {
@@ -182,7 +183,9 @@ impl Session {
         self.check_writable()?;
         {
             let inner = &*g;
-            inner.fold.check_op(&self.id, &op, &inner.tree, &inner.proj)?;
+            inner
+                .fold
+                .check_op(&self.id, &op, &inner.tree, &inner.proj)?;
         }
         let seq = g.next_seq;
         let ts = ts.unwrap_or_else(crate::time::now_rfc3339);
