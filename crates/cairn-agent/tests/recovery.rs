@@ -48,6 +48,22 @@ impl Provider for Strict {
     }
 }
 
+/// An assistant entry asking for `read_file` (call `c1`), with no
+/// operation records.
+fn read_missing_file() -> EntryBody {
+    EntryBody::Message(Message {
+        role: Role::Assistant,
+        content: vec![Block::ToolCall {
+            call_id: "c1".into(),
+            name: "read_file".into(),
+            arguments: json!({"path": "missing.txt"}),
+        }],
+        usage: None,
+        model: None,
+        stop_reason: None,
+    })
+}
+
 fn dangling(messages: &[Message]) -> Vec<String> {
     let mut open: Vec<String> = Vec::new();
     for m in messages {
@@ -102,18 +118,7 @@ fn regression_agent_resume_sent_a_tool_call_appended_without_operation_records()
     let s = h.new_session();
     s.append(EntryBody::Message(Message::text(Role::User, "read it")))
         .unwrap();
-    s.append(EntryBody::Message(Message {
-        role: Role::Assistant,
-        content: vec![Block::ToolCall {
-            call_id: "c1".into(),
-            name: "read_file".into(),
-            arguments: json!({"path": "missing.txt"}),
-        }],
-        usage: None,
-        model: None,
-        stop_reason: None,
-    }))
-    .unwrap();
+    s.append(read_missing_file()).unwrap();
     assert!(matches!(
         s.verdict(),
         Verdict::ToolsNotStarted { op: None, .. }
@@ -137,18 +142,7 @@ fn regression_agent_resume_sent_a_tool_call_appended_without_operation_records()
 fn a_prompt_after_a_call_with_no_operation_records_recovers_first() {
     let h = Harness::new();
     let s = h.new_session();
-    s.append(EntryBody::Message(Message {
-        role: Role::Assistant,
-        content: vec![Block::ToolCall {
-            call_id: "c1".into(),
-            name: "read_file".into(),
-            arguments: json!({"path": "missing.txt"}),
-        }],
-        usage: None,
-        model: None,
-        stop_reason: None,
-    }))
-    .unwrap();
+    s.append(read_missing_file()).unwrap();
     let provider = Arc::new(Strict::default());
     let rt = h.runtime(provider.clone(), Canned::default());
     let mut agent = h.agent(s, rt);

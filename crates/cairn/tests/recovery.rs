@@ -69,6 +69,17 @@ fn results(ids: &[&str]) -> EntryBody {
     })
 }
 
+/// An open operation whose model asked for `ids` (call id, tool).
+fn operation_asking<'s>(s: &'s Session, ids: &[(&str, &str)]) -> cairn::Operation<'s> {
+    let op = s.start_operation(Message::text(Role::User, "go")).unwrap();
+    let t = op.model_attempt(None, Some("m")).unwrap();
+    let EntryBody::Message(m) = calls(ids) else {
+        unreachable!()
+    };
+    op.record_assistant(t, m).unwrap();
+    op
+}
+
 fn codes(s: &Session) -> Vec<(String, Option<String>)> {
     s.context()
         .messages()
@@ -165,12 +176,7 @@ fn regression_a_tool_call_with_no_operation_records_was_reported_ready() {
 #[test]
 fn regression_op_finished_with_a_dispatched_call_left_it_unanswered_forever() {
     let s = store().create(NewSession::default()).unwrap();
-    let op = s.start_operation(Message::text(Role::User, "go")).unwrap();
-    let t = op.model_attempt(None, None).unwrap();
-    let EntryBody::Message(m) = calls(&[("c1", "read")]) else {
-        unreachable!()
-    };
-    op.record_assistant(t, m).unwrap();
+    let op = operation_asking(&s, &[("c1", "read")]);
     let ticket = op.dispatch_tool("c1", EffectClass::ReadOnly).unwrap();
     let result_entry = ticket.result_entry().clone();
     op.finish(Outcome::Failed, Some("crashed".into())).unwrap();
@@ -195,12 +201,7 @@ fn regression_op_finished_with_a_dispatched_call_left_it_unanswered_forever() {
 #[test]
 fn regression_an_operation_aborted_before_its_tools_ran_left_them_unanswered() {
     let s = store().create(NewSession::default()).unwrap();
-    let op = s.start_operation(Message::text(Role::User, "go")).unwrap();
-    let t = op.model_attempt(None, None).unwrap();
-    let EntryBody::Message(m) = calls(&[("c1", "read"), ("c2", "put")]) else {
-        unreachable!()
-    };
-    op.record_assistant(t, m).unwrap();
+    let op = operation_asking(&s, &[("c1", "read"), ("c2", "put")]);
     op.finish(Outcome::Aborted, None).unwrap();
     assert!(
         matches!(s.verdict(), Verdict::ToolsNotStarted { ref calls, .. } if calls.len() == 2),
@@ -316,12 +317,7 @@ fn regression_checkout_to_the_leaf_appended_a_checkout_that_showed_as_a_branch()
 #[test]
 fn regression_a_tool_dispatched_with_a_key_not_derived_as_documented_was_accepted() {
     let s = store().create(NewSession::default()).unwrap();
-    let op = s.start_operation(Message::text(Role::User, "go")).unwrap();
-    let t = op.model_attempt(None, None).unwrap();
-    let EntryBody::Message(m) = calls(&[("c1", "bash")]) else {
-        unreachable!()
-    };
-    op.record_assistant(t, m).unwrap();
+    let op = operation_asking(&s, &[("c1", "bash")]);
     let record = |key: String| {
         OpRecord::ToolDispatched(ToolDispatched {
             op: op.id().to_owned(),
@@ -348,12 +344,7 @@ fn regression_a_tool_dispatched_with_a_key_not_derived_as_documented_was_accepte
 #[test]
 fn regression_a_denied_call_showed_in_steps_as_not_started() {
     let s = store().create(NewSession::default()).unwrap();
-    let op = s.start_operation(Message::text(Role::User, "go")).unwrap();
-    let t = op.model_attempt(None, Some("m")).unwrap();
-    let EntryBody::Message(m) = calls(&[("c1", "bash"), ("c2", "bash")]) else {
-        unreachable!()
-    };
-    op.record_assistant(t, m).unwrap();
+    let op = operation_asking(&s, &[("c1", "bash"), ("c2", "bash")]);
     op.request_approval("c1", "bash").unwrap();
     op.resolve_approval("c1", false, Some("person")).unwrap();
     op.deny("c1", cairn::recovery::DENIED_BY_PERSON).unwrap();
@@ -412,12 +403,7 @@ fn the_model_view_refuses_a_context_with_an_unanswered_call() {
 #[test]
 fn starting_an_operation_while_a_dispatched_call_has_no_result_is_refused() {
     let s = store().create(NewSession::default()).unwrap();
-    let op = s.start_operation(Message::text(Role::User, "go")).unwrap();
-    let t = op.model_attempt(None, None).unwrap();
-    let EntryBody::Message(m) = calls(&[("c1", "bash")]) else {
-        unreachable!()
-    };
-    op.record_assistant(t, m).unwrap();
+    let op = operation_asking(&s, &[("c1", "bash")]);
     let _ticket = op.dispatch_tool("c1", EffectClass::SideEffect).unwrap();
     op.finish(Outcome::Failed, None).unwrap();
     let len = s.len();
