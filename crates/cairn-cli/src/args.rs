@@ -360,7 +360,10 @@ Example:
     /// have run as TOOL_OUTCOME_UNKNOWN, closes calls that never started as
     /// TOOL_NOT_STARTED and denies unanswered approvals. On a terminal without
     /// a policy, cairn asks for each. Re-running tools needs their
-    /// implementations: use `cairn agent --resume`.
+    /// implementations: use `cairn agent --resume`. The verdict covers every
+    /// tool call on the branch without a result, with or without operation
+    /// records; while another process holds the session, its tools are
+    /// reported as running.
     #[command(
         after_help = "Examples:\n  cairn recover --last\n  cairn recover 01jx --policy unknown"
     )]
@@ -370,7 +373,7 @@ Example:
         /// Resolve without asking.
         #[arg(long, value_enum)]
         policy: Option<RecoverPolicy>,
-        /// Print JSON: {session, before, actions, after}.
+        /// Print JSON: {session, running, before, actions, after}.
         #[arg(long)]
         json: bool,
     },
