@@ -512,23 +512,27 @@ pub struct OpenCall {
 /// never receive one of these: recovery answers them, and the model view
 /// refuses to hold them.
 pub fn unanswered_calls(ctx: &Context) -> Vec<OpenCall> {
-    let mut open: Vec<OpenCall> = Vec::new();
+    // Borrowed while scanning; only the calls left open are copied.
+    let mut open: Vec<(&str, &str, &Value, &EntryId)> = Vec::new();
     for cm in ctx.messages() {
         let m = cm.message();
-        let answered: HashSet<&str> = m.tool_results().collect();
-        if !answered.is_empty() {
-            open.retain(|c| !answered.contains(c.call_id.as_str()));
-        }
         for (call_id, tool, arguments) in m.tool_calls() {
-            open.push(OpenCall {
-                call_id: call_id.to_owned(),
-                tool: tool.to_owned(),
-                arguments: arguments.clone(),
-                entry: cm.entry().clone(),
-            });
+            open.push((call_id, tool, arguments, cm.entry()));
+        }
+        for answered in m.tool_results() {
+            if let Some(i) = open.iter().position(|c| c.0 == answered) {
+                open.remove(i);
+            }
         }
     }
-    open
+    open.into_iter()
+        .map(|(call_id, tool, arguments, entry)| OpenCall {
+            call_id: call_id.to_owned(),
+            tool: tool.to_owned(),
+            arguments: arguments.clone(),
+            entry: entry.clone(),
+        })
+        .collect()
 }
 
 /// The calls of `open` as never started, marked denied where the last
