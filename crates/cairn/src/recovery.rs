@@ -545,7 +545,17 @@ impl Round<'_, '_> {
     }
 
     fn not_started(&mut self, call: &NotStarted) -> Result<(), RecoveryError> {
-        let can_run = self.can_run();
+        // A call the open operation already dispatched (answered on another
+        // branch, in a log older than the branch-point rule) cannot be
+        // dispatched again: it can only be closed.
+        let dispatched = self.session.with_fold(|f| {
+            f.open().is_some_and(|p| {
+                p.dispatched
+                    .iter()
+                    .any(|d| d.record.call_id == call.call_id)
+            })
+        });
+        let can_run = self.can_run() && !dispatched;
         match self.resolver.decide(Pending::NotStarted(call), can_run) {
             Decision::Run { approved_by } if can_run => {
                 let Some(op) = self.op else { return Ok(()) };

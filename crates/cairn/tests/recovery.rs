@@ -416,3 +416,49 @@ fn starting_an_operation_while_a_dispatched_call_has_no_result_is_refused() {
     s.start_operation(Message::text(Role::User, "next"))
         .unwrap();
 }
+
+/// A log written before the branch-point rule: the call was dispatched and
+/// answered on one branch, and a user message was added under the call on
+/// another. Recovery closes it there (it cannot be dispatched twice).
+#[test]
+fn a_call_answered_only_on_another_branch_in_an_older_log_is_closed_not_rerun() {
+    let backend = MemoryBackend::new();
+    let s = Session::create(&backend, NewSession::default()).unwrap();
+    let id = s.id().clone();
+    let op = operation_asking(&s, &[("c1", "read")]);
+    let asked = s.leaf().unwrap();
+    let ticket = op.dispatch_tool("c1", EffectClass::ReadOnly).unwrap();
+    op.record_result(ticket, cairn::ToolOutput::text("a b"))
+        .unwrap();
+    drop(op);
+    drop(s);
+    // What an older writer accepted: a user message under the call.
+    let mut lines = backend.raw(&id).unwrap();
+    let elsewhere = cairn::Entry {
+        id: EntryId::parse("u9").unwrap(),
+        parent: Some(asked),
+        body: user("elsewhere"),
+    };
+    lines.push(cairn::frame::encode_entry(
+        lines.len() as u64,
+        "2026-01-01T00:00:00.000Z",
+        &elsewhere,
+    ));
+    backend.put_raw(&id, lines);
+    let s = Session::open(&backend, &id, Access::Write).unwrap();
+    assert!(
+        matches!(s.verdict(), Verdict::ToolsNotStarted { ref calls, .. } if calls.len() == 1),
+        "{:?}",
+        s.verdict()
+    );
+    let mut runner = ScenarioRunner::default();
+    recover_twice(&s, Policy::default(), Some(&mut runner));
+    assert!(
+        runner.runs.is_empty(),
+        "re-ran a call that ran on another branch"
+    );
+    assert_eq!(
+        codes(&s),
+        [("c1".to_owned(), Some(TOOL_NOT_STARTED.to_owned()))]
+    );
+}
