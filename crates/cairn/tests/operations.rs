@@ -13,14 +13,15 @@ use std::sync::{Arc, Mutex};
 
 use cairn::backend::MemoryBackend;
 use cairn::steps::{StepKind, StepStatus};
+use cairn::testkit::recovery::{ScenarioRunner as CountingRunner, effect_of};
 use cairn::vfs::{Metadata, OpenMode, StdVfs, Vfs, VfsFile};
 use cairn::{
     Access, AppendError, Block, Body, Durability, EffectClass, EntryBody, Message, NewEntry,
     NewSession, OpRecord, Outcome, Parent, Policy, Role, Session, Status, Store, ToolOutput,
-    ToolRunner, Verdict,
+    Verdict,
 };
 use proptest::prelude::*;
-use serde_json::{Value, json};
+use serde_json::json;
 
 // ---------------------------------------------------------------- oracle ---
 
@@ -137,28 +138,6 @@ fn every_call_answered(s: &Session) -> Result<(), String> {
         }
     }
     Ok(())
-}
-
-struct CountingRunner {
-    runs: Vec<(String, String)>,
-}
-
-impl ToolRunner for CountingRunner {
-    fn effect(&self, tool: &str) -> EffectClass {
-        effect_of(tool)
-    }
-    fn run(&mut self, call_id: &str, tool: &str, _arguments: &Value, key: &str) -> ToolOutput {
-        self.runs.push((call_id.to_owned(), key.to_owned()));
-        ToolOutput::text(format!("{tool} ran"))
-    }
-}
-
-fn effect_of(tool: &str) -> EffectClass {
-    match tool {
-        "read" => EffectClass::ReadOnly,
-        "put" => EffectClass::Idempotent,
-        _ => EffectClass::SideEffect,
-    }
 }
 
 // --------------------------------------------------------------- scripts ---
