@@ -294,7 +294,7 @@ impl Store {
     ///
     /// # Errors
     ///
-    /// Open, read or append errors; the partial fork is removed on failure.
+    /// Open, read or append errors; nothing is created on failure.
     pub fn fork(
         &self,
         source: &Session,
@@ -304,27 +304,34 @@ impl Store {
         let entries = source.branch_entries(at)?;
         source.check_fork_point(&entries, at)?;
         let h = source.header();
-        let fork = self.create(NewSession {
-            id: None,
-            title: title.clone().or_else(|| source.title()),
-            cwd: h.cwd.clone(),
-            app_state: Some(h.app_state.clone()),
-            lineage: Lineage {
-                forked_from: Some(ForkOrigin {
-                    session: source.id().clone(),
-                    entry: at.cloned(),
-                }),
-                parent: h.lineage.parent.clone(),
+        // The fork is built in memory, through the normal append path, then
+        // handed to the backend whole: it appears complete or not at all (a
+        // crash mid-fork leaves no prefix that looks like a finished fork).
+        let id = SessionId::generate();
+        let staging = crate::backend::MemoryBackend::new();
+        let fork = Session::create(
+            &staging,
+            NewSession {
+                id: Some(id.clone()),
+                title: title.clone().or_else(|| source.title()),
+                cwd: h.cwd.clone(),
+                app_state: Some(h.app_state.clone()),
+                lineage: Lineage {
+                    forked_from: Some(ForkOrigin {
+                        session: source.id().clone(),
+                        entry: at.cloned(),
+                    }),
+                    parent: h.lineage.parent.clone(),
+                },
             },
-        })?;
-        fork.set_durability(crate::Durability::Buffered);
+        )?;
         // Entries copied so far; dropped labels, each with the copied entry
         // that took its place (`None` while none has been copied after it).
         let mut copied = std::collections::HashSet::<EntryId>::new();
         let mut dropped = std::collections::HashMap::<EntryId, Option<EntryId>>::new();
         let mut pending: Vec<EntryId> = Vec::new();
         let mut parent: Option<EntryId> = None;
-        let result = (|| {
+        let lines = (|| {
             for (e, ts) in &entries {
                 let mut body = e.body.clone();
                 match &mut body {
@@ -351,7 +358,7 @@ impl Store {
                     parent: parent.clone().map_or(Parent::Root, Parent::Entry),
                     body,
                 };
-                fork.append_entry_at(new, Some(ts.clone()), Some(crate::Durability::Buffered))?;
+                fork.append_entry_at(new, Some(ts.clone()), None)?;
                 for d in pending.drain(..) {
                     dropped.insert(d, Some(e.id.clone()));
                 }
@@ -364,22 +371,16 @@ impl Store {
                 let info = EntryBody::SessionInfo(crate::record::SessionInfo {
                     title: Some(t.clone()),
                 });
-                fork.append_entry_at(
-                    NewEntry::at_leaf(info),
-                    None,
-                    Some(crate::Durability::Buffered),
-                )?;
+                fork.append_entry_at(NewEntry::at_leaf(info), None, None)?;
             }
-            fork.sync()
-        })();
-        if let Err(e) = result {
-            let id = fork.id().clone();
-            drop(fork);
-            let _ = self.backend.remove(&id);
-            return Err(e.into());
-        }
-        fork.set_durability(crate::Durability::default());
-        Ok(fork)
+            (0..fork.len())
+                .map(|seq| fork.raw_record(seq))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(StoreError::from)
+        })()?;
+        drop(fork);
+        drop(self.backend.create_with(&id, &lines)?);
+        Ok(self.open(&id, Access::Write)?)
     }
 }
 

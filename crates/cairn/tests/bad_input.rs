@@ -443,9 +443,9 @@ impl StoreAt for Sample {
 }
 
 #[test]
-fn a_damaged_line_then_intact_ones_in_the_unsynced_tail_is_refused_until_salvaged() {
+fn a_hole_of_zeros_then_intact_lines_in_the_unsynced_tail_is_a_torn_tail_cut_and_saved() {
     // What a power loss can leave after Buffered or Group writes (see
-    // docs/RELIABILITY.md): a lost page reads as zeros, a later one survived.
+    // docs/RELIABILITY.md): a lost write reads as zeros, a later one survived.
     let s = Sample::new();
     let l = s.lines();
     let n = l.len();
@@ -456,21 +456,30 @@ fn a_damaged_line_then_intact_ones_in_the_unsynced_tail_is_refused_until_salvage
         *b = 0;
     }
     let (home, path) = s.copy_with(&bytes);
-    for e in refused(&s.store_at(home.path()), &s.id, &path) {
-        let d = damage(e);
-        assert_eq!((d.line, d.offset), (n as u64 - 2, l[n - 3].start as u64));
-    }
-    let out = tempfile::tempdir().expect("tempdir");
-    let r = fsck::salvage(&path, out.path()).expect("salvage");
-    assert_eq!(
-        r.kept,
-        n as u64 - 2,
-        "salvage keeps the intact records after the hole"
-    );
+    let store = s.store_at(home.path());
+    let reader = store.open(&s.id, Access::Read).expect("a reader opens");
+    assert_eq!(reader.len(), n as u64 - 3);
+    let t = reader.open_report().torn.clone().expect("a torn tail");
+    assert!(!t.cut && t.offset == l[n - 3].start as u64, "{t:?}");
     assert_eq!(
         fs::read(&path).expect("read"),
         bytes,
-        "the original is never touched"
+        "a reader cuts nothing"
+    );
+    drop(reader);
+    let writer = store.open(&s.id, Access::Write).expect("a writer opens");
+    assert_eq!(writer.len(), n as u64 - 3);
+    let t = writer.open_report().torn.clone().expect("a torn tail");
+    assert!(
+        t.cut && t.problem.contains("never reached the disk"),
+        "{t:?}"
+    );
+    let saved = fs::read(t.saved_to.as_deref().expect("saved")).expect("read");
+    assert_eq!(saved, &bytes[l[n - 3].start..], "the cut bytes are saved");
+    assert_eq!(
+        fs::read(&path).expect("read"),
+        &bytes[..l[n - 3].start],
+        "the file is cut at the hole"
     );
 }
 

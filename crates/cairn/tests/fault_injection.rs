@@ -40,9 +40,7 @@ struct FaultStats {
     sessions_reopened: u64,
     acked_records_verified: u64,
     orphans_of_failed_creates: u64,
-    refused_after_reordering: u64,
     healed_appends_survived: u64,
-    lost_after_failed_fsync: u64,
     by_op: BTreeMap<&'static str, u64>,
     by_kind: BTreeMap<String, u64>,
 }
@@ -188,11 +186,6 @@ fn one(
         w.fs.reboot();
         st.power_losses_after_fault += 1;
     }
-    // Holes in unsynced data: reordered writes at the power loss, or pages a
-    // failed fsync wrote back while dropping earlier ones.
-    let reordered = power_loss
-        && (w.fs.last_crash().is_some_and(|r| r.reordered)
-            || fired.iter().any(|f| f.op == Op::Sync));
     // (session, seq) of the record each reopened session took, synced.
     let mut healed: Vec<(SessionId, u64)> = Vec::new();
     for i in 0..w.sessions.len() {
@@ -245,9 +238,6 @@ fn one(
                 st.sessions_reopened += 1;
                 st.acked_records_verified += must;
             }
-            Err(OpenError::Damaged(d)) if reordered && d.offset as usize >= need => {
-                st.refused_after_reordering += 1;
-            }
             Err(e) => {
                 return Err(format!(
                     "{}: does not reopen on a healed disk: {e}",
@@ -261,12 +251,6 @@ fn one(
     // a failed fsync dropped.
     w.fs.crash_now(CrashMode::LoseAll, crash_seed ^ 1);
     w.fs.reboot();
-    // Known bugs (the two regression tests at the end of this file): after a
-    // failed fsync the "unsynced-from" marker may be missing (its lock-file
-    // write failed too) or start too late (pages an earlier handle left
-    // dirty). Such losses are counted and printed, not failed; remove this
-    // exemption once both are fixed.
-    let known_fsync_bug = fired.iter().any(|f| f.op == Op::Sync);
     for (id, seq) in &healed {
         let text = match w.store.open(id, Access::Read) {
             Ok(s) => match s.record(*seq).map(|r| r.body) {
@@ -279,10 +263,6 @@ fn one(
             Err(e) => Err(e.to_string()),
         };
         if text.as_deref() != Ok("after the disk healed") {
-            if known_fsync_bug {
-                st.lost_after_failed_fsync += 1;
-                continue;
-            }
             return Err(format!(
                 "{id}: record {seq}, acknowledged as durable after the reopen, is gone after a power loss: {text:?}"
             ));
@@ -304,10 +284,6 @@ fn one(
             .map_err(|e| e.to_string())?;
         match w.store.open(&id, Access::Write) {
             Ok(_) | Err(OpenError::NotASession { .. }) => {}
-            // Never acknowledged: holes in its unsynced data (reordering, or
-            // pages a failed fsync dropped, then the power loss above) are
-            // the documented refusal.
-            Err(OpenError::Damaged(_)) if reordered || fired.iter().any(|f| f.op == Op::Sync) => {}
             Err(e) => {
                 return Err(format!(
                     "{}: an orphan of a failed create: {e}",
@@ -379,8 +355,8 @@ fn every_injected_fault_is_reported_poisons_and_loses_nothing_acknowledged() {
     println!(
         "fault_injection: faults injected: {} (surfaced {}, absorbed by design {}; by operation {:?}; by kind {:?}); \
          poisoned handles verified {}; power losses after a fault {}; sessions reopened {}; acknowledged records verified {}, lost 0; \
-         orphans of failed creates {}; refused after reordering {}; appends after healing that survived a power loss {}; \
-         LOST after a failed fsync {} (known bugs, see the regression tests)",
+         orphans of failed creates {}; sessions that need a person to open 0; \
+         appends after healing that survived a power loss {}, lost 0",
         st.injected,
         st.surfaced,
         st.absorbed,
@@ -391,9 +367,7 @@ fn every_injected_fault_is_reported_poisons_and_loses_nothing_acknowledged() {
         st.sessions_reopened,
         st.acked_records_verified,
         st.orphans_of_failed_creates,
-        st.refused_after_reordering,
         st.healed_appends_survived,
-        st.lost_after_failed_fsync,
     );
     assert!(st.injected >= points);
     assert!(st.poisoned_verified > 0 && st.surfaced > 0);
@@ -500,7 +474,6 @@ fn a_full_disk_on_an_append_names_the_file_says_no_space_and_poisons_until_reope
 /// keeps failing, or is full), nothing tells the next writer, and the
 /// original loss returns once the disk works again.
 #[test]
-#[ignore = "known bug, open: docs/RELIABILITY.md section 5 item 9 (run with --ignored to see it fail)"]
 fn regression_when_the_unsynced_marker_could_not_be_written_a_reopened_writer_built_on_dropped_pages()
  {
     let fs = SimFs::new();
@@ -562,7 +535,6 @@ fn regression_when_the_unsynced_marker_could_not_be_written_a_reopened_writer_bu
 /// reopen, and the record acknowledged after the next reopen sits behind a
 /// hole.
 #[test]
-#[ignore = "known bug, open: docs/RELIABILITY.md section 5 item 10 (run with --ignored to see it fail)"]
 fn regression_the_unsynced_marker_missed_pages_an_earlier_handle_left_dirty() {
     let fs = SimFs::new();
     fs.mkdir_durable(&sessions_dir());

@@ -712,3 +712,37 @@ fn concurrent_listing_and_appending_never_leaves_a_wrong_listing_in_memory() {
     let store = Store::with_backend(Arc::new(MemoryBackend::new()));
     concurrent_listing_and_appending(&store);
 }
+
+#[test]
+fn regression_a_new_fork_sorted_below_its_source_so_continue_opened_the_source() {
+    let dir = home();
+    let store = Store::open_dir(dir.path());
+    let source = create(&store, Some("source"));
+    append(&source, user("hello"));
+    append(&source, assistant("hi"));
+    next_millisecond();
+    let fork = store
+        .fork(&source, source.leaf().as_ref(), None)
+        .expect("fork");
+    drop(fork);
+    let list = store.list().expect("list");
+    let f = list
+        .iter()
+        .find(|s| s.forked_from.as_ref() == Some(source.id()))
+        .expect("the fork is listed");
+    assert!(
+        f.updated >= f.created,
+        "the fork was made at {} but is listed as updated at {}",
+        f.created,
+        f.updated
+    );
+    assert_eq!(list[0].id, f.id, "the fork was made last: it sorts first");
+    assert_eq!(
+        store.latest().expect("latest"),
+        f.id,
+        "`--continue` opens the fork"
+    );
+    // The same through a fresh open (no catalog): the rule is the session's.
+    let reopened = store.open(&f.id, Access::Read).expect("open the fork");
+    assert_eq!(reopened.updated(), f.created);
+}

@@ -5,6 +5,7 @@
 //! `<dir>/<id>.jsonl.torn-<time>` any torn tail cut at open. The catalog, a
 //! listing cache, is `<dir>/../catalog.json`.
 
+use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
@@ -35,16 +36,49 @@ const READ_CHUNK: usize = 1 << 20;
 const UNSYNCED: &str = "unsynced-from ";
 
 /// Writes the lock file's note: our pid, and the unsynced marker if any.
-fn write_lock_note(f: &dyn VfsFile, unsynced: Option<u64>) {
+/// The note helps messages and recovery but is not the log: callers decide
+/// what a failure means.
+fn write_lock_note(f: &dyn VfsFile, unsynced: Option<u64>) -> io::Result<()> {
     let mut note = format!("{}\n", std::process::id());
     if let Some(x) = unsynced {
         note.push_str(&format!("{UNSYNCED}{x}\n"));
     }
-    // Best effort: the note helps messages and recovery but is not the log.
-    let _ = f
-        .set_len(0)
-        .and_then(|()| f.write_all_at(note.as_bytes(), 0));
+    f.set_len(0)
+        .and_then(|()| f.write_all_at(note.as_bytes(), 0))
 }
+
+/// The unsynced markers of this process, by session file: a copy of the
+/// lock-file marker that survives when the lock file cannot be written
+/// (the disk that failed the sync keeps failing, or is full), so a writer
+/// reopened in the same process still rewrites what a failed sync may have
+/// dropped.
+static UNSYNCED_IN_PROCESS: Mutex<BTreeMap<String, u64>> = Mutex::new(BTreeMap::new());
+
+/// Records that the bytes of `location` from `from` on may not be on disk.
+fn remember_unsynced(location: &str, from: u64) {
+    let mut m = UNSYNCED_IN_PROCESS
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    let e = m.entry(location.to_owned()).or_insert(from);
+    *e = (*e).min(from);
+}
+
+/// The in-process marker of `location`, if any.
+fn unsynced_in_process(location: &str) -> Option<u64> {
+    UNSYNCED_IN_PROCESS
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .get(location)
+        .copied()
+}
+
+fn forget_unsynced(location: &str) {
+    UNSYNCED_IN_PROCESS
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .remove(location);
+}
+
 /// Extra attempts at the writer lock before reporting "in use".
 const LOCK_RETRIES: usize = 4;
 
@@ -87,6 +121,30 @@ impl FileBackend {
             }
         }
         Ok(())
+    }
+
+    /// The torn-tail rule of session files (`docs/FORMAT.md`, "Torn tail"),
+    /// for tools that read a file themselves (`fsck`): whether the damage
+    /// that begins with `first_damaged` — the first line that fails its
+    /// framing, newline included if it has one, found at byte `offset` — is
+    /// a torn tail that a writer cuts (and saves) and a reader ignores,
+    /// rather than damage in the middle that refuses to open. It is when no
+    /// intact line follows it (`intact_after` false), or when the line is a
+    /// hole: it holds zeros where a write never reached the disk.
+    ///
+    /// ```
+    /// use cairn::FileBackend;
+    ///
+    /// // A write lost at a power loss, then a later one that survived:
+    /// let mut line = b"{\"seq\":3,\"ts\":".to_vec();
+    /// line.extend_from_slice(&[0; 40]);
+    /// line.extend_from_slice(b"{\"seq\":5,\"ts\":\"...\"}\n");
+    /// assert!(FileBackend::is_torn_tail(&line, 1000, true));
+    /// // A flipped bit in the middle of the file is not a torn tail.
+    /// assert!(!FileBackend::is_torn_tail(b"{\"seq\":3,\"tz\":1}\n", 1000, true));
+    /// ```
+    pub fn is_torn_tail(first_damaged: &[u8], offset: u64, intact_after: bool) -> bool {
+        !intact_after || is_hole(first_damaged, offset)
     }
 
     /// The directory holding the session files.
@@ -144,8 +202,9 @@ impl FileBackend {
             .find_map(|l| l.strip_prefix(UNSYNCED))
             .and_then(|x| x.trim().parse().ok());
         // The pid is a courtesy for error messages; the marker must survive
-        // until the writer has made the suspect bytes durable again.
-        write_lock_note(&*f, unsynced);
+        // until the writer has made the suspect bytes durable again (and it
+        // is also kept in memory: see `UNSYNCED_IN_PROCESS`).
+        let _ = write_lock_note(&*f, unsynced);
         Ok((f, unsynced))
     }
 }
@@ -160,6 +219,10 @@ impl Backend for FileBackend {
     }
 
     fn create(&self, id: &SessionId, header: &[u8]) -> Result<Box<dyn Log>, OpenError> {
+        self.create_with(id, &[header.to_vec()])
+    }
+
+    fn create_with(&self, id: &SessionId, lines: &[Vec<u8>]) -> Result<Box<dyn Log>, OpenError> {
         let path = self.path(id);
         let location = path.display().to_string();
         let io_err = |action, source| OpenError::Io {
@@ -167,6 +230,12 @@ impl Backend for FileBackend {
             location: location.clone(),
             source,
         };
+        if lines.is_empty() {
+            return Err(OpenError::NotASession {
+                location,
+                problem: "a session needs at least its header".into(),
+            });
+        }
         self.ensure_dir()
             .map_err(|e| io_err("create the directory of", e))?;
         let (lock, _) = self.lock(id)?;
@@ -177,19 +246,34 @@ impl Backend for FileBackend {
         if self.vfs.metadata(&path).is_ok() {
             return Err(exists());
         }
-        // The header is written and synced under a temporary name, then the
+        // Every line is written and synced under a temporary name, then the
         // session's name is added atomically: a crash leaves either no
-        // session or a whole header, never an empty file that no one can open.
+        // session or all of it — never an empty file that no one can open,
+        // nor the prefix of a fork that looks complete.
         let tmp = self.dir.join(format!(".{id}.jsonl.new"));
         let _ = self.vfs.remove_file(&tmp); // left by a create that crashed
         let file = self
             .vfs
             .open(&tmp, OpenMode::CreateNew)
             .map_err(|e| io_err("create", e))?;
-        let written = file
-            .write_all_at(header, 0)
+        let mut offsets = Vec::with_capacity(lines.len());
+        let mut end = 0u64;
+        let written = lines
+            .iter()
+            .try_for_each(|l| {
+                offsets.push(end);
+                file.write_all_at(l, end)?;
+                end += l.len() as u64;
+                Ok(())
+            })
             .and_then(|()| file.sync_data())
-            .map_err(|e| io_err("write the header of", e))
+            .map_err(|e| {
+                let action = match lines.len() {
+                    1 => "write the header of",
+                    _ => "write the records of",
+                };
+                io_err(action, e)
+            })
             .and_then(|()| match self.vfs.hard_link(&tmp, &path) {
                 Ok(()) => Ok(()),
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Err(exists()),
@@ -215,8 +299,8 @@ impl Backend for FileBackend {
             location,
             file,
             Some(lock),
-            vec![0],
-            header.len() as u64,
+            offsets,
+            end,
         )))
     }
 
@@ -250,12 +334,22 @@ impl Backend for FileBackend {
         let mut torn = None;
         if let Some(bad) = scan.bad {
             let len = scan.file_len - bad.offset;
+            let problem = if bad.intact_after {
+                format!(
+                    "{}; it holds zeros where a write never reached the disk, so the \
+                     records after it were never durable (a power loss kept a later \
+                     unsynced write and lost an earlier one)",
+                    bad.problem
+                )
+            } else {
+                bad.problem
+            };
             let mut tail = TornTail {
                 offset: bad.offset,
                 len,
                 saved_to: None,
                 cut: false,
-                problem: bad.problem,
+                problem,
             };
             if lock.is_some() {
                 let saved = self
@@ -269,17 +363,16 @@ impl Backend for FileBackend {
             }
             torn = Some(tail);
         }
-        if let (Some(lock), Some(from)) = (&lock, unsynced) {
-            // A previous writer's write or sync failed: the bytes from `from`
-            // on may be readable here yet missing from the disk. Write them
-            // again and sync them before anything is built on them.
-            let from = from.min(scan.end);
-            let mut bytes = vec![0u8; usize::try_from(scan.end - from).unwrap_or(0)];
-            read_exact_at(&*file, &mut bytes, from)
-                .and_then(|()| file.write_all_at(&bytes, from))
-                .and_then(|()| file.sync_data())
-                .map_err(|e| io_err("make durable again the unsynced part of", e))?;
-            write_lock_note(&**lock, None);
+        if let Some(lock) = &lock {
+            self.make_durable(
+                &location,
+                &*file,
+                &**lock,
+                unsynced,
+                torn.is_some(),
+                scan.end,
+            )
+            .map_err(|e| io_err("make durable again the unsynced part of", e))?;
         }
         let log = FileLog::new(location, file, lock, scan.offsets, scan.end);
         Ok(Opened {
@@ -403,6 +496,55 @@ impl FileBackend {
         }
     }
 
+    /// Before a writer builds on the file, makes everything in it durable,
+    /// so that the whole file is covered by a good sync (`synced_end`):
+    ///
+    /// - after a previous writer's failed write or sync (a marker in the lock
+    ///   file or in this process), the bytes from the marker on may be
+    ///   readable here yet missing from the disk, and a sync would not write
+    ///   them: they are written again in place, then synced;
+    /// - otherwise the file is synced, because an earlier handle may have
+    ///   left Buffered records unsynced; if that sync fails, pages of any
+    ///   age may have been dropped, and everything is written again.
+    ///
+    /// On failure the marker is left (or set) for the next writer.
+    fn make_durable(
+        &self,
+        location: &str,
+        file: &dyn VfsFile,
+        lock: &dyn VfsFile,
+        marker: Option<u64>,
+        synced: bool,
+        end: u64,
+    ) -> io::Result<()> {
+        let from = match (marker, unsynced_in_process(location)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let from = match from {
+            Some(from) => from.min(end),
+            None if synced => return Ok(()),
+            None => match file.sync_data() {
+                Ok(()) => return Ok(()),
+                Err(e) => {
+                    remember_unsynced(location, 0);
+                    let _ = write_lock_note(lock, Some(0));
+                    return Err(e);
+                }
+            },
+        };
+        let rewritten = rewrite(file, from, end).and_then(|()| file.sync_data());
+        if let Err(e) = rewritten {
+            remember_unsynced(location, from);
+            let _ = write_lock_note(lock, Some(from));
+            return Err(e);
+        }
+        forget_unsynced(location);
+        // Best effort: a marker left behind costs the next writer a rewrite.
+        let _ = write_lock_note(lock, None);
+        Ok(())
+    }
+
     fn save_torn(
         &self,
         path: &Path,
@@ -430,6 +572,20 @@ impl FileBackend {
     }
 }
 
+/// Writes the bytes of `file` from `from` to `end` again, in place, a chunk
+/// at a time (dirtying the pages a failed sync may have dropped).
+fn rewrite(file: &dyn VfsFile, from: u64, end: u64) -> io::Result<()> {
+    let mut buf = vec![0u8; READ_CHUNK];
+    let mut at = from;
+    while at < end {
+        let n = usize::try_from(end - at).map_or(READ_CHUNK, |n| n.min(READ_CHUNK));
+        read_exact_at(file, &mut buf[..n], at)?;
+        file.write_all_at(&buf[..n], at)?;
+        at += n as u64;
+    }
+    Ok(())
+}
+
 fn read_exact_at(file: &dyn VfsFile, buf: &mut [u8], offset: u64) -> io::Result<()> {
     let mut done = 0;
     while done < buf.len() {
@@ -449,6 +605,11 @@ struct Bad {
     offset: u64,
     index: u64,
     problem: String,
+    /// The first damaged line is a hole ([`is_hole`]): the intact lines
+    /// after it belong to the torn tail instead of making it an error.
+    hole: bool,
+    /// Intact lines follow the damage (only possible after a hole).
+    intact_after: bool,
 }
 
 struct Scan {
@@ -459,9 +620,10 @@ struct Scan {
 }
 
 /// Reads the file in chunks, checking each line's framing. Intact lines are
-/// handed to `visit` until the first damaged one; after that, any intact line
-/// means damage in the middle (a hard error), and only damaged lines to the
-/// end of the file make a torn tail.
+/// handed to `visit` until the first damaged one. Everything from there to
+/// the end of the file is a torn tail when no intact line follows, or when
+/// the first damaged line is a hole ([`is_hole`]); otherwise an intact line
+/// after damage is damage in the middle (a hard error).
 fn scan(file: &dyn VfsFile, location: &str, visit: &mut Visitor<'_>) -> Result<Scan, OpenError> {
     let io_err = |source| OpenError::Io {
         action: "read",
@@ -521,6 +683,8 @@ fn scan(file: &dyn VfsFile, location: &str, visit: &mut Visitor<'_>) -> Result<S
                     offset: pos,
                     index: lines.offsets.len() as u64,
                     problem: frame::FrameDamage::Incomplete.to_string(),
+                    hole: false,
+                    intact_after: false,
                 });
             }
             break;
@@ -544,6 +708,43 @@ fn scan(file: &dyn VfsFile, location: &str, visit: &mut Visitor<'_>) -> Result<S
     })
 }
 
+/// Bytes a 512-byte disk sector starts at: the smallest unit a disk writes,
+/// so the zeros of a lost write end at a multiple of it (or where another
+/// write begins, or at the end of the file).
+const SECTOR: u64 = 512;
+
+/// How every record line but the header begins (`docs/FORMAT.md`, "Framing").
+const RECORD_START: &[u8] = b"{\"seq\":";
+
+/// Whether a damaged line, starting at byte `offset` of the file, carries
+/// the signature of a *hole*: bytes that never reached the disk. cairn never
+/// writes a NUL byte (JSON escapes control characters), and a write lost at
+/// a power loss reads back as zeros that end where the disk's write units
+/// end: at the end of the file, at a sector boundary, or where a later write
+/// (always a whole record) begins. So the line must hold a run of NUL bytes
+/// ending in one of those places. A flipped bit can make one NUL, but not
+/// one that ends so (a newline cannot become NUL in one flip); see
+/// `docs/FORMAT.md`, "Torn tail", for why damage that starts with a hole is
+/// cut as a torn tail.
+fn is_hole(line: &[u8], offset: u64) -> bool {
+    let mut i = 0;
+    while let Some(z) = memchr::memchr(0, &line[i..]) {
+        let start = i + z;
+        let end = line[start..]
+            .iter()
+            .position(|&b| b != 0)
+            .map_or(line.len(), |n| start + n);
+        if end == line.len()
+            || (offset + end as u64).is_multiple_of(SECTOR)
+            || line[end..].starts_with(RECORD_START)
+        {
+            return true;
+        }
+        i = end;
+    }
+    false
+}
+
 /// The lines seen so far by [`scan`].
 struct Lines<'l> {
     location: &'l str,
@@ -559,7 +760,11 @@ impl Lines<'_> {
         let index = self.offsets.len() as u64;
         match frame::check(line) {
             Ok(()) => {
-                if let Some(b) = &self.bad {
+                if let Some(b) = &mut self.bad {
+                    if b.hole {
+                        b.intact_after = true;
+                        return Ok(());
+                    }
                     return Err(damaged(
                         self.location,
                         b.index,
@@ -584,6 +789,8 @@ impl Lines<'_> {
                         offset,
                         index,
                         problem: d.to_string(),
+                        hole: is_hole(line, offset),
+                        intact_after: false,
                     });
                 }
             }
@@ -664,10 +871,19 @@ impl FileLog {
         let mut p = self.poisoned.lock().unwrap_or_else(PoisonError::into_inner);
         if p.is_none() {
             *p = Some(format!("{action} failed: {source}"));
-            // Tell the next writer what may not have reached the disk.
+            // Tell the next writer what may not have reached the disk: in
+            // this process, and in the lock file for other processes.
             if let Some(lock) = &self.lock {
                 let from = self.synced_end.load(std::sync::atomic::Ordering::Acquire);
-                write_lock_note(&**lock, Some(from));
+                remember_unsynced(&self.location, from);
+                if write_lock_note(&**lock, Some(from)).is_err() && action == "sync" {
+                    // No marker for another process: a failed sync may have
+                    // dropped the pages after `from`, so keep none of them
+                    // (records not yet acknowledged as durable, which a power
+                    // loss could take anyway). Nothing more can be done if
+                    // this fails too: the in-process marker remains.
+                    let _ = self.file.set_len(from);
+                }
             }
         }
         AppendError::Io {
@@ -773,5 +989,48 @@ impl Log for FileLog {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{SECTOR, is_hole};
+
+    const LINE: &[u8] = br#"{"seq":3,"ts":"2026-11-30T00:00:00.000Z","kind":"message","data":{"text":"a b"},"crc":"00000000"}"#;
+
+    #[test]
+    fn zeros_before_the_start_of_a_later_record_are_a_hole() {
+        let mut line = LINE[..20].to_vec();
+        line.extend_from_slice(&[0; 7]);
+        line.extend_from_slice(LINE);
+        line.push(b'\n');
+        assert!(is_hole(&line, 1000));
+    }
+
+    #[test]
+    fn zeros_that_end_at_a_sector_boundary_are_a_hole() {
+        let mut line = vec![0u8; 30];
+        line.extend_from_slice(&LINE[40..]);
+        line.push(b'\n');
+        assert!(is_hole(&line, SECTOR * 3 - 30));
+        assert!(!is_hole(&line, SECTOR * 3 - 29));
+    }
+
+    #[test]
+    fn zeros_to_the_end_of_the_file_are_a_hole() {
+        let mut line = LINE[..50].to_vec();
+        line.extend_from_slice(&[0; 3]);
+        assert!(is_hole(&line, 1001));
+    }
+
+    #[test]
+    fn a_flipped_bit_that_makes_a_nul_inside_a_line_is_not_a_hole() {
+        // "a b" -> "a\0b": a space is one bit away from NUL.
+        let mut line = LINE.to_vec();
+        let space = line.iter().position(|&b| b == b' ').unwrap_or(0);
+        line[space] = 0;
+        line.push(b'\n');
+        assert!(!is_hole(&line, 1000));
+        assert!(!is_hole(b"{\"seq\":3,\"tz\":1}\n", 1000));
     }
 }

@@ -89,6 +89,32 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// [`OpenError::AlreadyExists`], or I/O errors.
     fn create(&self, id: &SessionId, header: &[u8]) -> Result<Box<dyn Log>, OpenError>;
 
+    /// Creates a session holding `lines` (the header first) and returns it
+    /// open for writing, like [`Backend::create`]: when this returns every
+    /// line is durable. Used by `Store::fork`, whose copy must never be seen
+    /// half made. The default creates, appends and syncs; a backend that can
+    /// publish the session only once it is complete (the file backend, under
+    /// a temporary name) overrides it, so a crash leaves no partial session.
+    ///
+    /// # Errors
+    ///
+    /// As [`Backend::create`]; an append or sync failure as [`OpenError::Io`].
+    fn create_with(&self, id: &SessionId, lines: &[Vec<u8>]) -> Result<Box<dyn Log>, OpenError> {
+        let (header, rest) = lines.split_first().ok_or_else(|| OpenError::NotASession {
+            location: self.location(id),
+            problem: "a session needs at least its header".into(),
+        })?;
+        let log = self.create(id, header)?;
+        log.append(rest)
+            .and_then(|()| log.sync())
+            .map_err(|e| OpenError::Io {
+                action: "write the records of",
+                location: self.location(id),
+                source: std::io::Error::other(e),
+            })?;
+        Ok(log)
+    }
+
     /// Opens a session, calling `visit` for each intact line in order. With
     /// [`Access::Write`] the writer lock is taken and a torn tail is cut (and
     /// saved); with [`Access::Read`] nothing is locked or changed.

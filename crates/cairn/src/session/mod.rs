@@ -335,9 +335,19 @@ impl Session {
         lock(&self.inner).tree.len()
     }
 
-    /// The time of the last record.
+    /// When the session last changed: the time of its last record, or of
+    /// its creation when that is later (a fork's copied records keep their
+    /// original times, but the fork was made now).
     pub fn updated(&self) -> String {
-        lock(&self.inner).last_ts.clone()
+        let last = lock(&self.inner).last_ts.clone();
+        let created = &self.header.created;
+        match (
+            crate::time::parse_millis(&last),
+            crate::time::parse_millis(created),
+        ) {
+            (Some(l), Some(c)) if c > l => created.clone(),
+            _ => last,
+        }
     }
 
     /// Labels: name → entry.

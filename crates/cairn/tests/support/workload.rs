@@ -114,6 +114,12 @@ pub struct World {
     pub trust_buffered: bool,
     /// Counters.
     pub stats: Stats,
+    /// Whether to note each fork in progress in `forking` (the crash
+    /// harness; the fault harness does not, since it reads the source again).
+    pub note_forks: bool,
+    /// The fork in progress, if any: its source and how many records the
+    /// finished fork holds (a fork is all or nothing, even at a crash).
+    pub forking: Option<(SessionId, u64)>,
     next_call: u64,
 }
 
@@ -160,6 +166,8 @@ impl World {
             rng: Rng::new(seed),
             trust_buffered: false,
             stats: Stats::default(),
+            note_forks: false,
+            forking: None,
             next_call: 0,
         }
     }
@@ -635,6 +643,13 @@ impl World {
         self.stats.forks += 1;
         let s = self.handle(si);
         let at = self.random_entry(&s);
+        if self.note_forks {
+            // What the finished fork holds: the same fork made in memory.
+            let whole = Store::with_backend(Arc::new(cairn::MemoryBackend::new()))
+                .fork(&s, at.as_ref(), None)
+                .map_or(0, |f| f.len());
+            self.forking = Some((s.id().clone(), whole));
+        }
         let r = self.store.fork(&s, at.as_ref(), None);
         // A fork where a tool call has no result is refused, writing nothing.
         if let Err(cairn::StoreError::Append(AppendError::Invalid(
@@ -645,6 +660,7 @@ impl World {
             return Ok(());
         }
         let f = self.res(r, Some(si), "fork")?;
+        self.forking = None;
         let n = f.len();
         self.stats.acks += n;
         self.sessions.push(Tracked {
