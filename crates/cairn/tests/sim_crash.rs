@@ -540,30 +540,39 @@ fn damage_then_intact(image: &[u8]) -> bool {
     lines.any(|l| cairn::frame::check(l).is_err()) && lines.any(|l| cairn::frame::check(l).is_ok())
 }
 
+/// A world of `seed` holding one new session, and that session.
+fn world_with_a_session(seed: u64) -> (World, cairn::Session) {
+    let w = World::new(seed);
+    w.fs.mkdir_durable(&sessions_dir());
+    let s = w
+        .store
+        .create(cairn::NewSession::default())
+        .expect("create");
+    (w, s)
+}
+
+fn append_user(s: &cairn::Session, text: &str) {
+    s.append(cairn::EntryBody::Message(cairn::Message::text(
+        cairn::Role::User,
+        text,
+    )))
+    .expect("append");
+}
+
 #[test]
 fn regression_reordered_writes_left_a_hole_that_refused_to_open_until_a_person_ran_salvage() {
     let mut holes = 0;
     for seed in 0..300u64 {
-        let w = World::new(seed);
-        w.fs.mkdir_durable(&sessions_dir());
-        let s = w
-            .store
-            .create(cairn::NewSession::default())
-            .expect("create");
+        let (w, s) = world_with_a_session(seed);
         let (id, path) = (s.id().clone(), PathBuf::from(s.location()));
-        s.append(cairn::EntryBody::Message(cairn::Message::text(
-            cairn::Role::User,
-            "acknowledged as durable",
-        )))
-        .expect("append");
+        append_user(&s, "acknowledged as durable");
         let durable = s.len();
         s.set_durability(cairn::Durability::Buffered);
         for i in 0..8 {
-            s.append(cairn::EntryBody::Message(cairn::Message::text(
-                cairn::Role::User,
-                format!("buffered {i}: only a later sync() would make this durable"),
-            )))
-            .expect("append");
+            append_user(
+                &s,
+                &format!("buffered {i}: only a later sync() would make this durable"),
+            );
         }
         drop(s);
         let written = w.fs.read(&path).expect("written");
@@ -608,18 +617,9 @@ fn regression_reordered_writes_left_a_hole_that_refused_to_open_until_a_person_r
 fn regression_a_crash_mid_fork_left_a_valid_looking_prefix_of_the_fork() {
     for mode in [CrashMode::KeepAll, CrashMode::PowerLoss] {
         for k in 1u64.. {
-            let w = World::new(k);
-            w.fs.mkdir_durable(&sessions_dir());
-            let s = w
-                .store
-                .create(cairn::NewSession::default())
-                .expect("create");
+            let (w, s) = world_with_a_session(k);
             for i in 0..12 {
-                s.append(cairn::EntryBody::Message(cairn::Message::text(
-                    cairn::Role::User,
-                    format!("message {i}"),
-                )))
-                .expect("append");
+                append_user(&s, &format!("message {i}"));
             }
             let whole = s.len();
             w.fs.crash_after(k, mode, k);
