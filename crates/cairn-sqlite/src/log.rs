@@ -143,8 +143,12 @@ impl SqliteLog {
                 summary.apply(&f, line.len());
             }
         }
+        // `updated` is the last record's time, or the creation time when
+        // later (a fork's copied records keep their times), as in the core's
+        // `Session::updated`; both are RFC 3339 in one format, so they
+        // compare as text.
         tx.prepare_cached(
-            "UPDATE sessions SET updated = ?2, title = ?3, first_message = ?4, phase = ?5,
+            "UPDATE sessions SET updated = max(?2, created), title = ?3, first_message = ?4, phase = ?5,
                  op_state = ?6, entries = ?7, records = ?8, bytes = ?9
              WHERE sid = ?1",
         )?

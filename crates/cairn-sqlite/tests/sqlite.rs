@@ -399,3 +399,20 @@ fn the_database_path_is_where_it_was_asked_for() {
     assert_eq!(b.path(), Path::new(&dir.path().join("cairn.db")));
     assert!(b.describe().starts_with("sqlite:"));
 }
+
+#[test]
+fn regression_a_new_fork_was_listed_below_its_source_so_continue_opened_the_source() {
+    let (_dir, _db, store) = setup();
+    let source = store.create(NewSession::default()).unwrap();
+    source.append(user("hello")).unwrap();
+    let now = cairn::now_rfc3339();
+    while cairn::now_rfc3339() == now {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    let fork = store.fork(&source, source.leaf().as_ref(), None).unwrap();
+    // The copy keeps the source's times; the fork was made now.
+    let list = store.list().unwrap();
+    assert_eq!(list[0].id, *fork.id(), "{list:#?}");
+    assert!(list[0].updated >= list[0].created, "{:?}", list[0]);
+    assert_eq!(store.latest().unwrap(), *fork.id());
+}
