@@ -717,7 +717,7 @@ fn catalogue() -> Vec<(&'static str, Vec<u8>, bool)> {
             splice(l[2].start, 0, b"\n"),
             true,
         ),
-        ("24 a hole of zeros followed by intact lines", zeros, true),
+        ("24 a hole of zeros followed by intact lines", zeros, false),
     ];
     let (_home, _id, _path, ops) = operation_session();
     cases.push((

@@ -15,7 +15,8 @@
 //!   recovery verdict agrees with an independent reading of the records;
 //! - every session opens without a person: damage with intact records after
 //!   it is a hole in unsynced data (reordered writes), cut as a torn tail
-//!   like any other (`docs/FORMAT.md`, "Torn tail"), never a refusal;
+//!   like any other (`docs/FORMAT.md`, "Torn tail"), never a refusal, and
+//!   `fsck` agrees;
 //! - a fork that never returned is there whole or not at all.
 //!
 //! `CAIRN_CRASH_POINTS` sets the number of crash points (default 2000),
@@ -245,7 +246,20 @@ fn check_after_crash(w: &mut World, st: &mut CrashStats) -> Result<(), String> {
                 path.display()
             ));
         }
-        // 3. A writer cuts a torn tail, and only that.
+        // 3. fsck agrees with the open: a torn tail (a hole included) is
+        // never reported as damage. (Run on holes only: fsck reads all.)
+        if damage_then_intact(&image) {
+            let report = cairn::fsck::check(&**w.store.backend(), &id)
+                .map_err(|e| format!("{}: fsck failed: {e}", path.display()))?;
+            if report.is_damaged() {
+                return Err(format!(
+                    "{}: fsck reports damage where the open finds a torn tail: {:?}",
+                    path.display(),
+                    report.problems
+                ));
+            }
+        }
+        // 4. A writer cuts a torn tail, and only that.
         match w.store.open(&id, Access::Write) {
             Ok(s) => {
                 let after = w.fs.read(&path).expect("still there");
