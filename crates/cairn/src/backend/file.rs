@@ -79,8 +79,16 @@ fn forget_unsynced(location: &str) {
         .remove(location);
 }
 
-/// Extra attempts at the writer lock before reporting "in use".
-const LOCK_RETRIES: usize = 4;
+/// How long to keep trying for the writer lock before reporting "in use",
+/// in doubling waits from 1 ms (1 + 2 + … + 256 ≈ 0.5 s in all).
+///
+/// A writer that has just closed a session can still "hold" its lock for a
+/// moment: a lock belongs to the open file description, and a process another
+/// thread forks inherits it until the child calls exec; a listing's probe
+/// (`writer_active`) also takes the lock for an instant. On a loaded machine
+/// both last longer than a few milliseconds, so a reopen right after a close
+/// saw "in use" from its own process (found as flaky CLI tests).
+const LOCK_WAITS_MS: [u64; 9] = [1, 2, 4, 8, 16, 32, 64, 128, 256];
 
 impl FileBackend {
     /// Sessions in `dir` on the real file system; the catalog is kept in
@@ -177,14 +185,15 @@ impl FileBackend {
             .vfs
             .open(&path, OpenMode::CreateOrOpen)
             .map_err(|e| io_err("open lock file", e))?;
-        // `writer_active` probes by taking the lock for an instant; a few
-        // short retries keep such a probe from looking like a writer.
+        // A probe or a forked child can hold the lock for an instant after
+        // its writer let go (see `LOCK_WAITS_MS`): wait a little before
+        // calling the session in use.
         let mut locked = f.try_lock().map_err(|e| io_err("lock", e))?;
-        for _ in 0..LOCK_RETRIES {
+        for ms in LOCK_WAITS_MS {
             if locked {
                 break;
             }
-            std::thread::sleep(std::time::Duration::from_millis(2));
+            std::thread::sleep(std::time::Duration::from_millis(ms));
             locked = f.try_lock().map_err(|e| io_err("lock", e))?;
         }
         let mut buf = [0u8; 96];
