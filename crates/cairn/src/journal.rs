@@ -96,8 +96,8 @@ fn write_canonical(v: &Value, out: &mut Vec<u8>) {
             }
             out.push(b']');
         }
-        other => {
-            let _ = serde_json::to_writer(&mut *out, other);
+        Value::Null | Value::Bool(_) | Value::Number(_) | Value::String(_) => {
+            let _ = serde_json::to_writer(&mut *out, v);
         }
     }
 }
@@ -630,7 +630,14 @@ impl OpFold {
         let Some(p) = self.open() else { return Ok(()) };
         let message = match &e.body {
             EntryBody::Message(m) => Some(m),
-            _ => None,
+            EntryBody::AppState(_)
+            | EntryBody::Compaction(_)
+            | EntryBody::Checkout(_)
+            | EntryBody::Settings(_)
+            | EntryBody::Label(_)
+            | EntryBody::SessionInfo(_)
+            | EntryBody::Custom(_)
+            | EntryBody::Ignored(_) => None,
         };
         for a in p.attempts.iter().filter(|a| !a.fulfilled) {
             let is_assistant = message.is_some_and(|m| m.role == Role::Assistant);

@@ -24,6 +24,10 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+// Exhaustive matches: a new record kind (or any new variant) must be
+// handled everywhere, never fall into a wildcard arm (ARCHITECTURE.md, invariant 12).
+#![deny(clippy::wildcard_enum_match_arm)]
+
 pub mod backend;
 mod commit;
 pub mod error;
@@ -31,6 +35,7 @@ pub mod frame;
 pub mod fsck;
 mod id;
 pub mod journal;
+mod kind;
 pub mod memory;
 mod operation;
 mod projection;
@@ -41,6 +46,7 @@ pub mod steps;
 mod store;
 mod summary;
 #[cfg(feature = "testkit")]
+#[allow(clippy::wildcard_enum_match_arm)] // test support: a wrong record kind is a failed check
 pub mod testkit;
 mod time;
 mod tree;
@@ -52,6 +58,7 @@ pub use commit::Durability;
 pub use error::{AppendError, Damage, Invalid, LookupError, OpenError, ReadError, StoreError};
 pub use id::{EntryId, InvalidId, SessionId};
 pub use journal::{NotStarted, OpPhase, PendingApproval, PendingCall, Status, Verdict};
+pub use kind::{DecodeError, EntryKind, OpKind, Payload, RecordKind, decode_data};
 pub use operation::{ModelTicket, Operation, ToolOutput, ToolTicket};
 pub use projection::{ActiveCompaction, Context, ContextMessage, Source, apply_state, merge_patch};
 pub use record::{

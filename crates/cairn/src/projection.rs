@@ -12,8 +12,9 @@ use serde_json::{Map, Value};
 
 use crate::error::{Invalid, ReadError};
 use crate::id::EntryId;
-use crate::record::{AppStateChange, Compaction, Entry, EntryBody, Message, Role};
-use crate::tree::{Kind, Tree};
+use crate::kind::EntryKind;
+use crate::record::{AppStateChange, Compaction, Entry, EntryBody, Message, Role, value_text};
+use crate::tree::Tree;
 
 /// What the model sees and the state beside it, at one leaf. Immutable: a
 /// snapshot handed out by a session never changes and cannot change history.
@@ -149,7 +150,12 @@ impl Context {
                 EntryBody::AppState(change) => apply_state(&mut ctx.app_state, change),
                 EntryBody::Settings(s) => merge_settings(&mut ctx.settings, &s.values),
                 EntryBody::Compaction(c) => last_compaction = Some((pos, c)),
-                _ => {}
+                EntryBody::Message(_)
+                | EntryBody::Checkout(_)
+                | EntryBody::Label(_)
+                | EntryBody::SessionInfo(_)
+                | EntryBody::Custom(_)
+                | EntryBody::Ignored(_) => {}
             }
         }
         let start = match last_compaction {
@@ -258,10 +264,7 @@ fn message_of(e: &Entry, pos: u32) -> Option<ContextMessage> {
             )
         }
         EntryBody::Custom(c) if c.visible => {
-            let text = match &c.content {
-                Value::String(s) => s.clone(),
-                other => other.to_string(),
-            };
+            let text = value_text(&c.content);
             (
                 Source::Custom(c.namespace.clone()),
                 Arc::new(Message::text(Role::User, text)),
@@ -439,21 +442,22 @@ impl Projector {
     ) -> Result<(), ReadError> {
         if !suffix
             .iter()
-            .any(|&n| tree.node(n).kind == Kind::Compaction)
+            .any(|&n| tree.node(n).kind == Some(EntryKind::Compaction))
         {
             for &n in suffix {
                 match tree.node(n).kind {
-                    Kind::Message
-                    | Kind::Checkout
-                    | Kind::Custom
-                    | Kind::AppState
-                    | Kind::Settings => {
+                    Some(EntryKind::Message)
+                    | Some(EntryKind::Checkout)
+                    | Some(EntryKind::Custom)
+                    | Some(EntryKind::AppState)
+                    | Some(EntryKind::Settings) => {
                         let e = src.entry(n)?;
                         self.push(tree, n, e, src)?;
                     }
-                    Kind::Compaction | Kind::Label | Kind::SessionInfo | Kind::Ignored => {
-                        self.push_quiet(tree, n)
-                    }
+                    Some(EntryKind::Compaction)
+                    | Some(EntryKind::Label)
+                    | Some(EntryKind::SessionInfo)
+                    | None => self.push_quiet(tree, n),
                 }
             }
             return Ok(());
@@ -463,21 +467,21 @@ impl Projector {
         for &n in suffix {
             let pos = self.path.len() as u32;
             match tree.node(n).kind {
-                Kind::AppState | Kind::Settings => {
+                Some(EntryKind::AppState) | Some(EntryKind::Settings) => {
                     let e = src.entry(n)?;
                     self.path.push(n);
                     self.fold_state(pos, n, &e);
                 }
-                Kind::Compaction => {
+                Some(EntryKind::Compaction) => {
                     self.path.push(n);
                     self.compactions.push(pos);
                 }
-                Kind::Message
-                | Kind::Checkout
-                | Kind::Custom
-                | Kind::Label
-                | Kind::SessionInfo
-                | Kind::Ignored => {
+                Some(EntryKind::Message)
+                | Some(EntryKind::Checkout)
+                | Some(EntryKind::Custom)
+                | Some(EntryKind::Label)
+                | Some(EntryKind::SessionInfo)
+                | None => {
                     self.path.push(n);
                 }
             }
@@ -612,7 +616,7 @@ impl Projector {
             let node = self.path[pos];
             if matches!(
                 tree.node(node).kind,
-                Kind::Message | Kind::Checkout | Kind::Custom
+                Some(EntryKind::Message) | Some(EntryKind::Checkout) | Some(EntryKind::Custom)
             ) {
                 let e = src.entry(node)?;
                 if let Some(m) = message_of(&e, pos as u32) {
@@ -672,7 +676,14 @@ impl Projector {
                 Arc::make_mut(&mut self.ctx).messages.push(m);
                 return Ok(());
             }
-            other => other,
+            other @ (EntryBody::AppState(_)
+            | EntryBody::Compaction(_)
+            | EntryBody::Checkout(_)
+            | EntryBody::Settings(_)
+            | EntryBody::Label(_)
+            | EntryBody::SessionInfo(_)
+            | EntryBody::Custom(_)
+            | EntryBody::Ignored(_)) => other,
         };
         let entry = &Entry { id, parent, body };
         match &entry.body {
@@ -796,7 +807,7 @@ impl Projector {
             let mut calls_in_range: Vec<String> = Vec::new();
             for pos in fk as usize..self.kept_from as usize {
                 let node = self.path[pos];
-                if tree.node(node).kind != Kind::Message {
+                if tree.node(node).kind != Some(EntryKind::Message) {
                     continue;
                 }
                 if let EntryBody::Message(m) = &src.entry(node)?.body {

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::id::{EntryId, SessionId};
+use crate::kind::{EntryKind, OpKind};
 
 /// The record format's major version written by this build. A reader refuses a
 /// header with a greater major version.
@@ -136,18 +137,34 @@ pub enum EntryBody {
 }
 
 impl EntryBody {
+    /// The entry's kind (`None` for a record of a kind this version does
+    /// not know, kept because it is ignorable).
+    pub fn known_kind(&self) -> Option<EntryKind> {
+        match self {
+            EntryBody::Message(_) => Some(EntryKind::Message),
+            EntryBody::AppState(_) => Some(EntryKind::AppState),
+            EntryBody::Compaction(_) => Some(EntryKind::Compaction),
+            EntryBody::Checkout(_) => Some(EntryKind::Checkout),
+            EntryBody::Settings(_) => Some(EntryKind::Settings),
+            EntryBody::Label(_) => Some(EntryKind::Label),
+            EntryBody::SessionInfo(_) => Some(EntryKind::SessionInfo),
+            EntryBody::Custom(_) => Some(EntryKind::Custom),
+            EntryBody::Ignored(_) => None,
+        }
+    }
+
     /// The record kind written in the `kind` field.
     pub fn kind(&self) -> &str {
         match self {
-            EntryBody::Message(_) => "message",
-            EntryBody::AppState(_) => "app_state",
-            EntryBody::Compaction(_) => "compaction",
-            EntryBody::Checkout(_) => "checkout",
-            EntryBody::Settings(_) => "settings",
-            EntryBody::Label(_) => "label",
-            EntryBody::SessionInfo(_) => "session_info",
-            EntryBody::Custom(_) => "custom",
             EntryBody::Ignored(u) => &u.kind,
+            EntryBody::Message(_)
+            | EntryBody::AppState(_)
+            | EntryBody::Compaction(_)
+            | EntryBody::Checkout(_)
+            | EntryBody::Settings(_)
+            | EntryBody::Label(_)
+            | EntryBody::SessionInfo(_)
+            | EntryBody::Custom(_) => self.known_kind().map_or("", EntryKind::name),
         }
     }
 }
@@ -243,7 +260,11 @@ impl Message {
                 name,
                 arguments,
             } => Some((call_id.as_str(), name.as_str(), arguments)),
-            _ => None,
+            Block::Text { .. }
+            | Block::Thinking { .. }
+            | Block::ToolResult { .. }
+            | Block::Image { .. }
+            | Block::Blob { .. } => None,
         })
     }
 
@@ -251,7 +272,11 @@ impl Message {
     pub fn tool_results(&self) -> impl Iterator<Item = &str> {
         self.content.iter().filter_map(|b| match b {
             Block::ToolResult { call_id, .. } => Some(call_id.as_str()),
-            _ => None,
+            Block::Text { .. }
+            | Block::Thinking { .. }
+            | Block::ToolCall { .. }
+            | Block::Image { .. }
+            | Block::Blob { .. } => None,
         })
     }
 }
@@ -316,6 +341,12 @@ pub enum Block {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         sha256: Option<String>,
     },
+}
+
+/// A JSON value as text for people and models: a string as it is, anything
+/// else as JSON (how visible `custom` content is shown).
+pub(crate) fn value_text(v: &Value) -> String {
+    v.as_str().map_or_else(|| v.to_string(), str::to_owned)
 }
 
 /// Token usage of a model call.
@@ -431,18 +462,34 @@ pub enum OpRecord {
 }
 
 impl OpRecord {
+    /// The record's kind (`None` for a record of a kind this version does
+    /// not know, kept because it is ignorable).
+    pub fn known_kind(&self) -> Option<OpKind> {
+        match self {
+            OpRecord::OpStarted(_) => Some(OpKind::OpStarted),
+            OpRecord::ModelAttempted(_) => Some(OpKind::ModelAttempted),
+            OpRecord::UsageSettled(_) => Some(OpKind::UsageSettled),
+            OpRecord::ApprovalRequested(_) => Some(OpKind::ApprovalRequested),
+            OpRecord::ApprovalResolved(_) => Some(OpKind::ApprovalResolved),
+            OpRecord::ToolDispatched(_) => Some(OpKind::ToolDispatched),
+            OpRecord::InputQueued(_) => Some(OpKind::InputQueued),
+            OpRecord::OpFinished(_) => Some(OpKind::OpFinished),
+            OpRecord::Ignored(_) => None,
+        }
+    }
+
     /// The record kind written in the `kind` field.
     pub fn kind(&self) -> &str {
         match self {
-            OpRecord::OpStarted(_) => "op_started",
-            OpRecord::ModelAttempted(_) => "model_attempted",
-            OpRecord::UsageSettled(_) => "usage_settled",
-            OpRecord::ApprovalRequested(_) => "approval_requested",
-            OpRecord::ApprovalResolved(_) => "approval_resolved",
-            OpRecord::ToolDispatched(_) => "tool_dispatched",
-            OpRecord::InputQueued(_) => "input_queued",
-            OpRecord::OpFinished(_) => "op_finished",
             OpRecord::Ignored(u) => &u.kind,
+            OpRecord::OpStarted(_)
+            | OpRecord::ModelAttempted(_)
+            | OpRecord::UsageSettled(_)
+            | OpRecord::ApprovalRequested(_)
+            | OpRecord::ApprovalResolved(_)
+            | OpRecord::ToolDispatched(_)
+            | OpRecord::InputQueued(_)
+            | OpRecord::OpFinished(_) => self.known_kind().map_or("", OpKind::name),
         }
     }
 }

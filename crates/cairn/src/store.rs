@@ -351,7 +351,13 @@ impl Store {
                             c.first_kept = instead.clone();
                         }
                     }
-                    _ => {}
+                    EntryBody::Message(_)
+                    | EntryBody::AppState(_)
+                    | EntryBody::Checkout(_)
+                    | EntryBody::Settings(_)
+                    | EntryBody::SessionInfo(_)
+                    | EntryBody::Custom(_)
+                    | EntryBody::Ignored(_) => {}
                 }
                 let new = NewEntry {
                     id: Some(e.id.clone()),

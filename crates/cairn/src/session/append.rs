@@ -12,7 +12,7 @@ use crate::id::{self, EntryId};
 use crate::journal;
 use crate::projection::{CheckError, Source};
 use crate::record::{Checkout, Entry, EntryBody, Label, OpRecord};
-use crate::tree::{Kind, Reject, Tree};
+use crate::tree::{Reject, Tree};
 
 impl Session {
     /// Appends an entry at the leaf with a generated id.
@@ -83,7 +83,14 @@ impl Session {
             EntryBody::Custom(c) if c.namespace.is_empty() => {
                 return Err(Invalid::Other("a custom entry needs a namespace".into()).into());
             }
-            _ => {}
+            EntryBody::Message(_)
+            | EntryBody::AppState(_)
+            | EntryBody::Compaction(_)
+            | EntryBody::Checkout(_)
+            | EntryBody::Settings(_)
+            | EntryBody::SessionInfo(_)
+            | EntryBody::Custom(_)
+            | EntryBody::Ignored(_) => {}
         }
         inner.fold.check_entry(&entry)?;
         let old_leaf = inner.proj.leaf();
@@ -126,7 +133,7 @@ impl Session {
             seq,
             entry.id.clone(),
             entry.parent.as_ref(),
-            kind_of(&entry.body),
+            entry.body.known_kind(),
         ) {
             Ok(n) => n,
             Err(_) => return Err(Invalid::Other("the tree rejected a checked entry".into()).into()),
@@ -167,7 +174,14 @@ impl Session {
         let durability = match op {
             // T1 is on disk before the tool starts, whatever the session's mode.
             OpRecord::ToolDispatched(_) => Some(Durability::Sync),
-            _ => None,
+            OpRecord::OpStarted(_)
+            | OpRecord::ModelAttempted(_)
+            | OpRecord::UsageSettled(_)
+            | OpRecord::ApprovalRequested(_)
+            | OpRecord::ApprovalResolved(_)
+            | OpRecord::InputQueued(_)
+            | OpRecord::OpFinished(_)
+            | OpRecord::Ignored(_) => None,
         };
         self.append_op_at(op, None, durability)
     }
@@ -287,19 +301,5 @@ fn check_label(tree: &Tree, labels: &BTreeMap<String, EntryId>, l: &Label) -> Re
             Err(bad("there is no such label to remove".into()))
         }
         _ => Ok(()),
-    }
-}
-
-fn kind_of(body: &EntryBody) -> Kind {
-    match body {
-        EntryBody::Message(_) => Kind::Message,
-        EntryBody::AppState(_) => Kind::AppState,
-        EntryBody::Compaction(_) => Kind::Compaction,
-        EntryBody::Checkout(_) => Kind::Checkout,
-        EntryBody::Settings(_) => Kind::Settings,
-        EntryBody::Label(_) => Kind::Label,
-        EntryBody::SessionInfo(_) => Kind::SessionInfo,
-        EntryBody::Custom(_) => Kind::Custom,
-        EntryBody::Ignored(_) => Kind::Ignored,
     }
 }
