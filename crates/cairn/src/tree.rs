@@ -80,6 +80,17 @@ impl Tree {
         kind: Option<EntryKind>,
     ) -> Result<u32, Reject> {
         let parent = self.check(&id, parent)?;
+        Ok(self.insert_checked(seq, id, parent, kind))
+    }
+
+    /// Adds an entry that [`Tree::check`] accepted, under its parent node.
+    pub fn insert_checked(
+        &mut self,
+        seq: u64,
+        id: EntryId,
+        parent: Option<u32>,
+        kind: Option<EntryKind>,
+    ) -> u32 {
         let depth = parent.map_or(0, |p| self.nodes[p as usize].depth + 1);
         let n = self.nodes.len() as u32;
         self.by_id.insert(id.clone(), n);
@@ -90,7 +101,7 @@ impl Tree {
             depth,
             kind,
         });
-        Ok(n)
+        n
     }
 
     /// The path from the root to `n`, inclusive, as node numbers.
