@@ -71,5 +71,5 @@ pub use recovery::{
 };
 pub use session::{Appended, NewEntry, NewSession, NodeInfo, OpenReport, Parent, Session, WRITER};
 pub use store::{Store, child_reference, locate_path, summary_of};
-pub use summary::{FIRST_MESSAGE_CHARS, SessionSummary, excerpt};
+pub use summary::{FIRST_MESSAGE_CHARS, LastOperation, ListingFold, SessionSummary, excerpt};
 pub use time::{format_millis, now_rfc3339, parse_millis};

@@ -13,7 +13,9 @@ use serde_json::{Map, Value};
 use crate::error::{Invalid, ReadError};
 use crate::id::EntryId;
 use crate::kind::EntryKind;
-use crate::record::{AppStateChange, Compaction, Entry, EntryBody, Message, Role, value_text};
+use crate::record::{
+    AppStateChange, Compaction, Entry, EntryBody, Message, Role, SessionInfo, value_text,
+};
 use crate::tree::Tree;
 
 /// What the model sees and the state beside it, at one leaf. Immutable: a
@@ -211,11 +213,7 @@ impl SessionWide {
                     self.labels.remove(&l.name);
                 }
             },
-            EntryBody::SessionInfo(i) => {
-                if let Some(t) = &i.title {
-                    self.title = Some(t.clone());
-                }
-            }
+            EntryBody::SessionInfo(i) => fold_title(&mut self.title, i),
             EntryBody::Message(_)
             | EntryBody::AppState(_)
             | EntryBody::Compaction(_)
@@ -224,6 +222,13 @@ impl SessionWide {
             | EntryBody::Custom(_)
             | EntryBody::Ignored(_) => {}
         }
+    }
+}
+
+/// The title rule: a `session_info` entry with a title replaces the title.
+pub(crate) fn fold_title(title: &mut Option<String>, info: &SessionInfo) {
+    if let Some(t) = &info.title {
+        *title = Some(t.clone());
     }
 }
 

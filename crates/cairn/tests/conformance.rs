@@ -117,11 +117,11 @@ mod flawed {
         fn remove(&self, id: &SessionId) -> Result<(), StoreError> {
             self.inner.remove(id)
         }
-        fn load_catalog(&self) -> Option<Vec<u8>> {
+        fn load_catalog(&self) -> Option<cairn::backend::Catalog> {
             self.inner.load_catalog()
         }
-        fn save_catalog(&self, bytes: &[u8]) {
-            self.inner.save_catalog(bytes);
+        fn save_catalog(&self, catalog: &cairn::backend::Catalog) {
+            self.inner.save_catalog(catalog);
         }
     }
 
