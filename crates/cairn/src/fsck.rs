@@ -579,7 +579,7 @@ fn fatal(e: AppendError, location: &str) -> OpenError {
     OpenError::Io {
         action: "replay",
         location: location.to_owned(),
-        source: std::io::Error::other(e.to_string()),
+        source: std::io::Error::other(crate::error::with_causes(&e)),
     }
 }
 

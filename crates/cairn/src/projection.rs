@@ -741,10 +741,7 @@ impl Projector {
                 let mut seen_calls = Vec::new();
                 for (call_id, _, _) in m.tool_calls() {
                     if self.calls.contains_key(call_id) || seen_calls.contains(&call_id) {
-                        return Err(Invalid::Other(format!(
-                            "tool call id {call_id:?} is already used on the current branch; call ids must be unique"
-                        ))
-                        .into());
+                        return Err(Invalid::CallIdReused(call_id.to_owned()).into());
                     }
                     seen_calls.push(call_id);
                 }

@@ -201,7 +201,7 @@ impl Store {
     ///
     /// # Errors
     ///
-    /// [`StoreError::Append`] with [`crate::Invalid::Other`] when the depth
+    /// [`StoreError::Append`] with [`crate::Invalid::TooDeep`] when the depth
     /// would exceed `max_depth`; as [`Session::create`].
     pub fn spawn_child(
         &self,
@@ -218,10 +218,11 @@ impl Store {
             .map_or(0, |p| p.depth)
             + 1;
         if depth > max_depth {
-            return Err(crate::AppendError::from(crate::Invalid::Other(format!(
-                "spawning from session {} would reach delegation depth {depth}, beyond the maximum {max_depth}",
-                parent.id()
-            )))
+            return Err(crate::AppendError::from(crate::Invalid::TooDeep {
+                session: parent.id().to_string(),
+                depth,
+                max: max_depth,
+            })
             .into());
         }
         let lineage = Lineage {

@@ -10,9 +10,9 @@ use crate::error::{AppendError, Invalid};
 use crate::frame;
 use crate::id::{self, EntryId};
 use crate::journal;
+use crate::kind::EntryKind;
 use crate::projection::{CheckError, Source};
 use crate::record::{Checkout, Entry, EntryBody, Label, OpRecord};
-use crate::kind::EntryKind;
 use crate::tree::{Reject, Tree};
 
 impl Session {
@@ -82,7 +82,7 @@ impl Session {
         match &entry.body {
             EntryBody::Label(l) => check_label(&inner.tree, &inner.wide.labels, l)?,
             EntryBody::Custom(c) if c.namespace.is_empty() => {
-                return Err(Invalid::Other("a custom entry needs a namespace".into()).into());
+                return Err(Invalid::NoNamespace.into());
             }
             EntryBody::Message(_)
             | EntryBody::AppState(_)
@@ -115,9 +115,7 @@ impl Session {
             .and_then(|()| match &moved {
                 None => Ok(()),
                 // A new branch may not start where a tool call has no result.
-                Some(p) => {
-                    journal::check_branch_point(&p.context(), &entry, &inner.tree, &reader)
-                }
+                Some(p) => journal::check_branch_point(&p.context(), &entry, &inner.tree, &reader),
             })
             .map_err(|e| match e {
                 CheckError::Invalid(i) => AppendError::from(i),
@@ -255,7 +253,9 @@ impl Session {
         if target == Some(&node.id) {
             return true;
         }
-        if node.kind != Some(EntryKind::Checkout) || node.parent.map(|p| &inner.tree.node(p).id) != target {
+        if node.kind != Some(EntryKind::Checkout)
+            || node.parent.map(|p| &inner.tree.node(p).id) != target
+        {
             return false;
         }
         // The leaf checkout shows no summary (its summary would be the last message).

@@ -12,7 +12,6 @@
 #![allow(dead_code, clippy::expect_used, clippy::unwrap_used)]
 
 use std::collections::BTreeSet;
-use std::fmt::Display;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -196,13 +195,26 @@ impl World {
 
     // -- results ---------------------------------------------------------
 
-    fn failed(&self, what: &str, e: &dyn Display, session: Option<usize>, poisons: bool) -> Halt {
+    fn failed(
+        &self,
+        what: &str,
+        e: &dyn std::error::Error,
+        session: Option<usize>,
+        poisons: bool,
+    ) -> Halt {
         if self.fs.halted() {
             return Halt::Crashed;
         }
+        // The message and its causes, as a person sees them (`cairn` prints the chain).
+        let mut message = e.to_string();
+        let mut cause = e.source();
+        while let Some(c) = cause {
+            message = format!("{message}: {c}");
+            cause = c.source();
+        }
         Halt::Failed(Failure {
             what: what.to_owned(),
-            message: e.to_string(),
+            message,
             session,
             poisons,
         })
@@ -228,7 +240,7 @@ impl World {
         }
     }
 
-    fn res<T, E: Display>(
+    fn res<T, E: std::error::Error>(
         &self,
         r: Result<T, E>,
         si: Option<usize>,
