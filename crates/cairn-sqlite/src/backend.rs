@@ -6,11 +6,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use cairn::backend::{
-    Access, Backend, Catalog, CatalogEntry, Log, Opened, RawLine, Stamp, Visitor,
-};
+use cairn::OpPhase;
 use cairn::frame;
-use cairn::journal::OpPhase;
+use cairn::{Access, Backend, Catalog, CatalogEntry, Log, Opened, RawLine, Stamp, Visitor};
 use cairn::{Damage, ListingFold, OpenError, SessionId, StoreError};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 

@@ -10,7 +10,7 @@
 //! that holds exactly the source is left alone; one that differs is
 //! reported and left untouched.
 
-use cairn::backend::{Access, Backend, Log, RawLine, TornTail};
+use cairn::{Access, Backend, Log, RawLine, TornTail};
 use cairn::{AppendError, OpenError, ReadError, Session, SessionId, StoreError};
 
 /// Lines per append transaction while copying.

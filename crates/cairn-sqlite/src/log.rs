@@ -5,7 +5,7 @@
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use cairn::backend::Log;
+use cairn::Log;
 use cairn::frame::{self, Frame};
 use cairn::{AppendError, Damage, ReadError};
 use rusqlite::{Connection, TransactionBehavior, params};

@@ -2,8 +2,8 @@
 //! summaries and status without reading a payload, entry and children
 //! lookups through the indexes, and the writer lease (inspect, break).
 
-use cairn::backend::Backend;
-use cairn::journal::OpPhase;
+use cairn::Backend;
+use cairn::OpPhase;
 use cairn::{EntryId, SessionId, SessionSummary, Status, StoreError};
 use rusqlite::{OptionalExtension, TransactionBehavior, params};
 

@@ -7,9 +7,9 @@
 //! row's columns. The conformance suite compares every listed field with
 //! the core's [`cairn::summary_of`].
 
-use cairn::backend::Stamp;
+use cairn::OpPhase;
+use cairn::Stamp;
 use cairn::frame::{self, Frame};
-use cairn::journal::OpPhase;
 use cairn::{LastOperation, ListingFold, RecordKind, SessionId, SessionSummary};
 use serde_json::Value;
 

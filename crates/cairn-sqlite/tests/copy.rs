@@ -9,7 +9,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use cairn::backend::{Access, Backend, RawLine};
+use cairn::{Access, Backend, RawLine};
 use cairn::{
     EffectClass, EntryBody, FileBackend, Message, NewSession, Outcome, Role, SessionId, Store,
     ToolOutput,

@@ -565,7 +565,14 @@ pub(crate) fn check_branch_point(
 ) -> Result<(), CheckError> {
     let answered: HashSet<&str> = match &entry.body {
         EntryBody::Message(m) => m.tool_results().collect(),
-        _ => HashSet::new(),
+        EntryBody::AppState(_)
+        | EntryBody::Compaction(_)
+        | EntryBody::Checkout(_)
+        | EntryBody::Settings(_)
+        | EntryBody::Label(_)
+        | EntryBody::SessionInfo(_)
+        | EntryBody::Custom(_)
+        | EntryBody::Ignored(_) => HashSet::new(),
     };
     let left: Vec<OpenCall> = unanswered_calls(ctx)
         .into_iter()
@@ -695,10 +702,10 @@ impl OpFold {
                     return Err(Invalid::OperationIdUsed(s.op.clone()));
                 }
                 if let Some(d) = self.unresolved_dispatch(proj) {
-                    return other(format!(
-                        "tool call {:?} ({}) of operation {} was dispatched and has no result: recover the session (`cairn recover`) before starting another operation",
-                        d.call_id, d.tool, d.op
-                    ));
+                    return Err(Invalid::DispatchedWithoutResult {
+                        op: d.op.clone(),
+                        calls: format!("{:?} ({})", d.call_id, d.tool),
+                    });
                 }
                 if let Some(input) = &s.input
                     && tree.get(input).is_none()

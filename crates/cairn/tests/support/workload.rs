@@ -15,13 +15,13 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use cairn::journal::Verdict;
-use cairn::record::{Compaction, Custom, Settings};
+use cairn::Verdict;
 use cairn::{
     AppStateChange, AppendError, Appended, Block, Body, Context, Durability, EffectClass, Entry,
     EntryBody, FileBackend, Message, NewSession, OpRecord, Outcome, Policy, Role, Session,
     SessionId, Store, ToolOutput, ToolRunner, Usage,
 };
+use cairn::{Compaction, Custom, Settings};
 use serde_json::{Value, json};
 
 use super::line_spans;
@@ -819,7 +819,7 @@ pub fn check_verdict(s: &Session) -> Result<(), String> {
         }
     }
     // Only calls still on the branch without a result are pending.
-    let open = cairn::journal::unanswered_calls(&s.context());
+    let open = cairn::unanswered_calls(&s.context());
     let expected = results
         .iter()
         .any(|(c, r)| !ids.contains(r) && open.iter().any(|o| &o.call_id == c));
