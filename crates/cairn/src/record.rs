@@ -11,7 +11,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::id::{EntryId, SessionId};
-use crate::kind::{EntryKind, OpKind};
 
 /// The record format's major version written by this build. A reader refuses a
 /// header with a greater major version.
@@ -134,39 +133,6 @@ pub enum EntryBody {
     /// A record of a kind this version does not know, marked ignorable: kept
     /// in the tree, skipped by every projection.
     Ignored(Unknown),
-}
-
-impl EntryBody {
-    /// The entry's kind (`None` for a record of a kind this version does
-    /// not know, kept because it is ignorable).
-    pub fn known_kind(&self) -> Option<EntryKind> {
-        match self {
-            EntryBody::Message(_) => Some(EntryKind::Message),
-            EntryBody::AppState(_) => Some(EntryKind::AppState),
-            EntryBody::Compaction(_) => Some(EntryKind::Compaction),
-            EntryBody::Checkout(_) => Some(EntryKind::Checkout),
-            EntryBody::Settings(_) => Some(EntryKind::Settings),
-            EntryBody::Label(_) => Some(EntryKind::Label),
-            EntryBody::SessionInfo(_) => Some(EntryKind::SessionInfo),
-            EntryBody::Custom(_) => Some(EntryKind::Custom),
-            EntryBody::Ignored(_) => None,
-        }
-    }
-
-    /// The record kind written in the `kind` field.
-    pub fn kind(&self) -> &str {
-        match self {
-            EntryBody::Ignored(u) => &u.kind,
-            EntryBody::Message(_)
-            | EntryBody::AppState(_)
-            | EntryBody::Compaction(_)
-            | EntryBody::Checkout(_)
-            | EntryBody::Settings(_)
-            | EntryBody::Label(_)
-            | EntryBody::SessionInfo(_)
-            | EntryBody::Custom(_) => self.known_kind().map_or("", EntryKind::name),
-        }
-    }
 }
 
 /// A record whose kind this version does not know and which says
@@ -459,39 +425,6 @@ pub enum OpRecord {
     OpFinished(OpFinished),
     /// A log-only record of a kind this version does not know, marked ignorable.
     Ignored(Unknown),
-}
-
-impl OpRecord {
-    /// The record's kind (`None` for a record of a kind this version does
-    /// not know, kept because it is ignorable).
-    pub fn known_kind(&self) -> Option<OpKind> {
-        match self {
-            OpRecord::OpStarted(_) => Some(OpKind::OpStarted),
-            OpRecord::ModelAttempted(_) => Some(OpKind::ModelAttempted),
-            OpRecord::UsageSettled(_) => Some(OpKind::UsageSettled),
-            OpRecord::ApprovalRequested(_) => Some(OpKind::ApprovalRequested),
-            OpRecord::ApprovalResolved(_) => Some(OpKind::ApprovalResolved),
-            OpRecord::ToolDispatched(_) => Some(OpKind::ToolDispatched),
-            OpRecord::InputQueued(_) => Some(OpKind::InputQueued),
-            OpRecord::OpFinished(_) => Some(OpKind::OpFinished),
-            OpRecord::Ignored(_) => None,
-        }
-    }
-
-    /// The record kind written in the `kind` field.
-    pub fn kind(&self) -> &str {
-        match self {
-            OpRecord::Ignored(u) => &u.kind,
-            OpRecord::OpStarted(_)
-            | OpRecord::ModelAttempted(_)
-            | OpRecord::UsageSettled(_)
-            | OpRecord::ApprovalRequested(_)
-            | OpRecord::ApprovalResolved(_)
-            | OpRecord::ToolDispatched(_)
-            | OpRecord::InputQueued(_)
-            | OpRecord::OpFinished(_) => self.known_kind().map_or("", OpKind::name),
-        }
-    }
 }
 
 /// `op_started`.
