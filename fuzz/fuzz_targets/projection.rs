@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use arbitrary::Arbitrary;
-use cairn::record::{Compaction, Custom, SessionInfo, Settings};
+use cairn::{Compaction, Custom, SessionInfo, Settings};
 use cairn::{
     Access, AppStateChange, Block, Body, Context, EntryBody, EntryId, MemoryBackend, Message,
     NewEntry, NewSession, Parent, Role, Session, Store,

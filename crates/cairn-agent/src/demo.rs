@@ -510,7 +510,7 @@ pub fn run(home: &Path, out: &mut dyn Write, opts: DemoOptions) -> Result<DemoRe
     let (text, side_effect_code) =
         tool_result(agent.session(), "bash").context("the bash call has no result")?;
     ensure!(
-        side_effect_code.as_deref() == Some(cairn::journal::TOOL_OUTCOME_UNKNOWN),
+        side_effect_code.as_deref() == Some(cairn::TOOL_OUTCOME_UNKNOWN),
         "the bash result should be TOOL_OUTCOME_UNKNOWN, not {side_effect_code:?}: {text}"
     );
     let queue = std::fs::read_to_string(workdir.join("print-queue.txt")).unwrap_or_default();

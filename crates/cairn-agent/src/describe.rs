@@ -3,7 +3,7 @@
 //! Text here is flattened to one line and cleaned (see
 //! [`crate::term::sanitize`]), but not yet cut to a width.
 
-use cairn::record::Unknown;
+use cairn::Unknown;
 use cairn::{AppStateChange, Block, EntryBody, Message, Role};
 use serde_json::Value;
 
@@ -178,7 +178,7 @@ pub fn block_line(b: &Block) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cairn::record::{Label, Settings};
+    use cairn::{Label, Settings};
     use serde_json::json;
 
     #[test]

@@ -601,7 +601,7 @@ fn an_unknown_side_effect_is_never_rerun_without_a_decision() {
     assert_eq!(r.unwrap().end.unwrap().outcome, Outcome::Completed);
     let (is_error, code, _) = result_of(agent.session(), "c1").unwrap();
     assert!(is_error);
-    assert_eq!(code.as_deref(), Some(cairn::journal::TOOL_OUTCOME_UNKNOWN));
+    assert_eq!(code.as_deref(), Some(cairn::TOOL_OUTCOME_UNKNOWN));
     assert_eq!(
         std::fs::read_to_string(h.work.join("tally")).unwrap(),
         "ran\n"
@@ -655,7 +655,7 @@ fn an_unknown_side_effect_is_never_rerun_without_a_decision() {
     r.unwrap();
     assert_eq!(
         result_of(agent.session(), "c1").unwrap().1.as_deref(),
-        Some(cairn::journal::TOOL_OUTCOME_UNKNOWN)
+        Some(cairn::TOOL_OUTCOME_UNKNOWN)
     );
 }
 

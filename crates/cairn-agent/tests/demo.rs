@@ -34,7 +34,7 @@ fn the_demo_runs_and_its_claims_hold() {
     assert_eq!(report.balance, 70);
     assert_eq!(
         report.side_effect_code.as_deref(),
-        Some(cairn::journal::TOOL_OUTCOME_UNKNOWN)
+        Some(cairn::TOOL_OUTCOME_UNKNOWN)
     );
     assert_eq!(report.print_queue_lines, 1);
 

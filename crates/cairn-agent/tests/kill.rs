@@ -251,7 +251,7 @@ fn check(home: &Path, work: &Path, acked: &[String], context: &str) -> String {
         .messages()
         .iter()
         .flat_map(|m| m.message().content.clone())
-        .filter(|b| matches!(b, cairn::Block::ToolResult { code: Some(c), .. } if c == cairn::journal::TOOL_OUTCOME_UNKNOWN))
+        .filter(|b| matches!(b, cairn::Block::ToolResult { code: Some(c), .. } if c == cairn::TOOL_OUTCOME_UNKNOWN))
         .count();
     format!("{} records, {} unknown outcome(s)", session.len(), unknown)
 }

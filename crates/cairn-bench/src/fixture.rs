@@ -14,8 +14,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result, bail};
 use cairn::frame::{self, TRAILER_LEN};
-use cairn::record::{Compaction, FORMAT_VERSION, Header, Lineage};
 use cairn::{Body, Entry, EntryBody, EntryId, SessionId};
+use cairn::{Compaction, FORMAT_VERSION, Header, Lineage};
 use serde_json::json;
 
 use crate::workload::{self, Rng};

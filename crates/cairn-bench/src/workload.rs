@@ -9,7 +9,7 @@
 //! Content is pseudo-random but deterministic (a fixed seed gives the same
 //! bytes), so runs are comparable and fixtures can be rebuilt.
 
-use cairn::record::{Block, Message, Role, Usage};
+use cairn::{Block, Message, Role, Usage};
 use cairn::{EntryBody, EntryId};
 use serde_json::json;
 

@@ -24,23 +24,19 @@ pub fn print_error(e: &anyhow::Error) {
     }
 }
 
-/// The cause chain joined with `: `, leaving out a cause whose text the
-/// message before it already includes (library errors often quote their source).
+/// The cause chain joined with `: `. Library errors never print their
+/// cause in their message (they return it as `source()`), so every link is
+/// printed once.
 fn chain(e: &anyhow::Error) -> String {
-    let mut out = String::new();
-    let mut last = String::new();
-    for cause in e.chain() {
-        let text = cause.to_string();
-        if !last.is_empty() && last.contains(&text) {
-            continue;
-        }
-        if !out.is_empty() {
-            out.push_str(": ");
-        }
-        out.push_str(&text);
-        last = text;
-    }
-    out
+    error_chain(e.as_ref())
+}
+
+/// An error and its causes joined with `: `, as `error:` lines print them.
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    std::iter::successors(Some(e), |e| e.source())
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(": ")
 }
 
 /// A likely fix for errors whose message does not already say it.
@@ -71,12 +67,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_cause_quoted_by_its_message_is_not_repeated() {
-        let inner = anyhow::anyhow!("the cause");
-        let e = inner
-            .context("it failed: the cause")
-            .context("stdin line 2");
-        assert_eq!(chain(&e), "stdin line 2: it failed: the cause");
+    fn an_io_error_is_printed_once_after_the_library_message() {
+        let io = io::Error::other("disk on fire");
+        let e = anyhow::Error::new(cairn::ReadError::Io {
+            location: "s.jsonl".into(),
+            source: io,
+        })
+        .context("stdin line 2");
+        assert_eq!(chain(&e), "stdin line 2: cannot read s.jsonl: disk on fire");
     }
 
     #[test]

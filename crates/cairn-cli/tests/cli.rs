@@ -1063,7 +1063,7 @@ fn steps_and_recover_work_on_a_crashed_operation_appended_by_another_program() {
         r#"{"kind":"message","id":"a1","data":{"role":"assistant","content":[{"type":"tool_call","call_id":"c1","name":"charge","arguments":{}}]}}"#,
         &format!(
             r#"{{"kind":"tool_dispatched","data":{{"op":"op-2","call_id":"c1","tool":"charge","args_hash":"x","effect":"side_effect","key":"{}","result_entry":"r1"}}}}"#,
-            cairn::journal::idempotency_key(&SessionId::parse(&id).unwrap(), "op-2", "c1")
+            cairn::idempotency_key(&SessionId::parse(&id).unwrap(), "op-2", "c1")
         ),
     ];
     home.cairn()

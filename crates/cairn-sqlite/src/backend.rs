@@ -6,10 +6,10 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use cairn::backend::{Access, Backend, Log, Opened, RawLine, Stamp, Visitor};
+use cairn::OpPhase;
 use cairn::frame;
-use cairn::journal::OpPhase;
-use cairn::{Damage, OpenError, SessionId, StoreError};
+use cairn::{Access, Backend, Catalog, CatalogEntry, Log, Opened, RawLine, Stamp, Visitor};
+use cairn::{Damage, ListingFold, OpenError, SessionId, StoreError};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use crate::error::{SqliteError, open_err, store_err};
@@ -17,10 +17,6 @@ use crate::lease::{self, Lease};
 use crate::log::{SqliteLog, Writer};
 use crate::schema;
 use crate::summary::{self, Summary};
-
-/// The version of the core's listing cache format (`docs/FORMAT.md`,
-/// "Catalog") that [`Backend::load_catalog`] returns.
-const CATALOG_VERSION: u32 = 1;
 
 /// Many sessions in one SQLite database (WAL, `synchronous=FULL`). See the
 /// crate docs for the schema, durability and the writer lease.
@@ -144,12 +140,14 @@ impl SqliteBackend {
             |r| {
                 let count = |i: usize| r.get::<_, i64>(i).map(|n| u64::try_from(n).unwrap_or(0));
                 Ok(Summary {
-                    updated: r.get(0)?,
-                    title: r.get(1)?,
-                    first_message: r.get(2)?,
-                    op: summary::op_state_from(&r.get::<_, String>(3)?),
-                    entries: count(4)?,
-                    records: count(5)?,
+                    fold: ListingFold {
+                        updated: r.get(0)?,
+                        title: r.get(1)?,
+                        first_message: r.get(2)?,
+                        op: summary::op_state_from(&r.get::<_, String>(3)?),
+                        entries: count(4)?,
+                        records: count(5)?,
+                    },
                     bytes: count(6)?,
                 })
             },
@@ -262,12 +260,12 @@ impl Backend for SqliteBackend {
                     id.as_str(),
                     info.json,
                     info.created,
-                    summary.updated,
-                    summary.title,
+                    summary.fold.updated,
+                    summary.fold.title,
                     info.forked_from,
                     info.parent,
                     summary::phase_json(OpPhase::None),
-                    summary::op_state_json(&summary.op),
+                    summary::op_state_json(&summary.fold.op),
                     i64::try_from(summary.bytes).unwrap_or(i64::MAX),
                 ],
                 |r| r.get(0),
@@ -387,8 +385,10 @@ impl Backend for SqliteBackend {
         let (bytes, records) = row.ok_or_else(|| self.no_such(id))?;
         Ok(Summary {
             bytes: u64::try_from(bytes).unwrap_or(0),
-            records: u64::try_from(records).unwrap_or(0),
-            ..Summary::default()
+            fold: ListingFold {
+                records: u64::try_from(records).unwrap_or(0),
+                ..ListingFold::default()
+            },
         }
         .stamp())
     }
@@ -430,24 +430,22 @@ impl Backend for SqliteBackend {
     /// The listing cache, made on the fly from the `sessions` table (no
     /// payload is read): every session with the stamp [`Backend::stamp`]
     /// reports, so the core's listing trusts every entry.
-    fn load_catalog(&self) -> Option<Vec<u8>> {
+    fn load_catalog(&self) -> Option<Catalog> {
         let rows = self.rows().ok()?;
-        let mut sessions = serde_json::Map::new();
-        for (_, id, info, summary) in rows {
-            let entry = serde_json::json!({
-                "stamp": summary.stamp(),
-                "summary": summary.to_listing(id.clone(), &info),
-            });
-            sessions.insert(id.to_string(), entry);
-        }
-        serde_json::to_vec(&serde_json::json!({
-            "version": CATALOG_VERSION,
-            "sessions": sessions,
-        }))
-        .ok()
+        let sessions = rows
+            .into_iter()
+            .map(|(_, id, info, summary)| {
+                let entry = CatalogEntry {
+                    stamp: summary.stamp(),
+                    summary: summary.to_listing(id.clone(), &info),
+                };
+                (id, entry)
+            })
+            .collect();
+        Some(Catalog { sessions })
     }
 
     /// Nothing to save: the `sessions` table is the catalog, kept current by
     /// every append transaction.
-    fn save_catalog(&self, _bytes: &[u8]) {}
+    fn save_catalog(&self, _catalog: &Catalog) {}
 }

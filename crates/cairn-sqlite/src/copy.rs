@@ -10,7 +10,7 @@
 //! that holds exactly the source is left alone; one that differs is
 //! reported and left untouched.
 
-use cairn::backend::{Access, Backend, Log, RawLine, TornTail};
+use cairn::{Access, Backend, Log, RawLine, TornTail};
 use cairn::{AppendError, OpenError, ReadError, Session, SessionId, StoreError};
 
 /// Lines per append transaction while copying.
@@ -62,16 +62,16 @@ pub struct CopyReport {
 #[non_exhaustive]
 pub enum CopyError {
     /// The source session could not be read.
-    #[error("cannot read the source: {0}")]
+    #[error("cannot read the source")]
     Source(#[source] OpenError),
     /// The destination session could not be created or opened.
-    #[error("cannot write the destination: {0}")]
+    #[error("cannot write the destination")]
     Destination(#[source] OpenError),
     /// Writing to the destination failed.
-    #[error("cannot write the destination: {0}")]
+    #[error("cannot write the destination")]
     Append(#[from] AppendError),
     /// Reading back the destination failed.
-    #[error("cannot read the destination: {0}")]
+    #[error("cannot read the destination")]
     ReadBack(#[from] ReadError),
     /// The destination holds a different session under the same id.
     #[error(
@@ -88,7 +88,7 @@ pub enum CopyError {
     },
     /// The copy does not open as a session (the source has damage only a
     /// full open detects, such as a gap in `seq`s).
-    #[error("the copy at {location} does not verify, so it was removed: {source}")]
+    #[error("the copy at {location} does not verify, so it was removed")]
     Verify {
         /// The destination session's location.
         location: String,

@@ -44,7 +44,7 @@ pub enum SqliteError {
         mode: String,
     },
     /// Creating the database file or its directory failed.
-    #[error("cannot {action} {path}: {source}")]
+    #[error("cannot {action} {path}")]
     Io {
         /// What was being done.
         action: &'static str,
@@ -55,7 +55,7 @@ pub enum SqliteError {
         source: io::Error,
     },
     /// SQLite failed.
-    #[error("cannot {action} {path}: {source}")]
+    #[error("cannot {action} {path}")]
     Sqlite {
         /// What was being done.
         action: &'static str,

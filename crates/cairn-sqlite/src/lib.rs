@@ -8,7 +8,7 @@
 //!   transaction whose commit syncs the WAL before it returns (with
 //!   `NORMAL`, WAL mode syncs only at checkpoints, and a committed
 //!   transaction can be lost on power loss). So every durability mode is as
-//!   durable as `Sync`, and [`cairn::backend::Log::sync`] has nothing to do.
+//!   durable as `Sync`, and [`cairn::Log::sync`] has nothing to do.
 //! - **No torn tails.** A crash mid-append rolls the transaction back: a
 //!   record is stored whole or not at all. A stored line whose checksum no
 //!   longer verifies, or a missing `seq`, is damage, reported with its line.

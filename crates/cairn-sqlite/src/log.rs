@@ -5,7 +5,7 @@
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use cairn::backend::Log;
+use cairn::Log;
 use cairn::frame::{self, Frame};
 use cairn::{AppendError, Damage, ReadError};
 use rusqlite::{Connection, TransactionBehavior, params};
@@ -154,13 +154,13 @@ impl SqliteLog {
         )?
         .execute(params![
             self.sid,
-            summary.updated,
-            summary.title,
-            summary.first_message,
-            summary::phase_json(summary.phase()),
-            summary::op_state_json(&summary.op),
-            i64::try_from(summary.entries).unwrap_or(i64::MAX),
-            i64::try_from(summary.records).unwrap_or(i64::MAX),
+            summary.fold.updated,
+            summary.fold.title,
+            summary.fold.first_message,
+            summary::phase_json(summary.fold.op.phase()),
+            summary::op_state_json(&summary.fold.op),
+            i64::try_from(summary.fold.entries).unwrap_or(i64::MAX),
+            i64::try_from(summary.fold.records).unwrap_or(i64::MAX),
             i64::try_from(summary.bytes).unwrap_or(i64::MAX),
         ])?;
         tx.prepare_cached("UPDATE leases SET heartbeat = ?2 WHERE session = ?1")?

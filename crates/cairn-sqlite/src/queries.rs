@@ -2,8 +2,8 @@
 //! summaries and status without reading a payload, entry and children
 //! lookups through the indexes, and the writer lease (inspect, break).
 
-use cairn::backend::Backend;
-use cairn::journal::OpPhase;
+use cairn::Backend;
+use cairn::OpPhase;
 use cairn::{EntryId, SessionId, SessionSummary, Status, StoreError};
 use rusqlite::{OptionalExtension, TransactionBehavior, params};
 
@@ -176,12 +176,14 @@ impl SqliteBackend {
             };
             let count = |i: usize| r.get::<_, i64>(i).map(|n| u64::try_from(n).unwrap_or(0));
             let summary = Summary {
-                updated: r.get(6)?,
-                title: r.get(7)?,
-                first_message: r.get(8)?,
-                op: summary::op_state_from(&r.get::<_, String>(9)?),
-                entries: count(10)?,
-                records: count(11)?,
+                fold: cairn::ListingFold {
+                    updated: r.get(6)?,
+                    title: r.get(7)?,
+                    first_message: r.get(8)?,
+                    op: summary::op_state_from(&r.get::<_, String>(9)?),
+                    entries: count(10)?,
+                    records: count(11)?,
+                },
                 bytes: count(12)?,
             };
             Ok((r.get::<_, i64>(0)?, id, info, summary))

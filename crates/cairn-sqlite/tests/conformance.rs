@@ -10,8 +10,8 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use cairn::Backend;
 use cairn::SessionId;
-use cairn::backend::Backend;
 use cairn::testkit::{Fixture, Interrupted};
 use cairn_sqlite::SqliteBackend;
 use rusqlite::{Connection, params};

@@ -9,7 +9,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use cairn::backend::{Access, Backend, RawLine};
+use cairn::{Access, Backend, RawLine};
 use cairn::{
     EffectClass, EntryBody, FileBackend, Message, NewSession, Outcome, Role, SessionId, Store,
     ToolOutput,
@@ -212,11 +212,14 @@ fn a_session_that_does_not_verify_is_reported_and_the_others_are_copied() {
         "{:?}",
         report.failed[0].1
     );
-    assert!(
-        report.failed[0].1.to_string().contains("seq"),
-        "{}",
-        report.failed[0].1
-    );
+    // The cause (what the append or the verification found) is the source.
+    let chain: Vec<String> =
+        std::iter::successors(Some(&report.failed[0].1 as &dyn std::error::Error), |e| {
+            e.source()
+        })
+        .map(ToString::to_string)
+        .collect();
+    assert!(chain.join(": ").contains("seq"), "{chain:?}");
     assert!(
         matches!(
             db.stamp(&bad_id),

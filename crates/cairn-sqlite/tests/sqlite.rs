@@ -8,7 +8,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use cairn::backend::Backend;
+use cairn::Backend;
 use cairn::{
     Access, AppendError, EntryBody, Message, NewEntry, NewSession, OpenError, Outcome, Parent,
     Role, SessionId, Status, Store, StoreError,

@@ -125,7 +125,7 @@ impl GroupCommit {
             match result {
                 Ok(()) => st.synced = st.synced.max(target),
                 Err(e) => {
-                    st.failed = Some(e.to_string());
+                    st.failed = Some(crate::error::with_causes(&e));
                     self.cv.notify_all();
                     return Err(e);
                 }

@@ -1,9 +1,26 @@
 //! Typed errors, one enum per operation family. Every message says what is
 //! wrong and, where there is one, what to do about it.
+//!
+//! One convention for causes: a message never prints its cause; the cause
+//! (an OS error, say) is returned by `source()`, and whoever shows the error
+//! to a person prints the chain (the `cairn` CLI joins it with `: `).
 
 use std::io;
 
 use crate::id::InvalidId;
+
+/// An error and its causes as one line, joined with `: ` (for a message
+/// that must carry a whole error as text, such as a poisoned handle's cause).
+pub(crate) fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        out.push_str(": ");
+        out.push_str(&c.to_string());
+        cause = c.source();
+    }
+    out
+}
 
 /// Damage found in a stored session: where it is and what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,7 +94,7 @@ pub enum OpenError {
         supported: u32,
     },
     /// The path or id cannot name a session.
-    #[error("{0}")]
+    #[error(transparent)]
     InvalidId(#[from] InvalidId),
     /// The file is not a session (empty, or its first record is not a header).
     #[error("{location} is not a cairn session: {problem} (the file was not changed)")]
@@ -87,8 +104,8 @@ pub enum OpenError {
         /// Why.
         problem: String,
     },
-    /// An I/O error.
-    #[error("cannot {action} {location}: {source}")]
+    /// An I/O error (the OS error is the `source()`).
+    #[error("cannot {action} {location}")]
     Io {
         /// What was being done ("open", "read", "lock", …).
         action: &'static str,
@@ -121,13 +138,13 @@ pub enum AppendError {
         /// The session.
         session: String,
     },
-    /// The record breaks an invariant; nothing was written.
+    /// The record breaks an invariant; nothing was written. (The message
+    /// includes the [`Invalid`]'s: it is what the error is, not its cause.)
     #[error("{0}; nothing was written")]
-    Invalid(#[from] Invalid),
-    /// A write or sync failed; the handle is now poisoned.
-    #[error(
-        "cannot {action} {location}: {source}; the session refuses further writes until reopened"
-    )]
+    Invalid(Invalid),
+    /// A write or sync failed; the handle is now poisoned (the OS error is
+    /// the `source()`).
+    #[error("cannot {action} {location} (the session refuses further writes until reopened)")]
     Io {
         /// "write" or "sync".
         action: &'static str,
@@ -140,6 +157,12 @@ pub enum AppendError {
     /// Reading a record needed to update the context failed.
     #[error(transparent)]
     Read(#[from] ReadError),
+}
+
+impl From<Invalid> for AppendError {
+    fn from(i: Invalid) -> AppendError {
+        AppendError::Invalid(i)
+    }
 }
 
 /// A record rejected at append time.
@@ -211,11 +234,91 @@ pub enum Invalid {
         hint: String,
     },
     /// An id does not follow the id rules.
-    #[error("{0}")]
+    #[error(transparent)]
     Id(#[from] InvalidId),
-    /// The record has a shape this version refuses to write.
-    #[error("{0}")]
-    Other(String),
+    /// A tool call id is used twice on the branch.
+    #[error("tool call id {0:?} is already used on the current branch; call ids must be unique")]
+    CallIdReused(String),
+    /// A `custom` entry without a namespace.
+    #[error("a custom entry needs a namespace (who owns it, e.g. \"myapp.notes\")")]
+    NoNamespace,
+    /// An operation is open: another cannot start.
+    #[error(
+        "operation {0} is still open: finish it (or recover the session) before starting another"
+    )]
+    OperationOpen(String),
+    /// An operation id that an earlier operation used.
+    #[error("operation id {0} is already used")]
+    OperationIdUsed(String),
+    /// An operation record of an operation that is not the open one.
+    #[error("operation {0} is not the open operation; start it first")]
+    NotTheOpenOperation(String),
+    /// A ticket of another operation.
+    #[error("the ticket belongs to operation {ticket}, not {operation}")]
+    WrongOperation {
+        /// The ticket's operation.
+        ticket: String,
+        /// The operation it was given to.
+        operation: String,
+    },
+    /// An id to preallocate is already an entry or reserved.
+    #[error("entry id {0} is already used or reserved")]
+    IdTaken(String),
+    /// A record that must use a preallocated id uses another.
+    #[error("{record} must use its preallocated id {expected}, not {found}")]
+    NotPreallocated {
+        /// What must use it, e.g. "the assistant entry of model attempt 1".
+        record: String,
+        /// The preallocated id.
+        expected: String,
+        /// The id used.
+        found: String,
+    },
+    /// A new operation while calls of the last one were dispatched and have
+    /// no result.
+    #[error(
+        "tool call(s) {calls} of operation {op} were dispatched and have no result: recover the session (`cairn recover`) before starting another operation"
+    )]
+    DispatchedWithoutResult {
+        /// The operation.
+        op: String,
+        /// The calls, comma-separated.
+        calls: String,
+    },
+    /// A model attempt's reply that is not an assistant message.
+    #[error("a model attempt's reply is an assistant message")]
+    NotAnAssistantReply,
+    /// A tool call that is not an unanswered call of the current branch.
+    #[error("tool call {0:?} is not on the current branch")]
+    CallNotOnBranch(String),
+    /// A tool call dispatched before.
+    #[error("tool call {0:?} was already dispatched")]
+    AlreadyDispatched(String),
+    /// An approval answer without a request.
+    #[error("no approval was requested for tool call {0:?}")]
+    NoApprovalRequested(String),
+    /// A call with side effects cannot be re-run without a person.
+    #[error(
+        "tool call {call_id:?} ({tool}) has side effects and may already have run: re-running it needs a person's decision (rerun_side_effect), or record the outcome as unknown"
+    )]
+    SideEffectRerun {
+        /// The call.
+        call_id: String,
+        /// The tool.
+        tool: String,
+    },
+    /// A subagent session beyond the maximum delegation depth.
+    #[error(
+        "spawning from session {session} would reach delegation depth {depth}, beyond the maximum {max}"
+    )]
+    TooDeep {
+        /// The parent session.
+        session: String,
+        /// The depth the child would have.
+        depth: u32,
+        /// The maximum.
+        max: u32,
+    },
 }
 
 /// Errors reading records of an open session.
@@ -225,8 +328,8 @@ pub enum ReadError {
     /// A record no longer reads back as it did at open.
     #[error("{0}")]
     Damaged(Box<Damage>),
-    /// An I/O error.
-    #[error("cannot read {location}: {source}")]
+    /// An I/O error (the OS error is the `source()`).
+    #[error("cannot read {location}")]
     Io {
         /// The session file.
         location: String,
@@ -291,8 +394,8 @@ pub enum StoreError {
     /// An entry reference did not resolve.
     #[error(transparent)]
     Lookup(#[from] LookupError),
-    /// An I/O error on the store itself.
-    #[error("cannot {action} {location}: {source}")]
+    /// An I/O error on the store itself (the OS error is the `source()`).
+    #[error("cannot {action} {location}")]
     Io {
         /// What was being done.
         action: &'static str,

@@ -14,39 +14,12 @@ use serde::de::Deserializer;
 use serde_json::value::RawValue;
 
 use crate::id::EntryId;
-use crate::record::{
-    AppStateChange, ApprovalRequested, ApprovalResolved, Body, Checkout, Compaction, Custom, Entry,
-    EntryBody, InputQueued, Label, Message, ModelAttempted, OpFinished, OpRecord, OpStarted,
-    SessionInfo, Settings, ToolDispatched, Unknown, UsageSettled,
-};
+use crate::kind::{DecodeError, Payload, RecordKind, decode_data};
+use crate::record::{Body, Entry, EntryBody, OpRecord};
 
 /// Length of the trailer `,"crc":"xxxxxxxx"}` (without the newline).
 pub const TRAILER_LEN: usize = 18;
 const TRAILER_PREFIX: &[u8] = b",\"crc\":\"";
-
-/// The record kinds that are tree entries.
-pub const ENTRY_KINDS: &[&str] = &[
-    "message",
-    "app_state",
-    "compaction",
-    "checkout",
-    "settings",
-    "label",
-    "session_info",
-    "custom",
-];
-
-/// The record kinds of the operation journal.
-pub const OP_KINDS: &[&str] = &[
-    "op_started",
-    "model_attempted",
-    "usage_settled",
-    "approval_requested",
-    "approval_resolved",
-    "tool_dispatched",
-    "input_queued",
-    "op_finished",
-];
 
 /// Why a line's framing is not intact (the line is torn or damaged).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -259,28 +232,6 @@ pub enum Class {
     Op,
 }
 
-/// Why a line whose framing is intact cannot be read as a record.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum DecodeError {
-    /// The line is not the JSON object the format requires.
-    #[error("the record is not valid: {0}")]
-    Json(String),
-    /// The kind is not known to this version and the record is not marked ignorable.
-    #[error(
-        "unknown record kind {0:?}; it was written by a newer or different program and is not marked \"ignorable\": upgrade cairn to read it"
-    )]
-    UnknownKind(String),
-    /// An entry kind without `id` or `parent`, or a non-entry kind with them.
-    #[error("record kind {kind:?} {problem}")]
-    Shape {
-        /// The kind.
-        kind: String,
-        /// What is wrong.
-        problem: &'static str,
-    },
-}
-
 impl Frame<'_> {
     /// Parses the framing fields of a line whose checksum was checked.
     ///
@@ -321,20 +272,13 @@ impl Frame<'_> {
             (None, None) => false,
             _ => return Err(shape("must have both \"id\" and \"parent\" or neither")),
         };
-        let class = if kind == "header" {
-            Class::Header
-        } else if ENTRY_KINDS.contains(&kind) {
-            Class::Entry
-        } else if OP_KINDS.contains(&kind) {
-            Class::Op
-        } else if self.ignorable {
-            if has_entry_fields {
-                Class::Entry
-            } else {
-                Class::Op
-            }
-        } else {
-            return Err(DecodeError::UnknownKind(kind.to_owned()));
+        let class = match RecordKind::from_name(kind) {
+            Some(RecordKind::Header) => Class::Header,
+            Some(RecordKind::Entry(_)) => Class::Entry,
+            Some(RecordKind::Op(_)) => Class::Op,
+            None if !self.ignorable => return Err(DecodeError::UnknownKind(kind.to_owned())),
+            None if has_entry_fields => Class::Entry,
+            None => Class::Op,
         };
         match (class, has_entry_fields) {
             (Class::Entry, false) => Err(shape("is an entry and needs \"id\" and \"parent\"")),
@@ -346,12 +290,7 @@ impl Frame<'_> {
     }
 }
 
-fn data<T: for<'de> Deserialize<'de>>(frame: &Frame<'_>) -> Result<T, DecodeError> {
-    serde_json::from_slice(frame.data.bytes())
-        .map_err(|e| DecodeError::Json(format!("{} data: {e}", frame.kind)))
-}
-
-/// Decodes the body of a parsed frame.
+/// Decodes the body of a parsed frame (its data by [`decode_data`]).
 ///
 /// # Errors
 ///
@@ -359,46 +298,28 @@ fn data<T: for<'de> Deserialize<'de>>(frame: &Frame<'_>) -> Result<T, DecodeErro
 pub fn decode_body(frame: &Frame<'_>) -> Result<Body, DecodeError> {
     let class = frame.class()?;
     let kind = frame.kind.as_ref();
-    Ok(match class {
-        Class::Header => Body::Header(data(frame)?),
-        Class::Entry => {
-            let body = match kind {
-                "message" => EntryBody::Message(data::<Message>(frame)?),
-                "app_state" => EntryBody::AppState(data::<AppStateChange>(frame)?),
-                "compaction" => EntryBody::Compaction(data::<Compaction>(frame)?),
-                "checkout" => EntryBody::Checkout(data::<Checkout>(frame)?),
-                "settings" => EntryBody::Settings(data::<Settings>(frame)?),
-                "label" => EntryBody::Label(data::<Label>(frame)?),
-                "session_info" => EntryBody::SessionInfo(data::<SessionInfo>(frame)?),
-                "custom" => EntryBody::Custom(data::<Custom>(frame)?),
-                _ => EntryBody::Ignored(Unknown {
-                    kind: kind.to_owned(),
-                    data: data(frame)?,
-                }),
-            };
-            let (Some(id), Some(parent)) = (frame.id.clone(), frame.parent.clone()) else {
-                return Err(DecodeError::Shape {
-                    kind: kind.to_owned(),
-                    problem: "lacks id",
-                });
-            };
-            Body::Entry(Entry { id, parent, body })
-        }
-        Class::Op => Body::Op(match kind {
-            "op_started" => OpRecord::OpStarted(data::<OpStarted>(frame)?),
-            "model_attempted" => OpRecord::ModelAttempted(data::<ModelAttempted>(frame)?),
-            "usage_settled" => OpRecord::UsageSettled(data::<UsageSettled>(frame)?),
-            "approval_requested" => OpRecord::ApprovalRequested(data::<ApprovalRequested>(frame)?),
-            "approval_resolved" => OpRecord::ApprovalResolved(data::<ApprovalResolved>(frame)?),
-            "tool_dispatched" => OpRecord::ToolDispatched(data::<ToolDispatched>(frame)?),
-            "input_queued" => OpRecord::InputQueued(data::<InputQueued>(frame)?),
-            "op_finished" => OpRecord::OpFinished(data::<OpFinished>(frame)?),
-            _ => OpRecord::Ignored(Unknown {
-                kind: kind.to_owned(),
-                data: data(frame)?,
-            }),
+    let payload = decode_data(kind, frame.ignorable, frame.data.bytes())?;
+    let entry = |body| match (frame.id.clone(), frame.parent.clone()) {
+        (Some(id), Some(parent)) => Ok(Body::Entry(Entry { id, parent, body })),
+        (None, _) | (_, None) => Err(DecodeError::Shape {
+            kind: kind.to_owned(),
+            problem: "lacks id",
         }),
-    })
+    };
+    match (class, payload) {
+        (Class::Header, Payload::Header(h)) => Ok(Body::Header(h)),
+        (Class::Entry, Payload::Entry(body)) => entry(body),
+        (Class::Entry, Payload::Unknown(u)) => entry(EntryBody::Ignored(u)),
+        (Class::Op, Payload::Op(op)) => Ok(Body::Op(op)),
+        (Class::Op, Payload::Unknown(u)) => Ok(Body::Op(OpRecord::Ignored(u))),
+        // The class is read from the same kind: these cannot disagree.
+        (Class::Header, Payload::Entry(_) | Payload::Op(_) | Payload::Unknown(_))
+        | (Class::Entry, Payload::Header(_) | Payload::Op(_))
+        | (Class::Op, Payload::Header(_) | Payload::Entry(_)) => Err(DecodeError::Shape {
+            kind: kind.to_owned(),
+            problem: "does not fit its class",
+        }),
+    }
 }
 
 fn entry_data(out: &mut Vec<u8>, body: &EntryBody) -> Result<(), serde_json::Error> {
@@ -432,7 +353,7 @@ fn op_data(out: &mut Vec<u8>, op: &OpRecord) -> Result<(), serde_json::Error> {
 /// Encodes one record as a complete line, newline included.
 pub fn encode(seq: u64, ts: &str, body: &Body) -> Vec<u8> {
     match body {
-        Body::Header(h) => encode_parts(seq, ts, "header", false, None, |out| {
+        Body::Header(h) => encode_parts(seq, ts, RecordKind::HEADER, false, None, |out| {
             serde_json::to_writer(out, h)
         }),
         Body::Entry(e) => encode_entry(seq, ts, e),
@@ -534,7 +455,7 @@ pub enum LineError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::{Block, Role};
+    use crate::record::{Block, InputQueued, Message, Role, Unknown};
     use serde_json::json;
 
     fn msg_entry() -> Body {

@@ -230,7 +230,10 @@ pub fn check(backend: &dyn Backend, id: &SessionId) -> Result<FsckReport, OpenEr
         records: lines.iter().filter(|l| l.damage.is_none()).count() as u64,
         entries: out.entries,
         bytes,
-        refused: verdict.refused.as_ref().map(|r| r.error.to_string()),
+        refused: verdict
+            .refused
+            .as_ref()
+            .map(|r| crate::error::with_causes(&r.error)),
         newer_format: match &verdict.refused {
             Some(Refusal {
                 error: OpenError::NewerFormat { found, .. },
@@ -579,7 +582,7 @@ fn fatal(e: AppendError, location: &str) -> OpenError {
     OpenError::Io {
         action: "replay",
         location: location.to_owned(),
-        source: std::io::Error::other(e.to_string()),
+        source: std::io::Error::other(crate::error::with_causes(&e)),
     }
 }
 

@@ -96,8 +96,8 @@ fn write_canonical(v: &Value, out: &mut Vec<u8>) {
             }
             out.push(b']');
         }
-        other => {
-            let _ = serde_json::to_writer(&mut *out, other);
+        Value::Null | Value::Bool(_) | Value::Number(_) | Value::String(_) => {
+            let _ = serde_json::to_writer(&mut *out, v);
         }
     }
 }
@@ -565,7 +565,14 @@ pub(crate) fn check_branch_point(
 ) -> Result<(), CheckError> {
     let answered: HashSet<&str> = match &entry.body {
         EntryBody::Message(m) => m.tool_results().collect(),
-        _ => HashSet::new(),
+        EntryBody::AppState(_)
+        | EntryBody::Compaction(_)
+        | EntryBody::Checkout(_)
+        | EntryBody::Settings(_)
+        | EntryBody::Label(_)
+        | EntryBody::SessionInfo(_)
+        | EntryBody::Custom(_)
+        | EntryBody::Ignored(_) => HashSet::new(),
     };
     let left: Vec<OpenCall> = unanswered_calls(ctx)
         .into_iter()
@@ -630,7 +637,14 @@ impl OpFold {
         let Some(p) = self.open() else { return Ok(()) };
         let message = match &e.body {
             EntryBody::Message(m) => Some(m),
-            _ => None,
+            EntryBody::AppState(_)
+            | EntryBody::Compaction(_)
+            | EntryBody::Checkout(_)
+            | EntryBody::Settings(_)
+            | EntryBody::Label(_)
+            | EntryBody::SessionInfo(_)
+            | EntryBody::Custom(_)
+            | EntryBody::Ignored(_) => None,
         };
         for a in p.attempts.iter().filter(|a| !a.fulfilled) {
             let is_assistant = message.is_some_and(|m| m.role == Role::Assistant);
@@ -645,10 +659,11 @@ impl OpFold {
             && message.is_some_and(|m| m.role == Role::Assistant)
             && a.entry != e.id
         {
-            return Err(Invalid::Other(format!(
-                "the assistant entry of model attempt {} must use its preallocated id {}, not {}",
-                a.attempt, a.entry, e.id
-            )));
+            return Err(Invalid::NotPreallocated {
+                record: format!("the assistant entry of model attempt {}", a.attempt),
+                expected: a.entry.to_string(),
+                found: e.id.to_string(),
+            });
         }
         for d in p.dispatched.iter().filter(|d| !d.answered) {
             let answers = message.is_some_and(|m| m.tool_results().any(|c| c == d.record.call_id));
@@ -659,10 +674,11 @@ impl OpFold {
                 ));
             }
             if answers && d.record.result_entry != e.id {
-                return Err(Invalid::Other(format!(
-                    "the result of dispatched tool call {:?} must use its preallocated id {}, not {}",
-                    d.record.call_id, d.record.result_entry, e.id
-                )));
+                return Err(Invalid::NotPreallocated {
+                    record: format!("the result of dispatched tool call {:?}", d.record.call_id),
+                    expected: d.record.result_entry.to_string(),
+                    found: e.id.to_string(),
+                });
             }
         }
         Ok(())
@@ -677,23 +693,19 @@ impl OpFold {
         proj: &Projector,
     ) -> Result<(), Invalid> {
         let open = self.open();
-        let other = |s: String| Err(Invalid::Other(s));
         let op_id = match op {
             OpRecord::OpStarted(s) => {
                 if let Some(p) = open {
-                    return other(format!(
-                        "operation {} is still open: finish it (or recover the session) before starting another",
-                        p.id
-                    ));
+                    return Err(Invalid::OperationOpen(p.id.clone()));
                 }
                 if self.last.as_ref().is_some_and(|l| l.id == s.op) {
-                    return other(format!("operation id {} is already used", s.op));
+                    return Err(Invalid::OperationIdUsed(s.op.clone()));
                 }
                 if let Some(d) = self.unresolved_dispatch(proj) {
-                    return other(format!(
-                        "tool call {:?} ({}) of operation {} was dispatched and has no result: recover the session (`cairn recover`) before starting another operation",
-                        d.call_id, d.tool, d.op
-                    ));
+                    return Err(Invalid::DispatchedWithoutResult {
+                        op: d.op.clone(),
+                        calls: format!("{:?} ({})", d.call_id, d.tool),
+                    });
                 }
                 if let Some(input) = &s.input
                     && tree.get(input).is_none()
@@ -712,9 +724,7 @@ impl OpFold {
             OpRecord::OpFinished(r) => &r.op,
         };
         let Some(p) = open.filter(|p| &p.id == op_id) else {
-            return other(format!(
-                "operation {op_id} is not the open operation; start it first"
-            ));
+            return Err(Invalid::NotTheOpenOperation(op_id.clone()));
         };
         let reserved = |id: &EntryId| {
             tree.get(id).is_some()
@@ -724,7 +734,7 @@ impl OpFold {
         match op {
             OpRecord::ModelAttempted(m) => {
                 if reserved(&m.entry) {
-                    return other(format!("entry id {} is already used or reserved", m.entry));
+                    return Err(Invalid::IdTaken(m.entry.to_string()));
                 }
             }
             OpRecord::ToolDispatched(t) => {
@@ -738,13 +748,10 @@ impl OpFold {
                 }
                 match proj.call_state(&t.call_id) {
                     None => {
-                        return other(format!(
-                            "tool call {:?} is not on the current branch",
-                            t.call_id
-                        ));
+                        return Err(Invalid::CallNotOnBranch(t.call_id.clone()));
                     }
                     Some(true) => {
-                        return other(format!("tool call {:?} already has a result", t.call_id));
+                        return Err(Invalid::AlreadyAnswered(t.call_id.clone()));
                     }
                     Some(false) => {}
                 }
@@ -755,23 +762,17 @@ impl OpFold {
                             && d.record.key == t.key
                             && d.record.result_entry == t.result_entry => {}
                     Some(_) => {
-                        return other(format!("tool call {:?} was already dispatched", t.call_id));
+                        return Err(Invalid::AlreadyDispatched(t.call_id.clone()));
                     }
                     None if reserved(&t.result_entry) => {
-                        return other(format!(
-                            "entry id {} is already used or reserved",
-                            t.result_entry
-                        ));
+                        return Err(Invalid::IdTaken(t.result_entry.to_string()));
                     }
                     None => {}
                 }
             }
             OpRecord::ApprovalResolved(a) => {
                 if !p.approvals.iter().any(|(x, _)| x.call_id == a.call_id) {
-                    return other(format!(
-                        "no approval was requested for tool call {:?}",
-                        a.call_id
-                    ));
+                    return Err(Invalid::NoApprovalRequested(a.call_id.clone()));
                 }
             }
             OpRecord::OpStarted(_)

@@ -5,8 +5,7 @@
 //! the settings, the labels — is a pure function of it ([`Context`]).
 //!
 //! ```
-//! use cairn::{Access, EntryBody, Message, NewSession, Role, Store};
-//! use cairn::backend::MemoryBackend;
+//! use cairn::{Access, EntryBody, MemoryBackend, Message, NewSession, Role, Store};
 //! use std::sync::Arc;
 //!
 //! let store = Store::with_backend(Arc::new(MemoryBackend::new()));
@@ -24,39 +23,54 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-pub mod backend;
+// Exhaustive matches: a new record kind (or any new variant) must be
+// handled everywhere, never fall into a wildcard arm (ARCHITECTURE.md, invariant 12).
+#![deny(clippy::wildcard_enum_match_arm)]
+
+mod backend;
 mod commit;
-pub mod error;
+mod error;
 pub mod frame;
 pub mod fsck;
 mod id;
-pub mod journal;
+mod journal;
+mod kind;
 pub mod memory;
 mod operation;
 mod projection;
-pub mod record;
+mod record;
 pub mod recovery;
 mod session;
 pub mod steps;
 mod store;
 mod summary;
 #[cfg(feature = "testkit")]
+#[allow(clippy::wildcard_enum_match_arm)] // test support: a wrong record kind is a failed check
 pub mod testkit;
 mod time;
 mod tree;
 pub mod vfs;
 pub mod view;
 
-pub use backend::{Access, Backend, FileBackend, MemoryBackend};
+pub use backend::{
+    Access, Backend, Catalog, CatalogEntry, FileBackend, Log, MemoryBackend, Opened, RawLine,
+    Stamp, TornTail, Visitor,
+};
 pub use commit::Durability;
 pub use error::{AppendError, Damage, Invalid, LookupError, OpenError, ReadError, StoreError};
 pub use id::{EntryId, InvalidId, SessionId};
-pub use journal::{NotStarted, OpPhase, PendingApproval, PendingCall, Status, Verdict};
+pub use journal::{
+    NotStarted, OpPhase, OpenCall, PendingApproval, PendingCall, Status, TOOL_NOT_STARTED,
+    TOOL_OUTCOME_UNKNOWN, Verdict, args_hash, idempotency_key, unanswered_calls, verdict,
+};
+pub use kind::{DecodeError, EntryKind, OpKind, Payload, RecordKind, decode_data};
 pub use operation::{ModelTicket, Operation, ToolOutput, ToolTicket};
 pub use projection::{ActiveCompaction, Context, ContextMessage, Source, apply_state, merge_patch};
 pub use record::{
-    AppStateChange, Block, Body, Checkout, Compaction, Custom, EffectClass, Entry, EntryBody,
-    Header, Label, Lineage, Message, OpRecord, Outcome, Record, Role, SessionInfo, Settings, Usage,
+    AppStateChange, ApprovalRequested, ApprovalResolved, Block, Body, Checkout, Compaction, Custom,
+    EffectClass, Entry, EntryBody, FORMAT_VERSION, ForkOrigin, Header, InputQueued, Label, Lineage,
+    Message, ModelAttempted, OpFinished, OpRecord, OpStarted, Outcome, Record, Role, SessionInfo,
+    Settings, SpawnOrigin, ToolDispatched, Unknown, Usage, UsageSettled,
 };
 pub use recovery::{
     Action, ActionKind, Decision, MAX_RECOVERY_ROUNDS, Pending, Policy, RecoveryError,
@@ -64,5 +78,5 @@ pub use recovery::{
 };
 pub use session::{Appended, NewEntry, NewSession, NodeInfo, OpenReport, Parent, Session, WRITER};
 pub use store::{Store, child_reference, locate_path, summary_of};
-pub use summary::{FIRST_MESSAGE_CHARS, SessionSummary, excerpt};
+pub use summary::{FIRST_MESSAGE_CHARS, LastOperation, ListingFold, SessionSummary, excerpt};
 pub use time::{format_millis, now_rfc3339, parse_millis};

@@ -25,7 +25,7 @@ use crate::error::ReadError;
 use crate::id::EntryId;
 use crate::journal::{TOOL_NOT_STARTED, TOOL_OUTCOME_UNKNOWN};
 use crate::projection::{EntrySource, merge_patch};
-use crate::record::{AppStateChange, Block, Entry, EntryBody, Role};
+use crate::record::{AppStateChange, Block, Entry, EntryBody, Role, value_text};
 use crate::summary::excerpt;
 use crate::tree::Tree;
 
@@ -250,7 +250,11 @@ impl MemoryState {
                             .lines()
                             .find(|l| !l.trim().is_empty())
                             .map(str::to_owned),
-                        _ => None,
+                        Block::Thinking { .. }
+                        | Block::ToolCall { .. }
+                        | Block::ToolResult { .. }
+                        | Block::Image { .. }
+                        | Block::Blob { .. } => None,
                     });
                     let unknown = code.as_deref() == Some(TOOL_OUTCOME_UNKNOWN);
                     let not_started = code.as_deref() == Some(TOOL_NOT_STARTED);
@@ -355,8 +359,11 @@ impl MemoryState {
                     .iter()
                     .map(|(k, v)| match v {
                         Value::Null => format!("{k} unset"),
-                        Value::String(x) => format!("{k} = {x}"),
-                        other => format!("{k} = {other}"),
+                        Value::Bool(_)
+                        | Value::Number(_)
+                        | Value::String(_)
+                        | Value::Array(_)
+                        | Value::Object(_) => format!("{k} = {}", value_text(v)),
                     })
                     .collect();
                 self.memory.decisions.push(
@@ -368,10 +375,7 @@ impl MemoryState {
                 );
             }
             EntryBody::Custom(c) if c.namespace.ends_with("decision") => {
-                let text = match &c.content {
-                    Value::String(s) => s.clone(),
-                    other => other.to_string(),
-                };
+                let text = value_text(&c.content);
                 self.memory
                     .decisions
                     .push(item(cut(&text), vec![e.id.clone()]), max);
@@ -416,7 +420,9 @@ impl MemoryState {
                                 .is_some_and(|s| s == "done" || s == "completed");
                         (text, done)
                     }
-                    other => (other.to_string(), false),
+                    other @ (Value::Null | Value::Bool(_) | Value::Number(_) | Value::Array(_)) => {
+                        (value_text(other), false)
+                    }
                 };
                 let mark = if done { "[x]" } else { "[ ]" };
                 out.push(Item {

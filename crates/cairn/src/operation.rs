@@ -115,21 +115,19 @@ impl Session {
     ///
     /// # Errors
     ///
-    /// Append errors; [`Invalid::Other`] if an operation is already open, or
-    /// if a call the last operation dispatched has no result (recover first).
+    /// Append errors; [`Invalid::OperationOpen`] if an operation is already
+    /// open, [`Invalid::DispatchedWithoutResult`] if a call the last operation
+    /// dispatched has no result (recover first).
     pub fn start_operation(&self, input: Message) -> Result<Operation<'_>, AppendError> {
         if let Some(open) = self.open_operation_id() {
-            return Err(Invalid::Other(format!(
-                "operation {open} is still open: finish it (or recover the session) before starting another"
-            ))
-            .into());
+            return Err(Invalid::OperationOpen(open).into());
         }
         if let Verdict::IndeterminateTool { op, calls } = self.verdict() {
             let ids: Vec<&str> = calls.iter().map(|c| c.call_id.as_str()).collect();
-            return Err(Invalid::Other(format!(
-                "tool call(s) {} of operation {op} were dispatched and have no result: recover the session (`cairn recover`) before starting another operation",
-                ids.join(", ")
-            ))
+            return Err(Invalid::DispatchedWithoutResult {
+                op,
+                calls: ids.join(", "),
+            }
             .into());
         }
         let entry = self.append(EntryBody::Message(input))?;
@@ -218,8 +216,9 @@ impl<'s> Operation<'s> {
     ///
     /// # Errors
     ///
-    /// [`Invalid::Other`] if the message is not an assistant message or the
-    /// ticket is another operation's; append errors.
+    /// [`Invalid::NotAnAssistantReply`] if the message is not an assistant
+    /// message, [`Invalid::WrongOperation`] if the ticket is another
+    /// operation's; append errors.
     pub fn record_assistant(
         &self,
         ticket: ModelTicket,
@@ -227,9 +226,7 @@ impl<'s> Operation<'s> {
     ) -> Result<Appended, AppendError> {
         self.own(&ticket.op)?;
         if message.role != Role::Assistant {
-            return Err(
-                Invalid::Other("a model attempt's reply is an assistant message".into()).into(),
-            );
+            return Err(Invalid::NotAnAssistantReply.into());
         }
         self.session.append_entry(NewEntry {
             id: Some(ticket.entry),
@@ -279,7 +276,8 @@ impl<'s> Operation<'s> {
     ///
     /// # Errors
     ///
-    /// [`Invalid::Other`] if no approval was requested for the call; append errors.
+    /// [`Invalid::NoApprovalRequested`] if no approval was requested for the
+    /// call; append errors.
     pub fn resolve_approval(
         &self,
         call_id: &str,
@@ -303,18 +301,18 @@ impl<'s> Operation<'s> {
     ///
     /// # Errors
     ///
-    /// [`Invalid::Other`] if the call is not an unanswered call on the branch
-    /// or was already dispatched; append errors.
+    /// [`Invalid::CallNotOnBranch`] if the call is not an unanswered call on
+    /// the branch, [`Invalid::AlreadyDispatched`] if it was dispatched;
+    /// append errors.
     pub fn dispatch_tool(
         &self,
         call_id: &str,
         effect: EffectClass,
     ) -> Result<ToolTicket, AppendError> {
-        let (tool, arguments) = self.session.find_call(call_id).ok_or_else(|| {
-            AppendError::from(Invalid::Other(format!(
-                "tool call {call_id:?} is not on the current branch"
-            )))
-        })?;
+        let (tool, arguments) = self
+            .session
+            .find_call(call_id)
+            .ok_or_else(|| AppendError::from(Invalid::CallNotOnBranch(call_id.to_owned())))?;
         let key = journal::idempotency_key(self.session.id(), &self.id, call_id);
         let result_entry = self.session.fresh_entry_id();
         self.dispatch(call_id, &tool, &arguments, effect, key, result_entry)
@@ -416,14 +414,15 @@ impl<'s> Operation<'s> {
     ///
     /// # Errors
     ///
-    /// [`Invalid::Other`] for a `SideEffect` call or a call that is not
-    /// pending; append errors.
+    /// [`Invalid::SideEffectRerun`] for a `SideEffect` call,
+    /// [`Invalid::CallNotOnBranch`] for a call that is not pending; append
+    /// errors.
     pub fn rerun(&self, call: &PendingCall) -> Result<ToolTicket, AppendError> {
         if call.effect == EffectClass::SideEffect {
-            return Err(Invalid::Other(format!(
-                "tool call {:?} ({}) has side effects and may already have run: re-running it needs a person's decision (rerun_side_effect), or record the outcome as unknown",
-                call.call_id, call.tool
-            ))
+            return Err(Invalid::SideEffectRerun {
+                call_id: call.call_id.clone(),
+                tool: call.tool.clone(),
+            }
             .into());
         }
         self.redispatch(call)
@@ -446,12 +445,10 @@ impl<'s> Operation<'s> {
     }
 
     fn redispatch(&self, call: &PendingCall) -> Result<ToolTicket, AppendError> {
-        let (tool, arguments) = self.session.find_call(&call.call_id).ok_or_else(|| {
-            AppendError::from(Invalid::Other(format!(
-                "tool call {:?} is not on the current branch",
-                call.call_id
-            )))
-        })?;
+        let (tool, arguments) = self
+            .session
+            .find_call(&call.call_id)
+            .ok_or_else(|| AppendError::from(Invalid::CallNotOnBranch(call.call_id.clone())))?;
         self.dispatch(
             &call.call_id,
             &tool,
@@ -519,10 +516,10 @@ impl<'s> Operation<'s> {
 
     fn own(&self, op: &str) -> Result<(), AppendError> {
         if op != self.id {
-            return Err(Invalid::Other(format!(
-                "the ticket belongs to operation {op}, not {}",
-                self.id
-            ))
+            return Err(Invalid::WrongOperation {
+                ticket: op.to_owned(),
+                operation: self.id.clone(),
+            }
             .into());
         }
         Ok(())

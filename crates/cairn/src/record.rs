@@ -135,23 +135,6 @@ pub enum EntryBody {
     Ignored(Unknown),
 }
 
-impl EntryBody {
-    /// The record kind written in the `kind` field.
-    pub fn kind(&self) -> &str {
-        match self {
-            EntryBody::Message(_) => "message",
-            EntryBody::AppState(_) => "app_state",
-            EntryBody::Compaction(_) => "compaction",
-            EntryBody::Checkout(_) => "checkout",
-            EntryBody::Settings(_) => "settings",
-            EntryBody::Label(_) => "label",
-            EntryBody::SessionInfo(_) => "session_info",
-            EntryBody::Custom(_) => "custom",
-            EntryBody::Ignored(u) => &u.kind,
-        }
-    }
-}
-
 /// A record whose kind this version does not know and which says
 /// `"ignorable": true`.
 #[derive(Debug, Clone, PartialEq)]
@@ -243,7 +226,11 @@ impl Message {
                 name,
                 arguments,
             } => Some((call_id.as_str(), name.as_str(), arguments)),
-            _ => None,
+            Block::Text { .. }
+            | Block::Thinking { .. }
+            | Block::ToolResult { .. }
+            | Block::Image { .. }
+            | Block::Blob { .. } => None,
         })
     }
 
@@ -251,7 +238,11 @@ impl Message {
     pub fn tool_results(&self) -> impl Iterator<Item = &str> {
         self.content.iter().filter_map(|b| match b {
             Block::ToolResult { call_id, .. } => Some(call_id.as_str()),
-            _ => None,
+            Block::Text { .. }
+            | Block::Thinking { .. }
+            | Block::ToolCall { .. }
+            | Block::Image { .. }
+            | Block::Blob { .. } => None,
         })
     }
 }
@@ -316,6 +307,12 @@ pub enum Block {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         sha256: Option<String>,
     },
+}
+
+/// A JSON value as text for people and models: a string as it is, anything
+/// else as JSON (how visible `custom` content is shown).
+pub(crate) fn value_text(v: &Value) -> String {
+    v.as_str().map_or_else(|| v.to_string(), str::to_owned)
 }
 
 /// Token usage of a model call.
@@ -428,23 +425,6 @@ pub enum OpRecord {
     OpFinished(OpFinished),
     /// A log-only record of a kind this version does not know, marked ignorable.
     Ignored(Unknown),
-}
-
-impl OpRecord {
-    /// The record kind written in the `kind` field.
-    pub fn kind(&self) -> &str {
-        match self {
-            OpRecord::OpStarted(_) => "op_started",
-            OpRecord::ModelAttempted(_) => "model_attempted",
-            OpRecord::UsageSettled(_) => "usage_settled",
-            OpRecord::ApprovalRequested(_) => "approval_requested",
-            OpRecord::ApprovalResolved(_) => "approval_resolved",
-            OpRecord::ToolDispatched(_) => "tool_dispatched",
-            OpRecord::InputQueued(_) => "input_queued",
-            OpRecord::OpFinished(_) => "op_finished",
-            OpRecord::Ignored(u) => &u.kind,
-        }
-    }
 }
 
 /// `op_started`.

@@ -240,7 +240,12 @@ pub fn derive(records: &[Record]) -> Vec<Step> {
                             let status = match status {
                                 StepStatus::Error if denied.contains(call_id) => StepStatus::Denied,
                                 StepStatus::Error => StepStatus::NotStarted,
-                                other => other,
+                                other @ (StepStatus::Ok
+                                | StepStatus::Running
+                                | StepStatus::Interrupted
+                                | StepStatus::Unknown
+                                | StepStatus::NotStarted
+                                | StepStatus::Denied) => other,
                             };
                             push(
                                 &mut steps,

@@ -13,29 +13,14 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
-
-use crate::backend::{Access, Backend, FileBackend, Stamp};
+use crate::backend::{Access, Backend, Catalog, CatalogEntry, FileBackend};
 use crate::error::{OpenError, StoreError};
 use crate::id::{self, EntryId, SessionId};
 use crate::journal::{OpPhase, Status};
-use crate::record::{EntryBody, ForkOrigin, Lineage};
+use crate::kind::OpKind;
+use crate::record::{Body, EntryBody, ForkOrigin, Lineage};
 use crate::session::{NewEntry, NewSession, Parent, Session};
-use crate::summary::{FIRST_MESSAGE_CHARS, SessionSummary, excerpt};
-
-const CATALOG_VERSION: u32 = 1;
-
-#[derive(Debug, Default, Serialize, Deserialize)]
-struct Catalog {
-    version: u32,
-    sessions: BTreeMap<String, CatalogEntry>,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct CatalogEntry {
-    stamp: Stamp,
-    summary: SessionSummary,
-}
+use crate::summary::{FIRST_MESSAGE_CHARS, LastOperation, ListingFold, SessionSummary, excerpt};
 
 /// Many sessions behind one backend.
 #[derive(Debug, Clone)]
@@ -153,12 +138,7 @@ impl Store {
     /// the others.
     pub fn list(&self) -> Result<Vec<SessionSummary>, StoreError> {
         let ids = self.backend.list()?;
-        let mut catalog: Catalog = self
-            .backend
-            .load_catalog()
-            .and_then(|b| serde_json::from_slice::<Catalog>(&b).ok())
-            .filter(|c| c.version == CATALOG_VERSION)
-            .unwrap_or_default();
+        let mut catalog = self.backend.load_catalog().unwrap_or_default();
         let mut changed = catalog.sessions.len() != ids.len();
         let mut out = Vec::with_capacity(ids.len());
         let mut fresh = BTreeMap::new();
@@ -168,7 +148,7 @@ impl Store {
             };
             let cached = catalog
                 .sessions
-                .remove(id.as_str())
+                .remove(&id)
                 .filter(|c| c.stamp == stamp && c.summary.id == id);
             let entry = match cached {
                 Some(c) => c,
@@ -188,17 +168,11 @@ impl Store {
             let live = matches!(summary.phase, OpPhase::Open) && self.backend.writer_active(&id);
             summary.status = summary.phase.status(live);
             out.push(summary);
-            fresh.insert(id.to_string(), entry);
+            fresh.insert(id, entry);
         }
         changed |= !catalog.sessions.is_empty();
         if changed {
-            let c = Catalog {
-                version: CATALOG_VERSION,
-                sessions: fresh,
-            };
-            if let Ok(bytes) = serde_json::to_vec(&c) {
-                self.backend.save_catalog(&bytes);
-            }
+            self.backend.save_catalog(&Catalog { sessions: fresh });
         }
         out.sort_by(|a, b| b.updated.cmp(&a.updated).then_with(|| b.id.cmp(&a.id)));
         Ok(out)
@@ -227,7 +201,7 @@ impl Store {
     ///
     /// # Errors
     ///
-    /// [`StoreError::Append`] with [`crate::Invalid::Other`] when the depth
+    /// [`StoreError::Append`] with [`crate::Invalid::TooDeep`] when the depth
     /// would exceed `max_depth`; as [`Session::create`].
     pub fn spawn_child(
         &self,
@@ -244,10 +218,11 @@ impl Store {
             .map_or(0, |p| p.depth)
             + 1;
         if depth > max_depth {
-            return Err(crate::AppendError::from(crate::Invalid::Other(format!(
-                "spawning from session {} would reach delegation depth {depth}, beyond the maximum {max_depth}",
-                parent.id()
-            )))
+            return Err(crate::AppendError::from(crate::Invalid::TooDeep {
+                session: parent.id().to_string(),
+                depth,
+                max: max_depth,
+            })
             .into());
         }
         let lineage = Lineage {
@@ -351,7 +326,13 @@ impl Store {
                             c.first_kept = instead.clone();
                         }
                     }
-                    _ => {}
+                    EntryBody::Message(_)
+                    | EntryBody::AppState(_)
+                    | EntryBody::Checkout(_)
+                    | EntryBody::Settings(_)
+                    | EntryBody::SessionInfo(_)
+                    | EntryBody::Custom(_)
+                    | EntryBody::Ignored(_) => {}
                 }
                 let new = NewEntry {
                     id: Some(e.id.clone()),
@@ -394,38 +375,44 @@ pub fn child_reference(child: &SessionId) -> crate::record::Block {
     }
 }
 
-/// The listing summary of an open session.
+/// The listing summary of an open session, by the rules of [`ListingFold`]:
+/// the session's title fold, the first user message, and the last operation
+/// (its records read from the last `op_started` on).
 ///
 /// # Errors
 ///
-/// A read error finding the first user message.
+/// A read error finding the first user message or reading the last
+/// operation's records.
 pub fn summary_of(s: &Session) -> Result<SessionSummary, crate::error::ReadError> {
-    let first = s
+    let first_message = s
         .first_user_message()?
         .map(|t| excerpt(&t, FIRST_MESSAGE_CHARS));
-    Ok(SessionSummary {
-        id: s.id().clone(),
+    let mut op = LastOperation::default();
+    let ops = s.op_records();
+    let last = ops
+        .iter()
+        .rposition(|(_, k)| OpKind::from_name(k) == Some(OpKind::OpStarted));
+    for (seq, _) in &ops[last.unwrap_or(ops.len())..] {
+        if let Body::Op(r) = s.record(*seq)?.body {
+            op.apply(&r);
+        }
+    }
+    let fold = ListingFold {
         title: s.title(),
-        created: s.header().created.clone(),
-        updated: s.updated(),
+        first_message,
         entries: s.entry_count() as u64,
         records: s.len(),
-        first_message: first,
-        forked_from: s
-            .header()
-            .lineage
-            .forked_from
-            .as_ref()
-            .map(|f| f.session.clone()),
-        parent: s
-            .header()
-            .lineage
-            .parent
-            .as_ref()
-            .map(|p| p.session.clone()),
-        phase: s.phase(),
-        status: s.phase().status(s.is_writer()),
-    })
+        updated: s.updated(),
+        op,
+    };
+    let h = s.header();
+    Ok(fold.summary(
+        s.id().clone(),
+        h.created.clone(),
+        h.lineage.forked_from.as_ref().map(|f| f.session.clone()),
+        h.lineage.parent.as_ref().map(|p| p.session.clone()),
+        s.is_writer(),
+    ))
 }
 
 fn unreadable_summary(id: &SessionId) -> SessionSummary {

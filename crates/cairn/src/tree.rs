@@ -6,36 +6,7 @@ use std::collections::HashMap;
 
 use crate::error::LookupError;
 use crate::id::EntryId;
-
-/// Entry kinds as a compact tag, known from the frame without decoding data.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum Kind {
-    Message,
-    AppState,
-    Compaction,
-    Checkout,
-    Settings,
-    Label,
-    SessionInfo,
-    Custom,
-    Ignored,
-}
-
-impl Kind {
-    pub(crate) fn from_name(kind: &str) -> Kind {
-        match kind {
-            "message" => Kind::Message,
-            "app_state" => Kind::AppState,
-            "compaction" => Kind::Compaction,
-            "checkout" => Kind::Checkout,
-            "settings" => Kind::Settings,
-            "label" => Kind::Label,
-            "session_info" => Kind::SessionInfo,
-            "custom" => Kind::Custom,
-            _ => Kind::Ignored,
-        }
-    }
-}
+use crate::kind::EntryKind;
 
 /// One entry in the index.
 #[derive(Debug, Clone)]
@@ -45,7 +16,8 @@ pub(crate) struct Node {
     pub parent: Option<u32>,
     /// Number of ancestors (0 for a root).
     pub depth: u32,
-    pub kind: Kind,
+    /// `None` for an ignorable entry of a kind this version does not know.
+    pub kind: Option<EntryKind>,
 }
 
 /// Every entry of a session, in append order.
@@ -105,9 +77,20 @@ impl Tree {
         seq: u64,
         id: EntryId,
         parent: Option<&EntryId>,
-        kind: Kind,
+        kind: Option<EntryKind>,
     ) -> Result<u32, Reject> {
         let parent = self.check(&id, parent)?;
+        Ok(self.insert_checked(seq, id, parent, kind))
+    }
+
+    /// Adds an entry that [`Tree::check`] accepted, under its parent node.
+    pub fn insert_checked(
+        &mut self,
+        seq: u64,
+        id: EntryId,
+        parent: Option<u32>,
+        kind: Option<EntryKind>,
+    ) -> u32 {
         let depth = parent.map_or(0, |p| self.nodes[p as usize].depth + 1);
         let n = self.nodes.len() as u32;
         self.by_id.insert(id.clone(), n);
@@ -118,7 +101,7 @@ impl Tree {
             depth,
             kind,
         });
-        Ok(n)
+        n
     }
 
     /// The path from the root to `n`, inclusive, as node numbers.

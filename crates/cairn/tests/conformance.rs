@@ -16,8 +16,8 @@ mod flawed {
     use std::panic::{AssertUnwindSafe, catch_unwind};
     use std::sync::Arc;
 
-    use cairn::backend::{Access, Backend, Log, Opened, Stamp, Visitor};
     use cairn::testkit::{self, Check, Fixture, Interrupted};
+    use cairn::{Access, Backend, Log, Opened, Stamp, Visitor};
     use cairn::{AppendError, MemoryBackend, OpenError, ReadError, SessionId, StoreError};
 
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,11 +117,11 @@ mod flawed {
         fn remove(&self, id: &SessionId) -> Result<(), StoreError> {
             self.inner.remove(id)
         }
-        fn load_catalog(&self) -> Option<Vec<u8>> {
+        fn load_catalog(&self) -> Option<cairn::Catalog> {
             self.inner.load_catalog()
         }
-        fn save_catalog(&self, bytes: &[u8]) {
-            self.inner.save_catalog(bytes);
+        fn save_catalog(&self, catalog: &cairn::Catalog) {
+            self.inner.save_catalog(catalog);
         }
     }
 

@@ -280,7 +280,7 @@ fn crash_at_every_boundary_is_recovered_with_at_most_one_charge() {
         }
         if boundary == "in_tool_after_effect" || boundary == "before_t2" || boundary == "after_t1" {
             let unknown = ctx.messages().iter().any(|m| {
-                m.message().content.iter().any(|b| matches!(b, Block::ToolResult { code: Some(c), .. } if c == cairn::journal::TOOL_OUTCOME_UNKNOWN))
+                m.message().content.iter().any(|b| matches!(b, Block::ToolResult { code: Some(c), .. } if c == cairn::TOOL_OUTCOME_UNKNOWN))
             });
             assert!(
                 unknown,

@@ -451,7 +451,11 @@ fn a_full_disk_on_an_append_names_the_file_says_no_space_and_poisons_until_reope
         suffix: Some(".jsonl".into()),
     });
     let e = s.append(user("does not fit")).expect_err("a full disk");
-    let m = e.to_string();
+    // The OS error is the cause (`source()`); a person sees the chain.
+    let m = format!(
+        "{e}: {}",
+        std::error::Error::source(&e).map_or_else(String::new, ToString::to_string)
+    );
     assert!(
         m.contains(s.location()) && m.contains("No space left") && m.contains("reopen"),
         "{m}"

@@ -21,13 +21,13 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::thread;
 
-use cairn::backend::TornTail;
+use cairn::TornTail;
 use cairn::frame;
-use cairn::record::{EffectClass, OpStarted, Unknown};
 use cairn::{
     Access, AppendError, Block, Body, Damage, Durability, Entry, EntryBody, EntryId, Message,
     NewSession, OpRecord, OpenError, Role, Session, SessionId, Store, ToolOutput,
 };
+use cairn::{EffectClass, OpStarted, Unknown};
 use pretty_assertions::assert_eq;
 use serde_json::json;
 

@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use cairn::backend::MemoryBackend;
+use cairn::MemoryBackend;
 use cairn::memory::{MemoryConfig, SessionMemory};
 use cairn::view::{Part, ViewBuilder};
 use cairn::{

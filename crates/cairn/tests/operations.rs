@@ -11,7 +11,7 @@ use std::io;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use cairn::backend::MemoryBackend;
+use cairn::MemoryBackend;
 use cairn::steps::{StepKind, StepStatus};
 use cairn::testkit::recovery::{ScenarioRunner as CountingRunner, effect_of};
 use cairn::vfs::{Metadata, OpenMode, StdVfs, Vfs, VfsFile};
@@ -535,7 +535,7 @@ fn a_ticket_of_another_operation_is_refused() {
 fn only_one_operation_is_open_at_a_time() {
     let (_b, s) = session_with_call("bash");
     is_invalid(s.start_operation(Message::text(Role::User, "second")));
-    is_invalid(s.append_op(OpRecord::OpFinished(cairn::record::OpFinished {
+    is_invalid(s.append_op(OpRecord::OpFinished(cairn::OpFinished {
         op: "op-9".into(),
         outcome: Outcome::Completed,
         error: None,
@@ -596,7 +596,7 @@ fn idempotency_key_is_the_same_after_a_restart() {
             panic!()
         };
         assert_eq!(calls[0].key, key);
-        assert_eq!(cairn::journal::idempotency_key(&id, "op-2", "c1"), key);
+        assert_eq!(cairn::idempotency_key(&id, "op-2", "c1"), key);
     }
     let s = store.open(&id, Access::Write).unwrap();
     let mut runner = CountingRunner { runs: Vec::new() };

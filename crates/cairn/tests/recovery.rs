@@ -9,10 +9,9 @@
 
 use std::sync::Arc;
 
-use cairn::backend::MemoryBackend;
-use cairn::journal::{TOOL_NOT_STARTED, TOOL_OUTCOME_UNKNOWN, idempotency_key};
+use cairn::MemoryBackend;
+use cairn::ToolDispatched;
 use cairn::memory::MemoryConfig;
-use cairn::record::ToolDispatched;
 use cairn::steps::StepStatus;
 use cairn::testkit::recovery::{
     ScenarioRunner, assert_no_unanswered_call_reaches_a_provider, policy_for, recovery_history,
@@ -23,6 +22,7 @@ use cairn::{
     NewSession, OpRecord, Outcome, Parent, Policy, Role, Session, Store, StoreError, ToolRunner,
     Verdict,
 };
+use cairn::{TOOL_NOT_STARTED, TOOL_OUTCOME_UNKNOWN, idempotency_key};
 use proptest::prelude::*;
 use serde_json::json;
 
@@ -323,7 +323,7 @@ fn regression_a_tool_dispatched_with_a_key_not_derived_as_documented_was_accepte
             op: op.id().to_owned(),
             call_id: "c1".into(),
             tool: "bash".into(),
-            args_hash: cairn::journal::args_hash(&json!({"path": "a.txt"})),
+            args_hash: cairn::args_hash(&json!({"path": "a.txt"})),
             effect: EffectClass::SideEffect,
             key,
             result_entry: EntryId::parse("r1").unwrap(),

@@ -15,7 +15,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
-use cairn::record::ForkOrigin;
+use cairn::ForkOrigin;
 use cairn::{
     Access, AppStateChange, AppendError, Appended, Block, Checkout, Compaction, Context, Custom,
     Durability, Entry, EntryBody, EntryId, Invalid, LookupError, MemoryBackend, Message, NewEntry,
@@ -490,7 +490,7 @@ fn reusing_a_tool_call_id_on_the_branch_is_rejected() {
     add(&s, "a1", calls("drawing", &["call-1"]));
     add(&s, "r1", results(&["call-1"]));
     let (inv, msg) = assert_rejected(&s, |s| s.append(calls("again", &["call-1"])));
-    assert!(matches!(inv, Invalid::Other(_)), "{inv:?}");
+    assert!(matches!(inv, Invalid::CallIdReused(_)), "{inv:?}");
     assert!(msg.contains("\"call-1\" is already used"), "{msg}");
     let (_, msg) = assert_rejected(&s, |s| s.append(calls("twice", &["call-9", "call-9"])));
     assert!(msg.contains("\"call-9\" is already used"), "{msg}");
@@ -715,7 +715,7 @@ fn custom_entry_without_a_namespace_is_rejected() {
             content: json!("x"),
         }))
     });
-    assert!(matches!(inv, Invalid::Other(_)), "{inv:?}");
+    assert!(matches!(inv, Invalid::NoNamespace), "{inv:?}");
     assert!(msg.contains("needs a namespace"), "{msg}");
 }
 
@@ -1766,8 +1766,8 @@ fn verdict_of(err: &AppendError) -> Verdict {
         Invalid::SplitsToolCall { .. } => Verdict::SplitsToolCall,
         Invalid::Label { .. } => Verdict::Label,
         Invalid::UnansweredCalls { .. } => Verdict::UnansweredCalls,
-        Invalid::Other(m) if m.contains("already used") => Verdict::CallReused,
-        Invalid::Other(m) if m.contains("namespace") => Verdict::NoNamespace,
+        Invalid::CallIdReused(_) => Verdict::CallReused,
+        Invalid::NoNamespace => Verdict::NoNamespace,
         other => panic!("unexpected rejection: {other}"),
     }
 }

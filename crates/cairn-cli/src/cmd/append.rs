@@ -2,18 +2,20 @@
 //! per record on stdout. This is how programs in any language write sessions.
 //!
 //! An input record is `{"kind": K, "data": D}` plus optional `"id"`,
-//! `"parent"` and `"ignorable"`. The body is decoded by the library's own
-//! record decoder (a frame is synthesized around the input), so the CLI
+//! `"parent"` and `"ignorable"`. The data is decoded by the library's record
+//! decoder (`cairn::decode_data`, the one that reads logs), so the CLI
 //! accepts exactly what the format defines.
 
 use std::io::{BufRead, Write};
 
 use anyhow::{Context as _, Result, anyhow, bail};
-use cairn::frame::{self, ENTRY_KINDS, Frame, OP_KINDS};
-use cairn::{Access, Body, Durability, EntryId, NewEntry, OpRecord, Parent, Session};
+use cairn::{
+    Access, DecodeError, Durability, EntryBody, EntryId, EntryKind, NewEntry, OpKind, OpRecord,
+    Parent, Payload, RecordKind, Session,
+};
 use serde::Deserialize;
 use serde::de::Deserializer;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use super::Status;
 use crate::args::{DurabilityArg, SessionArg};
@@ -123,59 +125,39 @@ fn pump(session: &Session) -> Result<u64> {
 fn decode(session: &Session, line: &str) -> Result<Decoded> {
     let input: Input = serde_json::from_str(line).context("not a valid input record")?;
     let kind = input.kind.as_str();
-    let is_entry = if kind == "header" {
-        bail!("a header is record 0, written by `cairn new`; it cannot be appended");
-    } else if ENTRY_KINDS.contains(&kind) {
-        true
-    } else if OP_KINDS.contains(&kind) {
-        if input.id.is_some() || input.parent.is_some() {
-            bail!("{kind:?} is an operation record: it takes no \"id\" or \"parent\"");
+    let has_place = input.id.is_some() || input.parent.is_some();
+    const NO_HEADER: &str = "a header is record 0, written by `cairn new`; it cannot be appended";
+    if RecordKind::from_name(kind) == Some(RecordKind::Header) {
+        bail!(NO_HEADER);
+    }
+    let data = input.data.to_string();
+    let body = match cairn::decode_data(kind, input.ignorable, data.as_bytes()) {
+        Ok(Payload::Header(_)) => bail!(NO_HEADER),
+        Ok(Payload::Entry(body)) => body,
+        Ok(Payload::Op(_)) if has_place => {
+            bail!("{kind:?} is an operation record: it takes no \"id\" or \"parent\"")
         }
-        false
-    } else if input.ignorable {
+        Ok(Payload::Op(op)) => return Ok(Decoded::Op(op)),
         // A kind of the host's own: an entry if it says where it goes in the tree.
-        input.id.is_some() || input.parent.is_some()
-    } else {
-        bail!(
+        Ok(Payload::Unknown(u)) if has_place => EntryBody::Ignored(u),
+        Ok(Payload::Unknown(u)) => return Ok(Decoded::Op(OpRecord::Ignored(u))),
+        Err(DecodeError::UnknownKind(_)) => bail!(
             "unknown record kind {kind:?}: entry kinds are {}; operation kinds are {}; \
              a kind of your own needs \"ignorable\": true",
-            ENTRY_KINDS.join(", "),
-            OP_KINDS.join(", ")
-        );
+            EntryKind::ALL.map(EntryKind::name).join(", "),
+            OpKind::ALL.map(OpKind::name).join(", ")
+        ),
+        Err(e) => return Err(e.into()),
     };
     let id = input.id.as_deref().map(EntryId::parse).transpose()?;
-    let mut frame = Map::new();
-    frame.insert("seq".into(), json!(0));
-    frame.insert("ts".into(), json!(""));
-    frame.insert("kind".into(), json!(kind));
-    if input.ignorable {
-        frame.insert("ignorable".into(), json!(true));
-    }
-    if is_entry {
-        frame.insert("id".into(), json!(id.as_ref().map_or("x", EntryId::as_str)));
-        frame.insert("parent".into(), Value::Null);
-    }
-    frame.insert("data".into(), input.data);
-    let synthesized = Value::Object(frame).to_string();
-    let parsed = Frame::parse(synthesized.as_bytes())?;
-    match frame::decode_body(&parsed)? {
-        Body::Entry(e) => {
-            let parent = match input.parent {
-                None => Parent::Leaf,
-                Some(None) => Parent::Root,
-                Some(Some(q)) => Parent::Entry(
-                    session
-                        .resolve(&q)
-                        .with_context(|| format!("parent {q:?}"))?,
-                ),
-            };
-            Ok(Decoded::Entry(NewEntry {
-                id,
-                parent,
-                body: e.body,
-            }))
-        }
-        Body::Op(op) => Ok(Decoded::Op(op)),
-        Body::Header(_) => bail!("a header cannot be appended"),
-    }
+    let parent = match input.parent {
+        None => Parent::Leaf,
+        Some(None) => Parent::Root,
+        Some(Some(q)) => Parent::Entry(
+            session
+                .resolve(&q)
+                .with_context(|| format!("parent {q:?}"))?,
+        ),
+    };
+    Ok(Decoded::Entry(NewEntry { id, parent, body }))
 }

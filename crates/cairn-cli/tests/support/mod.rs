@@ -10,11 +10,11 @@ use std::path::{Path, PathBuf};
 
 use assert_cmd::Command;
 use cairn::frame;
-use cairn::record::{ModelAttempted, OpStarted, ToolDispatched};
 use cairn::{
     Access, AppStateChange, Block, Body, Compaction, EffectClass, EntryBody, EntryId, Message,
     NewEntry, NewSession, OpRecord, Parent, Role, Session, SessionId, Settings, Store, Usage,
 };
+use cairn::{ModelAttempted, OpStarted, ToolDispatched};
 use serde_json::json;
 
 /// The fixture session's id.
@@ -330,9 +330,9 @@ pub fn storyboard(home: &Home) {
         op: op.into(),
         call_id: "call-5".into(),
         tool: "render_panel".into(),
-        args_hash: cairn::journal::args_hash(&json!({"panel": 4})),
+        args_hash: cairn::args_hash(&json!({"panel": 4})),
         effect: EffectClass::Idempotent,
-        key: cairn::journal::idempotency_key(s.id(), op, "call-5"),
+        key: cairn::idempotency_key(s.id(), op, "call-5"),
         result_entry: eid("t5"),
     }))
     .unwrap();

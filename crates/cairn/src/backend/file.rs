@@ -10,7 +10,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
-use super::{Access, Backend, Log, Opened, RawLine, Stamp, TornTail, Visitor};
+use super::{Access, Backend, Catalog, Log, Opened, RawLine, Stamp, TornTail, Visitor};
 use crate::error::{AppendError, Damage, OpenError, ReadError, StoreError};
 use crate::frame;
 use crate::id::SessionId;
@@ -472,12 +472,12 @@ impl Backend for FileBackend {
             })
     }
 
-    fn load_catalog(&self) -> Option<Vec<u8>> {
-        vfs::read_all(&*self.vfs, &self.catalog).ok()
+    fn load_catalog(&self) -> Option<Catalog> {
+        Catalog::from_bytes(&vfs::read_all(&*self.vfs, &self.catalog).ok()?)
     }
 
-    fn save_catalog(&self, bytes: &[u8]) {
-        let _ = vfs::write_atomic(&*self.vfs, &self.catalog, bytes);
+    fn save_catalog(&self, catalog: &Catalog) {
+        let _ = vfs::write_atomic(&*self.vfs, &self.catalog, &catalog.to_bytes());
     }
 }
 

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use super::{Access, Backend, Log, Opened, RawLine, Stamp, Visitor};
+use super::{Access, Backend, Catalog, Log, Opened, RawLine, Stamp, Visitor};
 use crate::error::{AppendError, OpenError, ReadError, StoreError};
 use crate::id::SessionId;
 
@@ -20,7 +20,7 @@ pub struct MemoryBackend {
 #[derive(Debug, Default)]
 struct Shared {
     sessions: BTreeMap<SessionId, Arc<MemSession>>,
-    catalog: Option<Vec<u8>>,
+    catalog: Option<Catalog>,
 }
 
 #[derive(Debug, Default)]
@@ -203,12 +203,12 @@ impl Backend for MemoryBackend {
         }
     }
 
-    fn load_catalog(&self) -> Option<Vec<u8>> {
+    fn load_catalog(&self) -> Option<Catalog> {
         self.shared().catalog.clone()
     }
 
-    fn save_catalog(&self, bytes: &[u8]) {
-        self.shared().catalog = Some(bytes.to_vec());
+    fn save_catalog(&self, catalog: &Catalog) {
+        self.shared().catalog = Some(catalog.clone());
     }
 }
 

@@ -8,13 +8,17 @@
 mod file;
 mod memory;
 
+use std::collections::BTreeMap;
 use std::fmt;
+
+use serde::{Deserialize, Serialize};
 
 pub use file::FileBackend;
 pub use memory::MemoryBackend;
 
 use crate::error::{AppendError, OpenError, ReadError, StoreError};
 use crate::id::SessionId;
+use crate::summary::SessionSummary;
 
 /// Whether an open may write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -178,11 +182,13 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// [`StoreError::NoSuchSession`], or I/O errors.
     fn remove(&self, id: &SessionId) -> Result<(), StoreError>;
 
-    /// Loads the listing cache, if the backend keeps one and it exists.
-    fn load_catalog(&self) -> Option<Vec<u8>>;
+    /// Loads the listing cache, if the backend keeps one and it exists
+    /// (`None` also for a stored catalog that does not read: the listing
+    /// then rebuilds it from the logs).
+    fn load_catalog(&self) -> Option<Catalog>;
 
     /// Replaces the listing cache (best effort: it is only a cache).
-    fn save_catalog(&self, bytes: &[u8]);
+    fn save_catalog(&self, catalog: &Catalog);
 }
 
 /// One session's log: framed lines, appended in order.
@@ -241,5 +247,54 @@ pub trait Log: Send + Sync + fmt::Debug {
     /// while healthy, and always for backends whose writes cannot fail).
     fn poisoned(&self) -> Option<String> {
         None
+    }
+}
+
+/// The version of the catalog format (`docs/FORMAT.md`, "Catalog").
+const CATALOG_VERSION: u32 = 1;
+
+/// The listing cache: each session's summary and the [`Stamp`] of the log
+/// it was computed from. A backend stores it (files: `catalog.json`) or
+/// makes it from summaries it keeps current (SQLite); it is never trusted
+/// over the log.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Catalog {
+    /// By session id.
+    pub sessions: BTreeMap<SessionId, CatalogEntry>,
+}
+
+/// One session in the [`Catalog`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CatalogEntry {
+    /// The log's stamp when the summary was computed.
+    pub stamp: Stamp,
+    /// The summary.
+    pub summary: SessionSummary,
+}
+
+#[derive(Serialize, Deserialize)]
+struct CatalogFile {
+    version: u32,
+    sessions: BTreeMap<SessionId, CatalogEntry>,
+}
+
+impl Catalog {
+    /// The catalog as stored (`{"version": 1, "sessions": {…}}`).
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let file = CatalogFile {
+            version: CATALOG_VERSION,
+            sessions: self.sessions.clone(),
+        };
+        // Serializing string-keyed maps of plain data cannot fail.
+        serde_json::to_vec(&file).unwrap_or_default()
+    }
+
+    /// Reads a stored catalog; `None` when it does not parse or has another
+    /// version (it is then rebuilt from the logs).
+    pub fn from_bytes(bytes: &[u8]) -> Option<Catalog> {
+        let file: CatalogFile = serde_json::from_slice(bytes).ok()?;
+        (file.version == CATALOG_VERSION).then_some(Catalog {
+            sessions: file.sessions,
+        })
     }
 }

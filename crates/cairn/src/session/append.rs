@@ -10,9 +10,10 @@ use crate::error::{AppendError, Invalid};
 use crate::frame;
 use crate::id::{self, EntryId};
 use crate::journal;
+use crate::kind::EntryKind;
 use crate::projection::{CheckError, Source};
 use crate::record::{Checkout, Entry, EntryBody, Label, OpRecord};
-use crate::tree::{Kind, Reject, Tree};
+use crate::tree::{Reject, Tree};
 
 impl Session {
     /// Appends an entry at the leaf with a generated id.
@@ -81,56 +82,58 @@ impl Session {
         match &entry.body {
             EntryBody::Label(l) => check_label(&inner.tree, &inner.wide.labels, l)?,
             EntryBody::Custom(c) if c.namespace.is_empty() => {
-                return Err(Invalid::Other("a custom entry needs a namespace".into()).into());
+                return Err(Invalid::NoNamespace.into());
             }
-            _ => {}
+            EntryBody::Message(_)
+            | EntryBody::AppState(_)
+            | EntryBody::Compaction(_)
+            | EntryBody::Checkout(_)
+            | EntryBody::Settings(_)
+            | EntryBody::SessionInfo(_)
+            | EntryBody::Custom(_)
+            | EntryBody::Ignored(_) => {}
         }
         inner.fold.check_entry(&entry)?;
-        let old_leaf = inner.proj.leaf();
         let reader = Reader {
             log: &*self.log,
             tree: &inner.tree,
         };
-        inner.proj.move_to(&inner.tree, parent_node, &reader)?;
-        // A new branch may not start where a tool call has no result.
-        let checked =
-            inner
-                .proj
-                .check(&inner.tree, &entry, &reader)
-                .and_then(|()| match parent_node == old_leaf {
-                    true => Ok(()),
-                    false => journal::check_branch_point(
-                        &inner.proj.context(),
-                        &entry,
-                        &inner.tree,
-                        &reader,
-                    ),
-                });
-        if let Err(e) = checked {
-            inner.proj.move_to(&inner.tree, old_leaf, &reader)?;
-            return Err(match e {
-                CheckError::Invalid(i) => i.into(),
+        // The check is made against the projection at the parent: the live
+        // one when the entry continues the leaf, else a moved copy. The live
+        // projection changes only once the write succeeded.
+        let moved = if parent_node == inner.proj.leaf() {
+            None
+        } else {
+            let mut p = inner.proj.clone();
+            p.move_to(&inner.tree, parent_node, &reader)?;
+            Some(p)
+        };
+        moved
+            .as_ref()
+            .unwrap_or(&inner.proj)
+            .check(&inner.tree, &entry, &reader)
+            .and_then(|()| match &moved {
+                None => Ok(()),
+                // A new branch may not start where a tool call has no result.
+                Some(p) => journal::check_branch_point(&p.context(), &entry, &inner.tree, &reader),
+            })
+            .map_err(|e| match e {
+                CheckError::Invalid(i) => AppendError::from(i),
                 CheckError::Read(r) => r.into(),
-            });
-        }
+            })?;
         let seq = inner.next_seq;
         let ts = ts.unwrap_or_else(crate::time::now_rfc3339);
         let line = frame::encode_entry(seq, &ts, &entry);
-        if let Err(e) = self.log.append(std::slice::from_ref(&line)) {
-            let _ = inner.proj.move_to(&inner.tree, old_leaf, &reader);
-            return Err(e);
-        }
+        self.log.append(std::slice::from_ref(&line))?;
         inner.next_seq += 1;
         inner.last_ts = ts;
-        let node = match inner.tree.insert(
-            seq,
-            entry.id.clone(),
-            entry.parent.as_ref(),
-            kind_of(&entry.body),
-        ) {
-            Ok(n) => n,
-            Err(_) => return Err(Invalid::Other("the tree rejected a checked entry".into()).into()),
-        };
+        if let Some(p) = moved {
+            inner.proj = p;
+        }
+        let node =
+            inner
+                .tree
+                .insert_checked(seq, entry.id.clone(), parent_node, entry.body.known_kind());
         let reader = Reader {
             log: &*self.log,
             tree: &inner.tree,
@@ -167,7 +170,14 @@ impl Session {
         let durability = match op {
             // T1 is on disk before the tool starts, whatever the session's mode.
             OpRecord::ToolDispatched(_) => Some(Durability::Sync),
-            _ => None,
+            OpRecord::OpStarted(_)
+            | OpRecord::ModelAttempted(_)
+            | OpRecord::UsageSettled(_)
+            | OpRecord::ApprovalRequested(_)
+            | OpRecord::ApprovalResolved(_)
+            | OpRecord::InputQueued(_)
+            | OpRecord::OpFinished(_)
+            | OpRecord::Ignored(_) => None,
         };
         self.append_op_at(op, None, durability)
     }
@@ -243,7 +253,9 @@ impl Session {
         if target == Some(&node.id) {
             return true;
         }
-        if node.kind != Kind::Checkout || node.parent.map(|p| &inner.tree.node(p).id) != target {
+        if node.kind != Some(EntryKind::Checkout)
+            || node.parent.map(|p| &inner.tree.node(p).id) != target
+        {
             return false;
         }
         // The leaf checkout shows no summary (its summary would be the last message).
@@ -290,16 +302,69 @@ fn check_label(tree: &Tree, labels: &BTreeMap<String, EntryId>, l: &Label) -> Re
     }
 }
 
-fn kind_of(body: &EntryBody) -> Kind {
-    match body {
-        EntryBody::Message(_) => Kind::Message,
-        EntryBody::AppState(_) => Kind::AppState,
-        EntryBody::Compaction(_) => Kind::Compaction,
-        EntryBody::Checkout(_) => Kind::Checkout,
-        EntryBody::Settings(_) => Kind::Settings,
-        EntryBody::Label(_) => Kind::Label,
-        EntryBody::SessionInfo(_) => Kind::SessionInfo,
-        EntryBody::Custom(_) => Kind::Custom,
-        EntryBody::Ignored(_) => Kind::Ignored,
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use crate::backend::MemoryBackend;
+    use crate::error::{AppendError, Invalid};
+    use crate::record::{Block, EntryBody, Message, Role};
+    use crate::session::{NewEntry, NewSession, Parent, Session};
+
+    fn tool_result(call_id: &str) -> EntryBody {
+        EntryBody::Message(Message {
+            role: Role::Tool,
+            content: vec![Block::ToolResult {
+                call_id: call_id.into(),
+                content: vec![],
+                is_error: false,
+                code: None,
+            }],
+            usage: None,
+            model: None,
+            stop_reason: None,
+        })
+    }
+
+    /// Regression: the append-time check moved the live projection to the
+    /// new entry's parent and back, so a rejected append off the leaf
+    /// rebuilt the context (and a failure moving back was discarded).
+    #[test]
+    fn regression_a_rejected_append_off_the_leaf_moved_the_projection_and_back() {
+        let backend = MemoryBackend::new();
+        let s = Session::create(&backend, NewSession::default()).unwrap();
+        let first = s
+            .append(EntryBody::Message(Message::text(Role::User, "a")))
+            .unwrap();
+        s.append(EntryBody::Message(Message::text(Role::Assistant, "b")))
+            .unwrap();
+        let before = s.context();
+        let rejected = s.append_entry(NewEntry {
+            id: None,
+            parent: Parent::Entry(first.id.clone().unwrap()),
+            body: tool_result("nope"),
+        });
+        assert!(
+            matches!(rejected, Err(AppendError::Invalid(Invalid::NoSuchCall(_)))),
+            "{rejected:?}"
+        );
+        assert!(
+            Arc::ptr_eq(&before, &s.context()),
+            "the live context was rebuilt"
+        );
+        // An accepted append off the leaf takes the moved projection.
+        s.append_entry(NewEntry {
+            id: None,
+            parent: Parent::Entry(first.id.unwrap()),
+            body: EntryBody::Message(Message::text(Role::Assistant, "c")),
+        })
+        .unwrap();
+        let texts: Vec<String> = s
+            .context()
+            .messages()
+            .iter()
+            .map(|m| m.message().plain_text())
+            .collect();
+        assert_eq!(texts, ["a", "c"]);
     }
 }

@@ -16,10 +16,11 @@ use crate::error::{AppendError, Damage, LookupError, OpenError, ReadError};
 use crate::frame::{self, Frame};
 use crate::id::{EntryId, SessionId};
 use crate::journal::OpFold;
+use crate::kind::EntryKind;
 use crate::memory::{MemoryConfig, MemoryTracker, SessionMemory};
 use crate::projection::{Context, EntrySource, Projector, SessionWide};
 use crate::record::{Body, Entry, EntryBody, FORMAT_VERSION, Header, Lineage, Record, Role};
-use crate::tree::{Kind, Tree};
+use crate::tree::Tree;
 
 /// The software name and version written in new headers.
 pub const WRITER: &str = concat!("cairn/", env!("CARGO_PKG_VERSION"));
@@ -366,7 +367,7 @@ impl Session {
                 id: n.id.clone(),
                 parent: n.parent.map(|p| inner.tree.node(p).id.clone()),
                 seq: n.seq,
-                kind: kind_name(n.kind),
+                kind: n.kind.map_or("ignored", EntryKind::name),
             })
             .collect()
     }
@@ -444,7 +445,7 @@ impl Session {
                     .tree
                     .nodes()
                     .iter()
-                    .filter(|n| n.kind == Kind::Message)
+                    .filter(|n| n.kind == Some(EntryKind::Message))
                     .map(|n| n.seq),
             );
             seqs
@@ -515,7 +516,7 @@ impl Session {
                 .tree
                 .nodes()
                 .iter()
-                .filter(|n| n.kind == Kind::Message)
+                .filter(|n| n.kind == Some(EntryKind::Message))
                 .map(|n| n.seq)
                 .collect()
         };
@@ -619,19 +620,5 @@ impl Session {
                 Ok(())
             }
         }
-    }
-}
-
-fn kind_name(k: Kind) -> &'static str {
-    match k {
-        Kind::Message => "message",
-        Kind::AppState => "app_state",
-        Kind::Compaction => "compaction",
-        Kind::Checkout => "checkout",
-        Kind::Settings => "settings",
-        Kind::Label => "label",
-        Kind::SessionInfo => "session_info",
-        Kind::Custom => "custom",
-        Kind::Ignored => "ignored",
     }
 }

@@ -13,9 +13,10 @@ use crate::error::{Damage, OpenError, ReadError};
 use crate::frame::{self, Class, Frame};
 use crate::id::SessionId;
 use crate::journal::OpFold;
+use crate::kind::{EntryKind, OpKind};
 use crate::projection::{EntrySource, Projector, SessionWide};
 use crate::record::{Body, FORMAT_VERSION, Header};
-use crate::tree::{Kind, Reject, Tree};
+use crate::tree::{Reject, Tree};
 
 impl Session {
     /// Opens a session. [`Access::Write`] takes the writer lock and cuts a
@@ -81,7 +82,7 @@ impl Session {
                     let (Some(eid), Some(parent)) = (frame.id.clone(), frame.parent.clone()) else {
                         return Err(damaged("an entry without id or parent".into()));
                     };
-                    let kind = Kind::from_name(&frame.kind);
+                    let kind = EntryKind::from_name(&frame.kind);
                     tree.insert(frame.seq, eid.clone(), parent.as_ref(), kind)
                         .map_err(|r| match r {
                             Reject::DuplicateId => damaged(format!("entry id {eid} is used twice")),
@@ -129,14 +130,14 @@ impl Session {
                 .map_err(read_err)?;
             for (n, node) in tree.nodes().iter().enumerate() {
                 let read = match node.kind {
-                    Kind::Label | Kind::SessionInfo => true,
-                    Kind::Message
-                    | Kind::AppState
-                    | Kind::Compaction
-                    | Kind::Checkout
-                    | Kind::Settings
-                    | Kind::Custom
-                    | Kind::Ignored => false,
+                    Some(EntryKind::Label) | Some(EntryKind::SessionInfo) => true,
+                    Some(EntryKind::Message)
+                    | Some(EntryKind::AppState)
+                    | Some(EntryKind::Compaction)
+                    | Some(EntryKind::Checkout)
+                    | Some(EntryKind::Settings)
+                    | Some(EntryKind::Custom)
+                    | None => false,
                 };
                 if read {
                     wide.apply(&reader.entry(n as u32).map_err(read_err)?.body);
@@ -176,7 +177,7 @@ fn fold_last_operation(log: &dyn Log, ops: &[(u64, String)]) -> Result<OpFold, R
     let start = ops
         .iter()
         .rev()
-        .find(|(_, k)| k == "op_started")
+        .find(|(_, k)| OpKind::from_name(k) == Some(OpKind::OpStarted))
         .map(|(s, _)| *s);
     if let Some(start) = start {
         for seq in start..log.len() {

@@ -12,17 +12,16 @@
 #![allow(dead_code, clippy::expect_used, clippy::unwrap_used)]
 
 use std::collections::BTreeSet;
-use std::fmt::Display;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use cairn::journal::Verdict;
-use cairn::record::{Compaction, Custom, Settings};
+use cairn::Verdict;
 use cairn::{
     AppStateChange, AppendError, Appended, Block, Body, Context, Durability, EffectClass, Entry,
     EntryBody, FileBackend, Message, NewSession, OpRecord, Outcome, Policy, Role, Session,
     SessionId, Store, ToolOutput, ToolRunner, Usage,
 };
+use cairn::{Compaction, Custom, Settings};
 use serde_json::{Value, json};
 
 use super::line_spans;
@@ -196,13 +195,26 @@ impl World {
 
     // -- results ---------------------------------------------------------
 
-    fn failed(&self, what: &str, e: &dyn Display, session: Option<usize>, poisons: bool) -> Halt {
+    fn failed(
+        &self,
+        what: &str,
+        e: &dyn std::error::Error,
+        session: Option<usize>,
+        poisons: bool,
+    ) -> Halt {
         if self.fs.halted() {
             return Halt::Crashed;
         }
+        // The message and its causes, as a person sees them (`cairn` prints the chain).
+        let mut message = e.to_string();
+        let mut cause = e.source();
+        while let Some(c) = cause {
+            message = format!("{message}: {c}");
+            cause = c.source();
+        }
         Halt::Failed(Failure {
             what: what.to_owned(),
-            message: e.to_string(),
+            message,
             session,
             poisons,
         })
@@ -228,7 +240,7 @@ impl World {
         }
     }
 
-    fn res<T, E: Display>(
+    fn res<T, E: std::error::Error>(
         &self,
         r: Result<T, E>,
         si: Option<usize>,
@@ -807,7 +819,7 @@ pub fn check_verdict(s: &Session) -> Result<(), String> {
         }
     }
     // Only calls still on the branch without a result are pending.
-    let open = cairn::journal::unanswered_calls(&s.context());
+    let open = cairn::unanswered_calls(&s.context());
     let expected = results
         .iter()
         .any(|(c, r)| !ids.contains(r) && open.iter().any(|o| &o.call_id == c));

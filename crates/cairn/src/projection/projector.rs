@@ -1,325 +1,22 @@
-//! The projection: [`Context`] is the fold of the branch from its root to the
-//! leaf. [`Context::fold`] is the rule written plainly (from scratch, over
-//! decoded entries); `Projector` maintains the same value incrementally: O(1)
-//! amortized per entry appended at the leaf, and on a move it truncates to the
-//! common ancestor and replays only the new suffix (plus, when a compaction is
-//! left behind, the kept range of the one before it).
+//! `Projector`: the context of one session maintained incrementally as
+//! entries are appended and the leaf moves, equal at every step to
+//! [`Context::fold`] over the same branch (property-tested), and the checks
+//! an entry must pass against it before it is appended.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
+use super::{
+    Context, ContextMessage, Source, active, apply_state, merge_settings, message_of,
+    summary_message,
+};
 use crate::error::{Invalid, ReadError};
 use crate::id::EntryId;
-use crate::record::{AppStateChange, Compaction, Entry, EntryBody, Message, Role};
-use crate::tree::{Kind, Tree};
-
-/// What the model sees and the state beside it, at one leaf. Immutable: a
-/// snapshot handed out by a session never changes and cannot change history.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Context {
-    leaf: Option<EntryId>,
-    messages: Vec<ContextMessage>,
-    app_state: Value,
-    settings: Map<String, Value>,
-    compaction: Option<ActiveCompaction>,
-    labels: BTreeMap<String, EntryId>,
-}
-
-/// One message of the context and where it came from.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ContextMessage {
-    entry: EntryId,
-    source: Source,
-    message: Arc<Message>,
-    /// Position of the source entry on the branch (0 = root).
-    pos: u32,
-}
-
-impl ContextMessage {
-    /// The entry that produced the message.
-    pub fn entry(&self) -> &EntryId {
-        &self.entry
-    }
-    /// What kind of entry produced it.
-    pub fn source(&self) -> &Source {
-        &self.source
-    }
-    /// The message.
-    pub fn message(&self) -> &Message {
-        &self.message
-    }
-}
-
-/// The kind of entry a context message comes from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Source {
-    /// A `message` entry.
-    Message,
-    /// The active compaction's summary (always the first message).
-    CompactionSummary,
-    /// A checkout's summary of the branch it left.
-    CheckoutSummary,
-    /// A visible `custom` entry of this namespace.
-    Custom(String),
-}
-
-/// The compaction in force on the branch.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ActiveCompaction {
-    /// The compaction entry.
-    pub entry: EntryId,
-    /// Its summary.
-    pub summary: String,
-    /// The first entry kept after the summary.
-    pub first_kept: Option<EntryId>,
-    /// Context size before it, if recorded.
-    pub tokens_before: Option<u64>,
-}
-
-/// Text that introduces a compaction summary to the model.
-pub const COMPACTION_PREFIX: &str =
-    "The conversation before this point was compacted. Summary:\n\n";
-/// Text that introduces a checkout summary to the model.
-pub const CHECKOUT_PREFIX: &str =
-    "The conversation returned here from another branch. Summary of that branch:\n\n";
-
-impl Context {
-    /// The context of an empty branch.
-    pub fn empty(initial_state: Value) -> Context {
-        Context {
-            leaf: None,
-            messages: Vec::new(),
-            app_state: initial_state,
-            settings: Map::new(),
-            compaction: None,
-            labels: BTreeMap::new(),
-        }
-    }
-
-    /// The leaf this context was folded up to (`None`: before the first entry).
-    pub fn leaf(&self) -> Option<&EntryId> {
-        self.leaf.as_ref()
-    }
-    /// The messages the model sees, in order.
-    pub fn messages(&self) -> &[ContextMessage] {
-        &self.messages
-    }
-    /// The application state at the leaf.
-    pub fn app_state(&self) -> &Value {
-        &self.app_state
-    }
-    /// The settings at the leaf.
-    pub fn settings(&self) -> &Map<String, Value> {
-        &self.settings
-    }
-    /// The compaction in force, if any.
-    pub fn compaction(&self) -> Option<&ActiveCompaction> {
-        self.compaction.as_ref()
-    }
-    /// The session's labels (bookmarks are session-wide, not per branch).
-    pub fn labels(&self) -> &BTreeMap<String, EntryId> {
-        &self.labels
-    }
-
-    /// The context written plainly: folds `entries` (all of a session's
-    /// entries, in append order) along the branch ending at `leaf`.
-    /// Entries whose parent is missing end the branch walk.
-    pub fn fold(initial_state: &Value, entries: &[Entry], leaf: Option<&EntryId>) -> Context {
-        let by_id: HashMap<&EntryId, &Entry> = entries.iter().map(|e| (&e.id, e)).collect();
-        let mut branch: Vec<&Entry> = Vec::new();
-        let mut cur = leaf.and_then(|l| by_id.get(l).copied());
-        while let Some(e) = cur {
-            branch.push(e);
-            cur = e.parent.as_ref().and_then(|p| by_id.get(p).copied());
-        }
-        branch.reverse();
-        let mut ctx = Context::empty(initial_state.clone());
-        ctx.leaf = branch.last().map(|e| e.id.clone());
-        let mut wide = SessionWide::default();
-        for e in entries {
-            wide.apply(&e.body);
-        }
-        ctx.labels = wide.labels;
-        let mut last_compaction = None;
-        for (pos, e) in branch.iter().enumerate() {
-            match &e.body {
-                EntryBody::AppState(change) => apply_state(&mut ctx.app_state, change),
-                EntryBody::Settings(s) => merge_settings(&mut ctx.settings, &s.values),
-                EntryBody::Compaction(c) => last_compaction = Some((pos, c)),
-                _ => {}
-            }
-        }
-        let start = match last_compaction {
-            None => 0,
-            Some((cpos, c)) => {
-                ctx.compaction = Some(active(&branch[cpos].id, c));
-                ctx.messages
-                    .push(summary_message(&branch[cpos].id, cpos as u32, c));
-                c.first_kept
-                    .as_ref()
-                    .and_then(|k| branch.iter().position(|e| &e.id == k))
-                    .unwrap_or(cpos + 1)
-            }
-        };
-        for (pos, e) in branch.iter().enumerate().skip(start) {
-            if let Some(m) = message_of(e, pos as u32) {
-                ctx.messages.push(m);
-            }
-        }
-        ctx
-    }
-}
-
-/// The session-wide folds: labels and the title, over every entry of the
-/// session in append order (not only the branch). A label entry sets or
-/// removes its name; a `session_info` entry with a title replaces the title
-/// (the header's is the first).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub(crate) struct SessionWide {
-    /// Labels: name → entry.
-    pub labels: BTreeMap<String, EntryId>,
-    /// The latest title.
-    pub title: Option<String>,
-}
-
-impl SessionWide {
-    /// The folds before any entry, with the header's title.
-    pub fn new(title: Option<String>) -> SessionWide {
-        SessionWide {
-            labels: BTreeMap::new(),
-            title,
-        }
-    }
-
-    /// Folds in one entry.
-    pub fn apply(&mut self, body: &EntryBody) {
-        match body {
-            EntryBody::Label(l) => match &l.target {
-                Some(t) => {
-                    self.labels.insert(l.name.clone(), t.clone());
-                }
-                None => {
-                    self.labels.remove(&l.name);
-                }
-            },
-            EntryBody::SessionInfo(i) => {
-                if let Some(t) = &i.title {
-                    self.title = Some(t.clone());
-                }
-            }
-            EntryBody::Message(_)
-            | EntryBody::AppState(_)
-            | EntryBody::Compaction(_)
-            | EntryBody::Checkout(_)
-            | EntryBody::Settings(_)
-            | EntryBody::Custom(_)
-            | EntryBody::Ignored(_) => {}
-        }
-    }
-}
-
-fn active(id: &EntryId, c: &Compaction) -> ActiveCompaction {
-    ActiveCompaction {
-        entry: id.clone(),
-        summary: c.summary.clone(),
-        first_kept: c.first_kept.clone(),
-        tokens_before: c.tokens_before,
-    }
-}
-
-fn summary_message(id: &EntryId, pos: u32, c: &Compaction) -> ContextMessage {
-    ContextMessage {
-        entry: id.clone(),
-        source: Source::CompactionSummary,
-        message: Arc::new(Message::text(
-            Role::User,
-            format!("{COMPACTION_PREFIX}{}", c.summary),
-        )),
-        pos,
-    }
-}
-
-/// The message an entry contributes to the context, if any (compactions are
-/// handled separately: only the active one contributes, as the first message).
-fn message_of(e: &Entry, pos: u32) -> Option<ContextMessage> {
-    let (source, message) = match &e.body {
-        EntryBody::Message(m) => (Source::Message, Arc::new(m.clone())),
-        EntryBody::Checkout(c) => {
-            let summary = c.summary.as_ref()?;
-            (
-                Source::CheckoutSummary,
-                Arc::new(Message::text(
-                    Role::User,
-                    format!("{CHECKOUT_PREFIX}{summary}"),
-                )),
-            )
-        }
-        EntryBody::Custom(c) if c.visible => {
-            let text = match &c.content {
-                Value::String(s) => s.clone(),
-                other => other.to_string(),
-            };
-            (
-                Source::Custom(c.namespace.clone()),
-                Arc::new(Message::text(Role::User, text)),
-            )
-        }
-        EntryBody::Custom(_)
-        | EntryBody::AppState(_)
-        | EntryBody::Compaction(_)
-        | EntryBody::Settings(_)
-        | EntryBody::Label(_)
-        | EntryBody::SessionInfo(_)
-        | EntryBody::Ignored(_) => return None,
-    };
-    Some(ContextMessage {
-        entry: e.id.clone(),
-        source,
-        message,
-        pos,
-    })
-}
-
-/// Applies an app-state change: a full value, or an RFC 7386 merge patch.
-pub fn apply_state(state: &mut Value, change: &AppStateChange) {
-    match change {
-        AppStateChange::Set(v) => *state = v.clone(),
-        AppStateChange::Patch(p) => merge_patch(state, p),
-    }
-}
-
-/// RFC 7386 JSON merge patch.
-pub fn merge_patch(target: &mut Value, patch: &Value) {
-    let Value::Object(p) = patch else {
-        *target = patch.clone();
-        return;
-    };
-    if !target.is_object() {
-        *target = Value::Object(Map::new());
-    }
-    if let Value::Object(t) = target {
-        for (k, v) in p {
-            if v.is_null() {
-                t.remove(k);
-            } else {
-                merge_patch(t.entry(k.clone()).or_insert(Value::Null), v);
-            }
-        }
-    }
-}
-
-fn merge_settings(settings: &mut Map<String, Value>, values: &Map<String, Value>) {
-    for (k, v) in values {
-        if v.is_null() {
-            settings.remove(k);
-        } else {
-            settings.insert(k.clone(), v.clone());
-        }
-    }
-}
+use crate::kind::EntryKind;
+use crate::record::{Compaction, Entry, EntryBody};
+use crate::tree::Tree;
 
 /// Reads decoded entries by node number (the session reads them from its log).
 pub(crate) trait EntrySource {
@@ -439,21 +136,22 @@ impl Projector {
     ) -> Result<(), ReadError> {
         if !suffix
             .iter()
-            .any(|&n| tree.node(n).kind == Kind::Compaction)
+            .any(|&n| tree.node(n).kind == Some(EntryKind::Compaction))
         {
             for &n in suffix {
                 match tree.node(n).kind {
-                    Kind::Message
-                    | Kind::Checkout
-                    | Kind::Custom
-                    | Kind::AppState
-                    | Kind::Settings => {
+                    Some(EntryKind::Message)
+                    | Some(EntryKind::Checkout)
+                    | Some(EntryKind::Custom)
+                    | Some(EntryKind::AppState)
+                    | Some(EntryKind::Settings) => {
                         let e = src.entry(n)?;
                         self.push(tree, n, e, src)?;
                     }
-                    Kind::Compaction | Kind::Label | Kind::SessionInfo | Kind::Ignored => {
-                        self.push_quiet(tree, n)
-                    }
+                    Some(EntryKind::Compaction)
+                    | Some(EntryKind::Label)
+                    | Some(EntryKind::SessionInfo)
+                    | None => self.push_quiet(tree, n),
                 }
             }
             return Ok(());
@@ -463,21 +161,21 @@ impl Projector {
         for &n in suffix {
             let pos = self.path.len() as u32;
             match tree.node(n).kind {
-                Kind::AppState | Kind::Settings => {
+                Some(EntryKind::AppState) | Some(EntryKind::Settings) => {
                     let e = src.entry(n)?;
                     self.path.push(n);
                     self.fold_state(pos, n, &e);
                 }
-                Kind::Compaction => {
+                Some(EntryKind::Compaction) => {
                     self.path.push(n);
                     self.compactions.push(pos);
                 }
-                Kind::Message
-                | Kind::Checkout
-                | Kind::Custom
-                | Kind::Label
-                | Kind::SessionInfo
-                | Kind::Ignored => {
+                Some(EntryKind::Message)
+                | Some(EntryKind::Checkout)
+                | Some(EntryKind::Custom)
+                | Some(EntryKind::Label)
+                | Some(EntryKind::SessionInfo)
+                | None => {
                     self.path.push(n);
                 }
             }
@@ -612,7 +310,7 @@ impl Projector {
             let node = self.path[pos];
             if matches!(
                 tree.node(node).kind,
-                Kind::Message | Kind::Checkout | Kind::Custom
+                Some(EntryKind::Message) | Some(EntryKind::Checkout) | Some(EntryKind::Custom)
             ) {
                 let e = src.entry(node)?;
                 if let Some(m) = message_of(&e, pos as u32) {
@@ -672,7 +370,14 @@ impl Projector {
                 Arc::make_mut(&mut self.ctx).messages.push(m);
                 return Ok(());
             }
-            other => other,
+            other @ (EntryBody::AppState(_)
+            | EntryBody::Compaction(_)
+            | EntryBody::Checkout(_)
+            | EntryBody::Settings(_)
+            | EntryBody::Label(_)
+            | EntryBody::SessionInfo(_)
+            | EntryBody::Custom(_)
+            | EntryBody::Ignored(_)) => other,
         };
         let entry = &Entry { id, parent, body };
         match &entry.body {
@@ -725,10 +430,7 @@ impl Projector {
                 let mut seen_calls = Vec::new();
                 for (call_id, _, _) in m.tool_calls() {
                     if self.calls.contains_key(call_id) || seen_calls.contains(&call_id) {
-                        return Err(Invalid::Other(format!(
-                            "tool call id {call_id:?} is already used on the current branch; call ids must be unique"
-                        ))
-                        .into());
+                        return Err(Invalid::CallIdReused(call_id.to_owned()).into());
                     }
                     seen_calls.push(call_id);
                 }
@@ -796,7 +498,7 @@ impl Projector {
             let mut calls_in_range: Vec<String> = Vec::new();
             for pos in fk as usize..self.kept_from as usize {
                 let node = self.path[pos];
-                if tree.node(node).kind != Kind::Message {
+                if tree.node(node).kind != Some(EntryKind::Message) {
                     continue;
                 }
                 if let EntryBody::Message(m) = &src.entry(node)?.body {
@@ -825,48 +527,4 @@ pub(crate) enum CheckError {
     Invalid(#[from] Invalid),
     #[error(transparent)]
     Read(#[from] ReadError),
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn merge_patch_follows_rfc_7386_examples() {
-        let cases = [
-            (json!({"a":"b"}), json!({"a":"c"}), json!({"a":"c"})),
-            (json!({"a":"b"}), json!({"b":"c"}), json!({"a":"b","b":"c"})),
-            (json!({"a":"b"}), json!({"a":null}), json!({})),
-            (
-                json!({"a":"b","b":"c"}),
-                json!({"a":null}),
-                json!({"b":"c"}),
-            ),
-            (json!({"a":["b"]}), json!({"a":"c"}), json!({"a":"c"})),
-            (json!({"a":"c"}), json!({"a":["b"]}), json!({"a":["b"]})),
-            (
-                json!({"a":{"b":"c"}}),
-                json!({"a":{"b":"d","c":null}}),
-                json!({"a":{"b":"d"}}),
-            ),
-            (json!({"a":[{"b":"c"}]}), json!({"a":[1]}), json!({"a":[1]})),
-            (json!(["a", "b"]), json!(["c", "d"]), json!(["c", "d"])),
-            (json!({"a":"b"}), json!(["c"]), json!(["c"])),
-            (json!({"a":"foo"}), json!(null), json!(null)),
-            (json!({"a":"foo"}), json!("bar"), json!("bar")),
-            (json!({"e":null}), json!({"a":1}), json!({"e":null,"a":1})),
-            (json!([1, 2]), json!({"a":"b","c":null}), json!({"a":"b"})),
-            (
-                json!({}),
-                json!({"a":{"bb":{"ccc":null}}}),
-                json!({"a":{"bb":{}}}),
-            ),
-        ];
-        for (target, patch, want) in cases {
-            let mut t = target.clone();
-            merge_patch(&mut t, &patch);
-            assert_eq!(t, want, "{target} + {patch}");
-        }
-    }
 }
