@@ -242,6 +242,11 @@ pub enum Invalid {
     /// A `custom` entry without a namespace.
     #[error("a custom entry needs a namespace (who owns it, e.g. \"myapp.notes\")")]
     NoNamespace,
+    /// A tool result whose content holds a block other than text, image or blob.
+    #[error(
+        "a tool_result's content holds only text, image and blob blocks: put tool calls and results at the top level of a message"
+    )]
+    ResultContent,
     /// An operation is open: another cannot start.
     #[error(
         "operation {0} is still open: finish it (or recover the session) before starting another"

@@ -164,7 +164,8 @@ fn parse_canonical(line: &[u8]) -> Option<Frame<'_>> {
     let data_at = memchr::memmem::find(body, b",\"data\":")?;
     let head = std::str::from_utf8(&body[..data_at]).ok()?;
     let data = &body[data_at + 8..];
-    if data.is_empty() {
+    let space = |b: Option<&u8>| matches!(b, None | Some(b' ' | b'\t' | b'\n' | b'\r'));
+    if space(data.first()) || space(data.last()) {
         return None;
     }
     let rest = head.strip_prefix("{\"seq\":")?;
@@ -240,6 +241,12 @@ impl Frame<'_> {
     /// [`DecodeError::Json`] when the line is not UTF-8 (`docs/FORMAT.md`
     /// §1: a session is UTF-8 text, `data` included, whether or not anything
     /// decodes it), or not a JSON object with the required fields.
+    ///
+    /// A stored line (one that ends with the checksum trailer) must be in the
+    /// exact form writers emit (FORMAT.md §1: member order, no other member,
+    /// `ignorable` only as `true`, no whitespace); a record object without a
+    /// trailer (as `cairn append` builds from its input) may be any JSON
+    /// object with the frame members.
     pub fn parse(line: &[u8]) -> Result<Frame<'_>, DecodeError> {
         if let Err(e) = std::str::from_utf8(line) {
             return Err(DecodeError::Json(format!(
@@ -251,7 +258,29 @@ impl Frame<'_> {
             return Ok(f);
         }
         let body = line.strip_suffix(b"\n").unwrap_or(line);
-        serde_json::from_slice(body).map_err(|e| DecodeError::Json(e.to_string()))
+        let frame: Frame<'_> =
+            serde_json::from_slice(body).map_err(|e| DecodeError::Json(e.to_string()))?;
+        if check_body(body).is_ok() && !frame.is_canonical(&body[..body.len() - TRAILER_LEN]) {
+            return Err(DecodeError::Json(
+                "the frame is not in the form writers emit (FORMAT.md section 1: \"seq\", \"ts\", \"kind\", \"ignorable\": true only when present, \"id\" and \"parent\" for entries, \"data\", in this order, with no other member and no whitespace)".into(),
+            ));
+        }
+        Ok(frame)
+    }
+
+    /// Whether `covered` (a line without its trailer) is exactly what
+    /// [`encode`] writes for this frame's members.
+    fn is_canonical(&self, covered: &[u8]) -> bool {
+        let ids = self.id.as_ref().zip(self.parent.as_ref());
+        let mut expected = frame_prefix(
+            self.seq,
+            &self.ts,
+            &self.kind,
+            self.ignorable,
+            ids.map(|(i, p)| (i, p.as_ref())),
+        );
+        expected.extend_from_slice(self.data.bytes());
+        expected == covered
     }
 
     /// The class of the record, checking that entry kinds carry `id` and
@@ -384,6 +413,26 @@ fn encode_parts(
     ids: Option<(&EntryId, Option<&EntryId>)>,
     data: impl FnOnce(&mut Vec<u8>) -> Result<(), serde_json::Error>,
 ) -> Vec<u8> {
+    let mut line = frame_prefix(seq, ts, kind, ignorable, ids);
+    let data_at = line.len();
+    // Serializing cairn's own types cannot fail (every map key is a
+    // string); should it, the record holds `null` and fails to decode.
+    if data(&mut line).is_err() {
+        line.truncate(data_at);
+        line.extend_from_slice(b"null");
+    }
+    seal(&mut line);
+    line
+}
+
+/// The frame members of a line up to and including `"data":`.
+fn frame_prefix(
+    seq: u64,
+    ts: &str,
+    kind: &str,
+    ignorable: bool,
+    ids: Option<(&EntryId, Option<&EntryId>)>,
+) -> Vec<u8> {
     let mut line = Vec::with_capacity(512);
     line.extend_from_slice(b"{\"seq\":");
     line.extend_from_slice(seq.to_string().as_bytes());
@@ -404,14 +453,6 @@ fn encode_parts(
         }
     }
     line.extend_from_slice(b",\"data\":");
-    let data_at = line.len();
-    // Serializing cairn's own types cannot fail (every map key is a
-    // string); should it, the record holds `null` and fails to decode.
-    if data(&mut line).is_err() {
-        line.truncate(data_at);
-        line.extend_from_slice(b"null");
-    }
-    seal(&mut line);
     line
 }
 
@@ -542,19 +583,38 @@ mod tests {
     }
 
     #[test]
-    fn non_canonical_lines_take_the_json_parser() {
-        // Members in another order, and an escaped kind: still valid records.
-        let mut line =
-            br#"{"kind":"input_queued","seq":1,"ts":"t","data":{"op":"o","text":"x"}"#.to_vec();
-        seal(&mut line);
+    fn a_stored_line_not_in_the_written_form_is_refused() {
+        // Members in another order, an escape serde_json does not write, an
+        // extra member, `"ignorable": false`, whitespace: FORMAT.md section 1.
+        for covered in [
+            r#"{"kind":"input_queued","seq":1,"ts":"t","data":{"op":"o","text":"x"}"#,
+            r#"{"seq":1,"ts":"t","kind":"input_queue\u0064","data":{"op":"o","text":"x"}"#,
+            r#"{"seq":1,"ts":"t","kind":"input_queued","x":0,"data":{"op":"o","text":"x"}"#,
+            r#"{"seq":1,"ts":"t","kind":"input_queued","ignorable":false,"data":{"op":"o","text":"x"}"#,
+            r#"{"seq":1,"ts":"t","kind":"input_queued","data": {"op":"o","text":"x"}"#,
+        ] {
+            let mut line = covered.as_bytes().to_vec();
+            seal(&mut line);
+            let e = Frame::parse(&line).expect_err(covered);
+            assert!(e.to_string().contains("section 1"), "{e}");
+            // Without a trailer it is a record object (cairn append input).
+            let object = format!("{covered}}}");
+            assert!(Frame::parse(object.as_bytes()).is_ok(), "{object}");
+        }
+    }
+
+    #[test]
+    fn a_frame_string_that_needs_escapes_is_read_in_the_written_form() {
+        let line = encode(
+            1,
+            "t",
+            &Body::Op(OpRecord::Ignored(Unknown {
+                kind: "x\"y".into(),
+                data: json!(null),
+            })),
+        );
         assert!(parse_canonical(&line).is_none());
-        assert_eq!(Frame::parse(&line).unwrap().seq, 1);
-        let mut line =
-            br#"{"seq":1,"ts":"t","kind":"input_queue\u0064","data":{"op":"o","text":"x"}"#
-                .to_vec();
-        seal(&mut line);
-        assert!(parse_canonical(&line).is_none());
-        assert_eq!(Frame::parse(&line).unwrap().kind, "input_queued");
+        assert_eq!(Frame::parse(&line).unwrap().kind, "x\"y");
     }
 
     #[test]

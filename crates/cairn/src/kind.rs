@@ -280,7 +280,11 @@ pub enum DecodeError {
 /// ```
 pub fn decode_data(kind: &str, ignorable: bool, data: &[u8]) -> Result<Payload, DecodeError> {
     fn de<T: for<'de> Deserialize<'de>>(kind: &str, data: &[u8]) -> Result<T, DecodeError> {
-        serde_json::from_slice(data).map_err(|e| DecodeError::Json(format!("{kind} data: {e}")))
+        let bad = |e: String| DecodeError::Json(format!("{kind} data: {e}"));
+        // The JSON rule (FORMAT.md section 1) before serde_json, which would
+        // round a long integer or let a repeated member name through.
+        crate::ijson::check(data).map_err(bad)?;
+        serde_json::from_slice(data).map_err(|e| bad(e.to_string()))
     }
     let Some(known) = RecordKind::from_name(kind) else {
         if !ignorable {

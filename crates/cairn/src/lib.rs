@@ -33,6 +33,7 @@ mod error;
 pub mod frame;
 pub mod fsck;
 mod id;
+mod ijson;
 mod journal;
 mod kind;
 pub mod memory;

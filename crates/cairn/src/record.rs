@@ -7,6 +7,7 @@
 //! `"ignorable": true`. The byte-level framing is in `frame.rs`; the format is
 //! specified in `docs/FORMAT.md`.
 
+use serde::de::{Deserializer, Error as _};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -96,6 +97,7 @@ pub struct SpawnOrigin {
     /// The tool call in the parent that spawned this session.
     pub call_id: String,
     /// Delegation depth: 1 for a child of a top-level session.
+    #[serde(deserialize_with = "depth")]
     pub depth: u32,
 }
 
@@ -234,6 +236,19 @@ impl Message {
         })
     }
 
+    /// Whether every tool result in this message holds only the blocks a
+    /// result may hold ([`Block::fits_in_a_tool_result`]).
+    pub fn results_hold_only_content(&self) -> bool {
+        self.content.iter().all(|b| match b {
+            Block::ToolResult { content, .. } => content.iter().all(Block::fits_in_a_tool_result),
+            Block::Text { .. }
+            | Block::Thinking { .. }
+            | Block::ToolCall { .. }
+            | Block::Image { .. }
+            | Block::Blob { .. } => true,
+        })
+    }
+
     /// The call ids this message answers with tool results.
     pub fn tool_results(&self) -> impl Iterator<Item = &str> {
         self.content.iter().filter_map(|b| match b {
@@ -278,6 +293,7 @@ pub enum Block {
         /// The call this answers.
         call_id: String,
         /// The result's content (text, image or blob blocks).
+        #[serde(deserialize_with = "result_content")]
         content: Vec<Block>,
         /// Whether the tool failed.
         #[serde(default)]
@@ -313,6 +329,60 @@ pub enum Block {
 /// else as JSON (how visible `custom` content is shown).
 pub(crate) fn value_text(v: &Value) -> String {
     v.as_str().map_or_else(|| v.to_string(), str::to_owned)
+}
+
+impl Block {
+    /// Whether the block may appear in a tool result's content (text, image
+    /// and blob blocks; FORMAT.md section 4).
+    pub fn fits_in_a_tool_result(&self) -> bool {
+        match self {
+            Block::Text { .. } | Block::Image { .. } | Block::Blob { .. } => true,
+            Block::Thinking { .. } | Block::ToolCall { .. } | Block::ToolResult { .. } => false,
+        }
+    }
+}
+
+// Value rules of FORMAT.md checked while decoding, so that open and fsck
+// refuse the same records (and append refuses them first).
+
+fn depth<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    match u32::deserialize(d)? {
+        0 => Err(D::Error::custom(
+            "lineage.parent.depth is 0; it is 1 for a child of a top-level session",
+        )),
+        n => Ok(n),
+    }
+}
+
+fn result_content<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Block>, D::Error> {
+    let blocks = Vec::<Block>::deserialize(d)?;
+    if blocks.iter().all(Block::fits_in_a_tool_result) {
+        Ok(blocks)
+    } else {
+        Err(D::Error::custom(
+            "a tool_result's content holds only text, image and blob blocks",
+        ))
+    }
+}
+
+fn label_name<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let name = String::deserialize(d)?;
+    if crate::id::is_name(&name) {
+        Ok(name)
+    } else {
+        Err(D::Error::custom(format!(
+            "label name {name:?} is not 1 to 64 characters of A-Z, a-z, 0-9, '-', '_' and '.'"
+        )))
+    }
+}
+
+fn namespace<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let namespace = String::deserialize(d)?;
+    if namespace.is_empty() {
+        Err(D::Error::custom("a custom entry's namespace is empty"))
+    } else {
+        Ok(namespace)
+    }
 }
 
 /// Token usage of a model call.
@@ -378,6 +448,7 @@ pub struct Settings {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Label {
     /// The label's name (same character rules as entry ids).
+    #[serde(deserialize_with = "label_name")]
     pub name: String,
     /// The entry it marks, or `None` to remove the label.
     pub target: Option<EntryId>,
@@ -395,6 +466,7 @@ pub struct SessionInfo {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Custom {
     /// Who owns the record, e.g. `myapp.notes`.
+    #[serde(deserialize_with = "namespace")]
     pub namespace: String,
     /// Whether `content` is shown to the model (as a user message).
     #[serde(default)]

@@ -84,6 +84,9 @@ impl Session {
             EntryBody::Custom(c) if c.namespace.is_empty() => {
                 return Err(Invalid::NoNamespace.into());
             }
+            EntryBody::Message(m) if !m.results_hold_only_content() => {
+                return Err(Invalid::ResultContent.into());
+            }
             EntryBody::Message(_)
             | EntryBody::AppState(_)
             | EntryBody::Compaction(_)
