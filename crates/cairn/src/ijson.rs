@@ -137,3 +137,40 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod timing {
+    #[test]
+    #[ignore]
+    fn time_check_against_decode() {
+        let line = crate::frame::encode(
+            5,
+            "2026-11-30T12:00:00.000Z",
+            &crate::record::Body::Entry(crate::record::Entry {
+                id: crate::id::EntryId::parse("a1b2c3d4").unwrap(),
+                parent: None,
+                body: crate::record::EntryBody::Message(crate::record::Message::text(
+                    crate::record::Role::Assistant,
+                    "x".repeat(600),
+                )),
+            }),
+        );
+        let f = crate::frame::Frame::parse(&line).unwrap();
+        let data = f.data.bytes().to_vec();
+        let n = 200_000;
+        let t = std::time::Instant::now();
+        for _ in 0..n {
+            std::hint::black_box(super::check(std::hint::black_box(&data))).unwrap();
+        }
+        let c = t.elapsed();
+        let t = std::time::Instant::now();
+        for _ in 0..n {
+            std::hint::black_box(serde_json::from_slice::<crate::record::Message>(
+                std::hint::black_box(&data),
+            ))
+            .unwrap();
+        }
+        let d = t.elapsed();
+        println!("check {c:?} decode {d:?} ratio {:.2}", c.as_secs_f64() / d.as_secs_f64());
+    }
+}
