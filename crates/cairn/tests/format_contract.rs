@@ -159,12 +159,13 @@ fn damaged_at(line: u64) -> Value {
     json!({ "damaged": { "line": line } })
 }
 
-fn fsck_invalid(v: &Value) -> Vec<u64> {
+/// The lines fsck reports with `severity`.
+fn fsck_at(v: &Value, severity: &str) -> Vec<u64> {
     v["fsck"]["problems"]
         .as_array()
         .expect("problems")
         .iter()
-        .filter(|p| p["severity"] == "invalid")
+        .filter(|p| p["severity"] == severity)
         .map(|p| p["line"].as_u64().expect("line"))
         .collect()
 }
@@ -175,14 +176,14 @@ fn fsck_invalid(v: &Value) -> Vec<u64> {
 fn an_undecodable_entry_off_branch_opens_when_no_operation_follows_and_fsck_reports_it() {
     let v = case("offbranch_undecodable_no_operation");
     assert_eq!(open_of(&v), "ok");
-    assert_eq!(fsck_invalid(&v), vec![2]);
+    assert_eq!(fsck_at(&v, "invalid"), vec![2]);
 }
 
 #[test]
 fn an_undecodable_entry_after_the_last_op_started_fails_open_even_off_branch() {
     let v = case("offbranch_undecodable_after_op_started");
     assert_eq!(open_of(&v), &damaged_at(4));
-    assert_eq!(fsck_invalid(&v), vec![4]);
+    assert_eq!(fsck_at(&v, "damaged"), vec![4]);
 }
 
 // ---- Point 2: one rule for frames and payloads ----
@@ -191,21 +192,21 @@ fn an_undecodable_entry_after_the_last_op_started_fails_open_even_off_branch() {
 fn frame_members_out_of_order_are_damage() {
     let v = case("frame_member_order");
     assert_eq!(open_of(&v), &damaged_at(2));
-    assert_eq!(fsck_invalid(&v), vec![2]);
+    assert_eq!(fsck_at(&v, "damaged"), vec![2]);
 }
 
 #[test]
 fn an_extra_frame_member_is_damage() {
     let v = case("frame_extra_member");
     assert_eq!(open_of(&v), &damaged_at(2));
-    assert_eq!(fsck_invalid(&v), vec![2]);
+    assert_eq!(fsck_at(&v, "damaged"), vec![2]);
 }
 
 #[test]
 fn ignorable_false_is_damage() {
     let v = case("frame_ignorable_false");
     assert_eq!(open_of(&v), &damaged_at(2));
-    assert_eq!(fsck_invalid(&v), vec![2]);
+    assert_eq!(fsck_at(&v, "damaged"), vec![2]);
 }
 
 #[test]
@@ -227,7 +228,7 @@ fn a_minimal_header_opens_with_the_documented_defaults() {
 fn lineage_depth_zero_is_refused_by_open_and_fsck() {
     let v = case("header_lineage_depth_zero");
     assert_eq!(open_of(&v), &damaged_at(1));
-    assert_eq!(fsck_invalid(&v), vec![1]);
+    assert_eq!(fsck_at(&v, "damaged"), vec![1]);
 }
 
 #[test]
@@ -261,7 +262,7 @@ fn an_upper_case_sha256_is_kept_as_written() {
 fn a_tool_call_nested_in_a_tool_result_is_refused_by_open_and_fsck() {
     let v = case("tool_result_nested_tool_call");
     assert_eq!(open_of(&v), &damaged_at(3));
-    assert_eq!(fsck_invalid(&v), vec![3]);
+    assert_eq!(fsck_at(&v, "damaged"), vec![3]);
 }
 
 /// The writer refuses first: a session cairn wrote never holds one.
@@ -308,14 +309,14 @@ fn a_tool_call_nested_in_a_tool_result_is_refused_at_append() {
 fn an_empty_custom_namespace_is_refused_by_open_and_fsck() {
     let v = case("custom_namespace_empty");
     assert_eq!(open_of(&v), &damaged_at(2));
-    assert_eq!(fsck_invalid(&v), vec![2]);
+    assert_eq!(fsck_at(&v, "damaged"), vec![2]);
 }
 
 #[test]
 fn a_label_name_with_a_space_is_refused_by_open_and_fsck_alike() {
     let v = case("label_name_with_space");
     assert_eq!(open_of(&v), &damaged_at(3));
-    assert_eq!(fsck_invalid(&v), vec![3]);
+    assert_eq!(fsck_at(&v, "damaged"), vec![3]);
 }
 
 // ---- Point 3: numbers and strings (RFC 7493, I-JSON) ----
@@ -324,7 +325,7 @@ fn a_label_name_with_a_space_is_refused_by_open_and_fsck_alike() {
 fn an_integer_beyond_64_bits_is_refused_not_rounded() {
     let v = case("number_integer_beyond_64_bits");
     assert_eq!(open_of(&v), &damaged_at(2));
-    assert_eq!(fsck_invalid(&v), vec![2]);
+    assert_eq!(fsck_at(&v, "damaged"), vec![2]);
 }
 
 #[test]
@@ -354,7 +355,7 @@ fn a_repeated_member_is_refused_in_any_object() {
     for name in ["member_repeated_typed", "member_repeated_untyped"] {
         let v = case(name);
         assert_eq!(open_of(&v), &damaged_at(2), "{name}");
-        assert_eq!(fsck_invalid(&v), vec![2], "{name}");
+        assert_eq!(fsck_at(&v, "damaged"), vec![2], "{name}");
     }
 }
 
@@ -377,7 +378,7 @@ fn an_integer_beyond_64_bits_is_refused_at_append_with_advice() {
 fn an_unknown_block_type_makes_the_record_invalid() {
     let v = case("block_type_unknown");
     assert_eq!(open_of(&v), &damaged_at(2));
-    assert_eq!(fsck_invalid(&v), vec![2]);
+    assert_eq!(fsck_at(&v, "damaged"), vec![2]);
 }
 
 #[test]
@@ -434,7 +435,7 @@ fn fsck_reports_a_torn_tail_as_torn_and_a_reader_ignores_it() {
 fn fsck_enforces_the_journal_rules() {
     let v = case("journal_record_without_operation");
     assert_eq!(open_of(&v), "ok");
-    assert_eq!(fsck_invalid(&v), vec![2]);
+    assert_eq!(fsck_at(&v, "invalid"), vec![2]);
 }
 
 #[test]
