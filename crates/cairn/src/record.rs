@@ -58,7 +58,7 @@ pub struct Header {
     #[serde(default = "empty_object")]
     pub app_state: Value,
     /// Where the session came from, if it was forked or spawned.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_is_default")]
     pub lineage: Lineage,
     /// The software that created the session, e.g. `cairn/0.1.0`.
     pub writer: String,
@@ -296,7 +296,7 @@ pub enum Block {
         #[serde(deserialize_with = "result_content")]
         content: Vec<Block>,
         /// Whether the tool failed.
-        #[serde(default)]
+        #[serde(default, deserialize_with = "null_is_default")]
         is_error: bool,
         /// A machine-readable outcome code, e.g. `TOOL_OUTCOME_UNKNOWN`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -345,6 +345,16 @@ impl Block {
 // Value rules of FORMAT.md checked while decoding, so that open and fsck
 // refuse the same records (and append refuses them first).
 
+/// An optional field whose `null` reads as its default, like its absence
+/// (FORMAT.md section 1, "Reading typed objects").
+fn null_is_default<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de> + Default,
+{
+    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
+}
+
 fn depth<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
     match u32::deserialize(d)? {
         0 => Err(D::Error::custom(
@@ -389,13 +399,13 @@ fn namespace<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Usage {
     /// Input tokens.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_is_default")]
     pub input: u64,
     /// Output tokens.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_is_default")]
     pub output: u64,
     /// Input tokens served from a cache.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_is_default")]
     pub cached: u64,
     /// Cost in the host's currency unit, if known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -469,7 +479,7 @@ pub struct Custom {
     #[serde(deserialize_with = "namespace")]
     pub namespace: String,
     /// Whether `content` is shown to the model (as a user message).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_is_default")]
     pub visible: bool,
     /// The payload; when visible, a string is shown as is and anything else as JSON.
     pub content: Value,

@@ -242,6 +242,23 @@ fn null_counts_as_absent_for_optional_fields() {
 }
 
 #[test]
+fn null_reads_as_the_default_except_where_any_json_is_allowed() {
+    let v = case("null_as_default");
+    assert_eq!(open_of(&v), "ok");
+    assert_eq!(v["fsck"]["clean"], true);
+    assert_eq!(v["context"]["app_state"], Value::Null);
+    let messages = &v["context"]["messages"];
+    assert_eq!(messages[0]["message"]["usage"]["input"], 0);
+    assert_eq!(
+        messages[0]["message"]["content"][0]["arguments"],
+        Value::Null
+    );
+    assert_eq!(messages[1]["message"]["content"][0]["is_error"], false);
+    // The custom entry is not visible: three entries, two messages.
+    assert_eq!(messages.as_array().map(Vec::len), Some(2));
+}
+
+#[test]
 fn usage_without_cached_and_checkout_without_from_take_their_defaults() {
     let v = case("defaults_usage_checkout");
     assert_eq!(open_of(&v), "ok");
@@ -999,6 +1016,43 @@ fn write_corpus() {
         write_case(
             "null_as_absent",
             "null for optional members (model, stop_reason, usage, signature, title, tokens_before, lineage members): read as absent. A session_info with a null title does not clear the title.",
+            false,
+            &sid(n),
+            &lines,
+        );
+    }
+    {
+        let n = 33;
+        let lines = vec![
+            header_line(&format!(
+                r#"{{"format":1,"session":"{}","created":"{TS0}","cwd":null,"title":null,"app_state":null,"lineage":null,"writer":"cairn/0.1.0"}}"#,
+                sid(n)
+            )),
+            entry_line(
+                1,
+                "message",
+                "a1",
+                None,
+                r#"{"role":"assistant","content":[{"type":"tool_call","call_id":"c1","name":"t","arguments":null}],"usage":{"input":null,"output":2,"cached":null,"cost":null}}"#,
+            ),
+            entry_line(
+                2,
+                "message",
+                "r1",
+                Some("a1"),
+                r#"{"role":"tool","content":[{"type":"tool_result","call_id":"c1","content":[],"is_error":null,"code":null}]}"#,
+            ),
+            entry_line(
+                3,
+                "custom",
+                "x1",
+                Some("r1"),
+                r#"{"namespace":"n","visible":null,"content":null}"#,
+            ),
+        ];
+        write_case(
+            "null_as_default",
+            "null for optional members with a default (lineage, usage counts, is_error, visible) reads as the default; where the type is any JSON (app_state, arguments, custom content) null is a value, kept.",
             false,
             &sid(n),
             &lines,
