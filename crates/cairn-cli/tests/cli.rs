@@ -184,6 +184,54 @@ fn invalid_stdin_record_names_the_line_and_keeps_the_records_before_it() {
     assert_eq!(ids, ["m1", "m2"]);
 }
 
+/// Regression (issue 22): the input was parsed into a JSON value first, so
+/// an integer beyond 64 bits was silently rounded to a double and a repeated
+/// member silently dropped; the data is now decoded as written, by the
+/// JSON rule of FORMAT.md section 1.
+#[test]
+fn regression_append_rounded_an_integer_beyond_64_bits_instead_of_refusing_it() {
+    let home = Home::new();
+    let id = home.new_session("a");
+    for (raw, says) in [
+        (
+            r#"{"kind":"settings","data":{"values":{"n":12345678901234567890123}}}"#,
+            "12345678901234567890123 is an integer beyond the 64-bit range",
+        ),
+        (
+            r#"{"kind":"app_state","data":{"set":{"a":1,"a":2}}}"#,
+            "appears twice",
+        ),
+    ] {
+        let out = home
+            .cairn()
+            .args(["append", &id])
+            .write_stdin(format!("{raw}\n"))
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{raw}");
+        assert!(stderr(&out).contains(says), "{says}: {}", stderr(&out));
+    }
+    let s = home
+        .store()
+        .open(&SessionId::parse(&id).unwrap(), Access::Read)
+        .unwrap();
+    assert_eq!(s.len(), 1, "nothing was appended");
+    // What fits in 64 bits is kept exactly.
+    let raw = r#"{"kind":"settings","data":{"values":{"n":18446744073709551615}}}"#;
+    let out = home
+        .cairn()
+        .args(["append", &id])
+        .write_stdin(format!("{raw}\n"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let s = home
+        .store()
+        .open(&SessionId::parse(&id).unwrap(), Access::Read)
+        .unwrap();
+    assert_eq!(s.context().settings()["n"], json!(u64::MAX));
+}
+
 #[test]
 fn append_rejects_what_cairn_assigns_and_unknown_kinds() {
     let home = Home::new();

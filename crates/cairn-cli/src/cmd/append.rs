@@ -15,7 +15,8 @@ use cairn::{
 };
 use serde::Deserialize;
 use serde::de::Deserializer;
-use serde_json::{Value, json};
+use serde_json::json;
+use serde_json::value::RawValue;
 
 use super::Status;
 use crate::args::{DurabilityArg, SessionArg};
@@ -26,7 +27,9 @@ use crate::target::{self, Ctx};
 #[serde(deny_unknown_fields)]
 struct Input {
     kind: String,
-    data: Value,
+    /// Kept as written: decoded once, by the library, so that nothing in
+    /// it (an integer beyond 64 bits, a repeated member) changes on the way.
+    data: Box<RawValue>,
     #[serde(default)]
     id: Option<String>,
     /// Absent: the leaf; `null`: a new root; a string: an entry reference.
@@ -130,8 +133,7 @@ fn decode(session: &Session, line: &str) -> Result<Decoded> {
     if RecordKind::from_name(kind) == Some(RecordKind::Header) {
         bail!(NO_HEADER);
     }
-    let data = input.data.to_string();
-    let body = match cairn::decode_data(kind, input.ignorable, data.as_bytes()) {
+    let body = match cairn::decode_data(kind, input.ignorable, input.data.get().as_bytes()) {
         Ok(Payload::Header(_)) => bail!(NO_HEADER),
         Ok(Payload::Entry(body)) => body,
         Ok(Payload::Op(_)) if has_place => {
