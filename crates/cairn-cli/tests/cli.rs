@@ -192,6 +192,18 @@ fn invalid_stdin_record_names_the_line_and_keeps_the_records_before_it() {
 fn regression_append_rounded_an_integer_beyond_64_bits_instead_of_refusing_it() {
     let home = Home::new();
     let id = home.new_session("a");
+    let append_raw = |raw: &str| {
+        home.cairn()
+            .args(["append", &id])
+            .write_stdin(format!("{raw}\n"))
+            .output()
+            .unwrap()
+    };
+    let open = || {
+        home.store()
+            .open(&SessionId::parse(&id).unwrap(), Access::Read)
+            .unwrap()
+    };
     for (raw, says) in [
         (
             r#"{"kind":"settings","data":{"values":{"n":12345678901234567890123}}}"#,
@@ -202,34 +214,15 @@ fn regression_append_rounded_an_integer_beyond_64_bits_instead_of_refusing_it() 
             "appears twice",
         ),
     ] {
-        let out = home
-            .cairn()
-            .args(["append", &id])
-            .write_stdin(format!("{raw}\n"))
-            .output()
-            .unwrap();
+        let out = append_raw(raw);
         assert_eq!(out.status.code(), Some(2), "{raw}");
         assert!(stderr(&out).contains(says), "{says}: {}", stderr(&out));
     }
-    let s = home
-        .store()
-        .open(&SessionId::parse(&id).unwrap(), Access::Read)
-        .unwrap();
-    assert_eq!(s.len(), 1, "nothing was appended");
+    assert_eq!(open().len(), 1, "nothing was appended");
     // What fits in 64 bits is kept exactly.
-    let raw = r#"{"kind":"settings","data":{"values":{"n":18446744073709551615}}}"#;
-    let out = home
-        .cairn()
-        .args(["append", &id])
-        .write_stdin(format!("{raw}\n"))
-        .output()
-        .unwrap();
+    let out = append_raw(r#"{"kind":"settings","data":{"values":{"n":18446744073709551615}}}"#);
     assert!(out.status.success(), "{}", stderr(&out));
-    let s = home
-        .store()
-        .open(&SessionId::parse(&id).unwrap(), Access::Read)
-        .unwrap();
-    assert_eq!(s.context().settings()["n"], json!(u64::MAX));
+    assert_eq!(open().context().settings()["n"], json!(u64::MAX));
 }
 
 #[test]
