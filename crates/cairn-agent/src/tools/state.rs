@@ -46,7 +46,10 @@ impl Tool for SetState {
                 "state is now {}",
                 call.session.context().app_state()
             )),
-            Err(e) => ToolOutput::error(format!("the state could not be saved: {e}")),
+            Err(e) => ToolOutput::error(format!(
+                "the state could not be saved: {}",
+                cairn::with_causes(&e)
+            )),
         }
     }
 }
