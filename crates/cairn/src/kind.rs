@@ -152,6 +152,21 @@ impl EntryBody {
             | EntryBody::Custom(_) => self.known_kind().map_or("", EntryKind::name),
         }
     }
+
+    /// The message, when the entry is one.
+    pub fn message(&self) -> Option<&Message> {
+        match self {
+            EntryBody::Message(m) => Some(m),
+            EntryBody::AppState(_)
+            | EntryBody::Compaction(_)
+            | EntryBody::Checkout(_)
+            | EntryBody::Settings(_)
+            | EntryBody::Label(_)
+            | EntryBody::SessionInfo(_)
+            | EntryBody::Custom(_)
+            | EntryBody::Ignored(_) => None,
+        }
+    }
 }
 
 impl OpRecord {

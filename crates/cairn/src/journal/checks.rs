@@ -23,17 +23,10 @@ pub(crate) fn check_branch_point(
     tree: &Tree,
     src: &dyn EntrySource,
 ) -> Result<(), CheckError> {
-    let answered: HashSet<&str> = match &entry.body {
-        EntryBody::Message(m) => m.tool_results().collect(),
-        EntryBody::AppState(_)
-        | EntryBody::Compaction(_)
-        | EntryBody::Checkout(_)
-        | EntryBody::Settings(_)
-        | EntryBody::Label(_)
-        | EntryBody::SessionInfo(_)
-        | EntryBody::Custom(_)
-        | EntryBody::Ignored(_) => HashSet::new(),
-    };
+    let answered: HashSet<&str> = entry
+        .body
+        .message()
+        .map_or_else(HashSet::new, |m| m.tool_results().collect());
     let left: Vec<OpenCall> = unanswered_calls(ctx)
         .into_iter()
         .filter(|c| !answered.contains(c.call_id.as_str()))
@@ -95,17 +88,7 @@ impl OpFold {
     /// by the records they were allocated for, and only by them.
     pub fn check_entry(&self, e: &Entry) -> Result<(), Invalid> {
         let Some(p) = self.open() else { return Ok(()) };
-        let message = match &e.body {
-            EntryBody::Message(m) => Some(m),
-            EntryBody::AppState(_)
-            | EntryBody::Compaction(_)
-            | EntryBody::Checkout(_)
-            | EntryBody::Settings(_)
-            | EntryBody::Label(_)
-            | EntryBody::SessionInfo(_)
-            | EntryBody::Custom(_)
-            | EntryBody::Ignored(_) => None,
-        };
+        let message = e.body.message();
         for a in p.attempts.iter().filter(|a| !a.fulfilled) {
             let is_assistant = message.is_some_and(|m| m.role == Role::Assistant);
             if a.entry == e.id && !is_assistant {
