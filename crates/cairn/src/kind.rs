@@ -155,16 +155,10 @@ impl EntryBody {
 
     /// The message, when the entry is one.
     pub fn message(&self) -> Option<&Message> {
-        match self {
-            EntryBody::Message(m) => Some(m),
-            EntryBody::AppState(_)
-            | EntryBody::Compaction(_)
-            | EntryBody::Checkout(_)
-            | EntryBody::Settings(_)
-            | EntryBody::Label(_)
-            | EntryBody::SessionInfo(_)
-            | EntryBody::Custom(_)
-            | EntryBody::Ignored(_) => None,
+        if let EntryBody::Message(m) = self {
+            Some(m)
+        } else {
+            None
         }
     }
 }
