@@ -576,7 +576,7 @@ pub(crate) fn run_call(
                 op.resolve_approval(call_id, true, Some("person"))?;
             }
             Approval::No => {
-                let why = cairn::recovery::DENIED_BY_PERSON;
+                let why = cairn::DENIED_BY_PERSON;
                 refuse(op, rt, call_id, name, "person", why)?;
                 return Ok(Flow::Continue);
             }

@@ -13,7 +13,7 @@
 use std::sync::Arc;
 
 use anyhow::{Result, bail};
-use cairn::recovery::DENIED_BY_PERSON;
+use cairn::DENIED_BY_PERSON;
 use cairn::{
     Action, ActionKind, Decision, EffectClass, Pending, RecoveryError, Resolver, Session,
     ToolOutput, ToolRunner, Verdict,

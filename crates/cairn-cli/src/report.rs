@@ -28,15 +28,7 @@ pub fn print_error(e: &anyhow::Error) {
 /// cause in their message (they return it as `source()`), so every link is
 /// printed once.
 fn chain(e: &anyhow::Error) -> String {
-    error_chain(e.as_ref())
-}
-
-/// An error and its causes joined with `: `, as `error:` lines print them.
-pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    std::iter::successors(Some(e), |e| e.source())
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join(": ")
+    cairn::with_causes(e.as_ref())
 }
 
 /// A likely fix for errors whose message does not already say it.

@@ -11,7 +11,7 @@ use crate::id::InvalidId;
 
 /// An error and its causes as one line, joined with `: ` (for a message
 /// that must carry a whole error as text, such as a poisoned handle's cause).
-pub(crate) fn with_causes(e: &dyn std::error::Error) -> String {
+pub fn with_causes(e: &dyn std::error::Error) -> String {
     let mut out = e.to_string();
     let mut cause = e.source();
     while let Some(c) = cause {

@@ -152,6 +152,15 @@ impl EntryBody {
             | EntryBody::Custom(_) => self.known_kind().map_or("", EntryKind::name),
         }
     }
+
+    /// The message, when the entry is one.
+    pub fn message(&self) -> Option<&Message> {
+        if let EntryBody::Message(m) = self {
+            Some(m)
+        } else {
+            None
+        }
+    }
 }
 
 impl OpRecord {

@@ -40,7 +40,7 @@ pub mod memory;
 mod operation;
 mod projection;
 mod record;
-pub mod recovery;
+mod recovery;
 mod session;
 pub mod steps;
 mod store;
@@ -58,7 +58,9 @@ pub use backend::{
     Stamp, TornTail, Visitor,
 };
 pub use commit::Durability;
-pub use error::{AppendError, Damage, Invalid, LookupError, OpenError, ReadError, StoreError};
+pub use error::{
+    AppendError, Damage, Invalid, LookupError, OpenError, ReadError, StoreError, with_causes,
+};
 pub use id::{EntryId, InvalidId, SessionId};
 pub use journal::{
     NotStarted, OpPhase, OpenCall, PendingApproval, PendingCall, Status, TOOL_NOT_STARTED,
@@ -74,8 +76,8 @@ pub use record::{
     Settings, SpawnOrigin, ToolDispatched, Unknown, Usage, UsageSettled,
 };
 pub use recovery::{
-    Action, ActionKind, Decision, MAX_RECOVERY_ROUNDS, Pending, Policy, RecoveryError,
-    RecoveryReport, Resolver, ToolRunner, recover, recover_with,
+    APPROVAL_INTERRUPTED, Action, ActionKind, DENIED_BY_PERSON, Decision, MAX_RECOVERY_ROUNDS,
+    Pending, Policy, RecoveryError, RecoveryReport, Resolver, ToolRunner, recover, recover_with,
 };
 pub use session::{Appended, NewEntry, NewSession, NodeInfo, OpenReport, Parent, Session, WRITER};
 pub use store::{Store, child_reference, locate_path, summary_of};

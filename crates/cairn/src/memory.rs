@@ -599,17 +599,7 @@ impl MemoryTracker {
         if target == self.leaf() {
             return Ok(());
         }
-        let mut suffix = Vec::new();
-        let mut cur = target;
-        while let Some(c) = cur {
-            let d = tree.node(c).depth as usize;
-            if self.path.get(d) == Some(&c) {
-                break;
-            }
-            suffix.push(c);
-            cur = tree.node(c).parent;
-        }
-        let keep = cur.map_or(0, |c| tree.node(c).depth as usize + 1);
+        let (keep, suffix) = tree.diverge(&self.path, target);
         if keep < self.path.len() {
             self.checkpoints.retain(|(len, _)| *len <= keep);
             let (from, state) = self.checkpoints.last().cloned().unwrap_or_default();
@@ -621,7 +611,7 @@ impl MemoryTracker {
                 self.push(n, &e);
             }
         }
-        for &n in suffix.iter().rev() {
+        for n in suffix {
             let e = src.entry(n)?;
             self.push(n, &e);
         }

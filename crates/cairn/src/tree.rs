@@ -116,6 +116,28 @@ impl Tree {
         path
     }
 
+    /// How to move a branch held as `path` (root first, each node at its
+    /// depth) to end at `target`: the length of the prefix of `path` kept
+    /// (up to the common ancestor), and the nodes from there to `target`,
+    /// root first.
+    pub fn diverge(&self, path: &[u32], target: Option<u32>) -> (usize, Vec<u32>) {
+        let mut suffix = Vec::new();
+        let mut cur = target;
+        while let Some(c) = cur {
+            let node = &self.nodes[c as usize];
+            if path.get(node.depth as usize) == Some(&c) {
+                break;
+            }
+            suffix.push(c);
+            cur = node.parent;
+        }
+        suffix.reverse();
+        (
+            cur.map_or(0, |c| self.nodes[c as usize].depth as usize + 1),
+            suffix,
+        )
+    }
+
     /// The children of `n` (roots for `None`), in append order.
     pub fn children(&self, n: Option<u32>) -> Vec<u32> {
         (0..self.nodes.len() as u32)

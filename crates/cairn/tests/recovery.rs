@@ -347,7 +347,7 @@ fn regression_a_denied_call_showed_in_steps_as_not_started() {
     let op = operation_asking(&s, &[("c1", "bash"), ("c2", "bash")]);
     op.request_approval("c1", "bash").unwrap();
     op.resolve_approval("c1", false, Some("person")).unwrap();
-    op.deny("c1", cairn::recovery::DENIED_BY_PERSON).unwrap();
+    op.deny("c1", cairn::DENIED_BY_PERSON).unwrap();
     op.finish(Outcome::Aborted, None).unwrap();
     cairn::recover(&s, Policy::default(), None).unwrap();
     let tools: Vec<(String, StepStatus)> = s

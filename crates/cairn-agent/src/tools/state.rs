@@ -46,7 +46,48 @@ impl Tool for SetState {
                 "state is now {}",
                 call.session.context().app_state()
             )),
-            Err(e) => ToolOutput::error(format!("the state could not be saved: {e}")),
+            Err(e) => ToolOutput::error(format!(
+                "the state could not be saved: {}",
+                cairn::with_causes(&e)
+            )),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use cairn::testkit::SwitchVfs;
+    use cairn::{FileBackend, NewSession, Store};
+
+    use super::*;
+    use crate::interrupt::Interrupt;
+    use crate::tools::ToolEnv;
+
+    #[test]
+    fn regression_a_failed_save_of_the_state_lost_the_os_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let vfs = Arc::new(SwitchVfs::new());
+        let backend = FileBackend::with_vfs(dir.path().join("sessions"), vfs.clone());
+        let store = Store::with_backend(Arc::new(backend));
+        let session = store.create(NewSession::default()).unwrap();
+        vfs.set_failing(true);
+        let env = ToolEnv::new(dir.path(), dir.path().join("blobs"));
+        let interrupt = Interrupt::new();
+        let args = json!({"patch": {"a": 1}});
+        let call = ToolCall {
+            call_id: "c",
+            arguments: &args,
+            key: "k",
+            session: &session,
+            env: &env,
+            interrupt: &interrupt,
+        };
+        let out = SetState.run(&call);
+        let text = crate::provider::result_text(&out.content);
+        assert!(out.is_error, "{text}");
+        let os_error = std::io::Error::from_raw_os_error(5).to_string();
+        assert!(text.contains(&os_error), "{text}");
     }
 }

@@ -27,7 +27,7 @@ pub fn run(ctx: &Ctx, from: &Path, to: &Path) -> Result<Status> {
         report.failed.len()
     ))?;
     for (id, err) in &report.failed {
-        out.line(&format!("  {id}: {}", crate::report::error_chain(err)))?;
+        out.line(&format!("  {id}: {}", cairn::with_causes(err)))?;
     }
     out.flush()?;
     if !report.failed.is_empty() {

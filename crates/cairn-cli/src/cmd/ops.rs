@@ -258,14 +258,14 @@ fn ask_decision(item: Pending<'_>, call_id: &str, tool: &str) -> Result<Decision
             match ask(&q, &["d", "s"])?.as_str() {
                 "d" => Decision::Deny {
                     by: Some("person (cairn recover)".to_owned()),
-                    reason: cairn::recovery::DENIED_BY_PERSON.to_owned(),
+                    reason: cairn::DENIED_BY_PERSON.to_owned(),
                 },
                 _ => Decision::Skip,
             }
         }
         Pending::NotStarted(c) if c.denied => Decision::Deny {
             by: None,
-            reason: cairn::recovery::DENIED_BY_PERSON.to_owned(),
+            reason: cairn::DENIED_BY_PERSON.to_owned(),
         },
         Pending::NotStarted(_) => {
             let q =

@@ -110,18 +110,8 @@ impl Projector {
         if target == self.leaf() {
             return Ok(());
         }
-        let mut suffix = Vec::new();
-        let mut cur = target;
-        while let Some(c) = cur {
-            if self.on_path(tree, c).is_some() {
-                break;
-            }
-            suffix.push(c);
-            cur = tree.node(c).parent;
-        }
-        let keep = cur.map_or(0, |c| tree.node(c).depth as usize + 1);
+        let (keep, suffix) = tree.diverge(&self.path, target);
         self.truncate(tree, keep, src)?;
-        suffix.reverse();
         self.extend(tree, &suffix, src)
     }
 

@@ -3,8 +3,9 @@
 //! index and the projection change only after the write succeeded.
 
 use std::collections::BTreeMap;
+use std::sync::MutexGuard;
 
-use super::{Appended, NewEntry, Parent, Reader, Session, lock};
+use super::{Appended, Inner, NewEntry, Parent, Reader, Session, lock};
 use crate::commit::Durability;
 use crate::error::{AppendError, Invalid};
 use crate::frame;
@@ -45,9 +46,7 @@ impl Session {
         ts: Option<String>,
         durability: Option<Durability>,
     ) -> Result<Appended, AppendError> {
-        let durability = durability.unwrap_or_else(|| self.durability());
-        let mut g = lock(&self.inner);
-        self.check_writable()?;
+        let (durability, mut g) = self.begin_write(durability)?;
         let inner = &mut *g;
         let parent = match new.parent {
             Parent::Leaf => inner.tree.last().map(|n| inner.tree.node(n).id.clone()),
@@ -124,12 +123,7 @@ impl Session {
                 CheckError::Invalid(i) => AppendError::from(i),
                 CheckError::Read(r) => r.into(),
             })?;
-        let seq = inner.next_seq;
-        let ts = ts.unwrap_or_else(crate::time::now_rfc3339);
-        let line = frame::encode_entry(seq, &ts, &entry);
-        self.log.append(std::slice::from_ref(&line))?;
-        inner.next_seq += 1;
-        inner.last_ts = ts;
+        let seq = self.write_line(inner, ts, |seq, ts| frame::encode_entry(seq, ts, &entry))?;
         if let Some(p) = moved {
             inner.proj = p;
         }
@@ -191,26 +185,48 @@ impl Session {
         ts: Option<String>,
         durability: Option<Durability>,
     ) -> Result<Appended, AppendError> {
-        let durability = durability.unwrap_or_else(|| self.durability());
-        let mut g = lock(&self.inner);
-        self.check_writable()?;
+        let (durability, mut g) = self.begin_write(durability)?;
         {
             let inner = &*g;
             inner
                 .fold
                 .check_op(&self.id, &op, &inner.tree, &inner.proj)?;
         }
-        let seq = g.next_seq;
-        let ts = ts.unwrap_or_else(crate::time::now_rfc3339);
-        let kind = op.kind().to_owned();
-        let line = frame::encode_op(seq, &ts, &op);
-        self.log.append(std::slice::from_ref(&line))?;
-        g.next_seq += 1;
-        g.last_ts = ts;
-        g.ops.push((seq, kind));
+        let seq = self.write_line(&mut g, ts, |seq, ts| frame::encode_op(seq, ts, &op))?;
+        g.ops.push((seq, op.kind().to_owned()));
         g.fold.apply_op(&op);
         self.finish_write(g, seq + 1, durability)?;
         Ok(Appended { seq, id: None })
+    }
+
+    /// Takes the session for a write, once the handle may write: the
+    /// durability to write under (the session's unless given) and the
+    /// locked state.
+    fn begin_write(
+        &self,
+        durability: Option<Durability>,
+    ) -> Result<(Durability, MutexGuard<'_, Inner>), AppendError> {
+        let durability = durability.unwrap_or_else(|| self.durability());
+        let g = lock(&self.inner);
+        self.check_writable()?;
+        Ok((durability, g))
+    }
+
+    /// Writes one record line at the next `seq`, stamped `ts` (now unless
+    /// given), and moves the session past it. Returns the line's `seq`.
+    fn write_line(
+        &self,
+        inner: &mut Inner,
+        ts: Option<String>,
+        encode: impl FnOnce(u64, &str) -> Vec<u8>,
+    ) -> Result<u64, AppendError> {
+        let seq = inner.next_seq;
+        let ts = ts.unwrap_or_else(crate::time::now_rfc3339);
+        let line = encode(seq, &ts);
+        self.log.append(std::slice::from_ref(&line))?;
+        inner.next_seq += 1;
+        inner.last_ts = ts;
+        Ok(seq)
     }
 
     /// Moves the leaf: appends a `checkout` entry whose parent is `target`

@@ -1,0 +1,197 @@
+//! An open session file ([`Log`]): the line index, reads by sequence
+//! number, appends and syncs, and the poisoning that refuses writes after
+//! a failed write or sync.
+
+use std::io;
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+
+use super::super::Log;
+use super::lock::{remember_unsynced, write_lock_note};
+use super::scan::read_exact_at;
+use crate::error::{AppendError, Damage, ReadError};
+use crate::frame;
+use crate::vfs::VfsFile;
+
+/// An open session file.
+#[derive(Debug)]
+pub(super) struct FileLog {
+    location: String,
+    file: Arc<dyn VfsFile>,
+    lock: Option<Arc<dyn VfsFile>>,
+    /// Offsets of every line; the end of the last is `end`.
+    index: RwLock<Index>,
+    /// Set by the first failed write or sync; refuses writes afterwards.
+    poisoned: Mutex<Option<String>>,
+    /// The end of what the last successful sync covered (at open: the
+    /// whole file, whose dirty pages, if any, are still queued).
+    synced_end: std::sync::atomic::AtomicU64,
+}
+
+#[derive(Debug)]
+struct Index {
+    offsets: Vec<u64>,
+    end: u64,
+}
+
+impl FileLog {
+    pub(super) fn new(
+        location: String,
+        file: Arc<dyn VfsFile>,
+        lock: Option<Arc<dyn VfsFile>>,
+        offsets: Vec<u64>,
+        end: u64,
+    ) -> FileLog {
+        FileLog {
+            location,
+            file,
+            lock,
+            index: RwLock::new(Index { offsets, end }),
+            poisoned: Mutex::new(None),
+            synced_end: std::sync::atomic::AtomicU64::new(end),
+        }
+    }
+
+    fn check_writable(&self) -> Result<(), AppendError> {
+        if self.lock.is_none() {
+            return Err(AppendError::ReadOnly {
+                session: self.location.clone(),
+            });
+        }
+        if let Some(cause) = self
+            .poisoned
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+        {
+            return Err(AppendError::Poisoned {
+                session: self.location.clone(),
+                cause: cause.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    fn poison(&self, action: &'static str, source: io::Error) -> AppendError {
+        let mut p = self.poisoned.lock().unwrap_or_else(PoisonError::into_inner);
+        if p.is_none() {
+            *p = Some(format!("{action} failed: {source}"));
+            // Tell the next writer what may not have reached the disk: in
+            // this process, and in the lock file for other processes.
+            if let Some(lock) = &self.lock {
+                let from = self.synced_end.load(std::sync::atomic::Ordering::Acquire);
+                remember_unsynced(&self.location, from);
+                if write_lock_note(&**lock, Some(from)).is_err() && action == "sync" {
+                    // No marker for another process: a failed sync may have
+                    // dropped the pages after `from`, so keep none of them
+                    // (records not yet acknowledged as durable, which a power
+                    // loss could take anyway). Nothing more can be done if
+                    // this fails too: the in-process marker remains.
+                    let _ = self.file.set_len(from);
+                }
+            }
+        }
+        AppendError::Io {
+            action,
+            location: self.location.clone(),
+            source,
+        }
+    }
+}
+
+impl Log for FileLog {
+    fn location(&self) -> &str {
+        &self.location
+    }
+
+    fn len(&self) -> u64 {
+        self.index
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .offsets
+            .len() as u64
+    }
+
+    fn read(&self, seq: u64) -> Result<Vec<u8>, ReadError> {
+        let (start, end) = {
+            let idx = self.index.read().unwrap_or_else(PoisonError::into_inner);
+            let i = usize::try_from(seq).map_err(|_| ReadError::NoSuchRecord(seq))?;
+            let start = *idx.offsets.get(i).ok_or(ReadError::NoSuchRecord(seq))?;
+            (start, idx.offsets.get(i + 1).copied().unwrap_or(idx.end))
+        };
+        let mut buf = vec![0u8; (end - start) as usize];
+        read_exact_at(&*self.file, &mut buf, start).map_err(|source| ReadError::Io {
+            location: self.location.clone(),
+            source,
+        })?;
+        frame::check(&buf).map_err(|d| {
+            ReadError::Damaged(Box::new(Damage {
+                location: self.location.clone(),
+                line: seq + 1,
+                offset: start,
+                problem: format!(
+                    "{d} (it verified when the session was opened: the file changed underneath)"
+                ),
+            }))
+        })?;
+        Ok(buf)
+    }
+
+    fn append(&self, lines: &[Vec<u8>]) -> Result<(), AppendError> {
+        self.check_writable()?;
+        let mut idx = self.index.write().unwrap_or_else(PoisonError::into_inner);
+        // One write call for the whole batch (a single line needs no copy).
+        let joined;
+        let buf: &[u8] = match lines {
+            [one] => one,
+            many => {
+                joined = many.concat();
+                &joined
+            }
+        };
+        self.file
+            .write_all_at(buf, idx.end)
+            .map_err(|e| self.poison("write", e))?;
+        for l in lines {
+            let at = idx.end;
+            idx.offsets.push(at);
+            idx.end += l.len() as u64;
+        }
+        Ok(())
+    }
+
+    fn sync(&self) -> Result<(), AppendError> {
+        self.check_writable()?;
+        let covers = self.byte_len();
+        self.file.sync_data().map_err(|e| self.poison("sync", e))?;
+        self.synced_end
+            .fetch_max(covers, std::sync::atomic::Ordering::AcqRel);
+        Ok(())
+    }
+
+    fn is_writer(&self) -> bool {
+        self.lock.is_some()
+    }
+
+    fn byte_len(&self) -> u64 {
+        self.index
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .end
+    }
+
+    fn offset(&self, seq: u64) -> u64 {
+        let idx = self.index.read().unwrap_or_else(PoisonError::into_inner);
+        usize::try_from(seq)
+            .ok()
+            .and_then(|i| idx.offsets.get(i))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    fn poisoned(&self) -> Option<String> {
+        self.poisoned
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
