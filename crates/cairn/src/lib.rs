@@ -34,6 +34,7 @@ pub mod frame;
 pub mod fsck;
 mod id;
 mod ijson;
+mod input;
 mod journal;
 mod kind;
 pub mod memory;
@@ -66,6 +67,7 @@ pub use journal::{
     NotStarted, OpPhase, OpenCall, PendingApproval, PendingCall, Status, TOOL_NOT_STARTED,
     TOOL_OUTCOME_UNKNOWN, Verdict, args_hash, idempotency_key, unanswered_calls, verdict,
 };
+pub use input::{InputError, InputParent, InputRecord, decode_input};
 pub use kind::{DecodeError, EntryKind, OpKind, Payload, RecordKind, decode_data};
 pub use operation::{ModelTicket, Operation, ToolOutput, ToolTicket};
 pub use projection::{ActiveCompaction, Context, ContextMessage, Source, apply_state, merge_patch};

@@ -2,48 +2,21 @@
 //! per record on stdout. This is how programs in any language write sessions.
 //!
 //! An input record is `{"kind": K, "data": D}` plus optional `"id"`,
-//! `"parent"` and `"ignorable"`. The data is decoded by the library's record
-//! decoder (`cairn::decode_data`, the one that reads logs), so the CLI
-//! accepts exactly what the format defines.
+//! `"parent"` and `"ignorable"`, decoded by the library (`cairn::decode_input`,
+//! whose `data` goes through `cairn::decode_data`, the decoder that reads
+//! logs), so the CLI accepts exactly what the format defines.
 
 use std::io::{BufRead, Write};
 
-use anyhow::{Context as _, Result, anyhow, bail};
-use cairn::{
-    Access, DecodeError, Durability, EntryBody, EntryId, EntryKind, NewEntry, OpKind, OpRecord,
-    Parent, Payload, RecordKind, Session,
-};
-use serde::Deserialize;
-use serde::de::Deserializer;
+use anyhow::{Context as _, Result, anyhow};
+use cairn::{Access, Durability, InputParent, InputRecord, NewEntry, OpRecord, Parent, Session};
 use serde_json::json;
-use serde_json::value::RawValue;
 
 use super::Status;
 use crate::args::{DurabilityArg, SessionArg};
 use crate::target::{self, Ctx};
 
-/// One input line.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Input {
-    kind: String,
-    /// Kept as written: decoded once, by the library, so that nothing in
-    /// it (an integer beyond 64 bits, a repeated member) changes on the way.
-    data: Box<RawValue>,
-    #[serde(default)]
-    id: Option<String>,
-    /// Absent: the leaf; `null`: a new root; a string: an entry reference.
-    #[serde(default, deserialize_with = "present")]
-    parent: Option<Option<String>>,
-    #[serde(default)]
-    ignorable: bool,
-}
-
-fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<String>>, D::Error> {
-    Option::<String>::deserialize(d).map(Some)
-}
-
-/// What an input line decodes to.
+/// What an input line decodes to, its parent resolved.
 enum Decoded {
     Entry(NewEntry),
     Op(OpRecord),
@@ -124,42 +97,22 @@ fn pump(session: &Session) -> Result<u64> {
     }
 }
 
-/// Decodes one input line into an entry or an operation record.
+/// Decodes one input line (the library's [`cairn::decode_input`]) and
+/// resolves its parent in the session.
 fn decode(session: &Session, line: &str) -> Result<Decoded> {
-    let input: Input = serde_json::from_str(line).context("not a valid input record")?;
-    let kind = input.kind.as_str();
-    let has_place = input.id.is_some() || input.parent.is_some();
-    const NO_HEADER: &str = "a header is record 0, written by `cairn new`; it cannot be appended";
-    if RecordKind::from_name(kind) == Some(RecordKind::Header) {
-        bail!(NO_HEADER);
-    }
-    let body = match cairn::decode_data(kind, input.ignorable, input.data.get().as_bytes()) {
-        Ok(Payload::Header(_)) => bail!(NO_HEADER),
-        Ok(Payload::Entry(body)) => body,
-        Ok(Payload::Op(_)) if has_place => {
-            bail!("{kind:?} is an operation record: it takes no \"id\" or \"parent\"")
+    Ok(match cairn::decode_input(line)? {
+        InputRecord::Op(op) => Decoded::Op(op),
+        InputRecord::Entry { id, parent, body } => {
+            let parent = match parent {
+                InputParent::Leaf => Parent::Leaf,
+                InputParent::Root => Parent::Root,
+                InputParent::Reference(q) => Parent::Entry(
+                    session
+                        .resolve(&q)
+                        .with_context(|| format!("parent {q:?}"))?,
+                ),
+            };
+            Decoded::Entry(NewEntry { id, parent, body })
         }
-        Ok(Payload::Op(op)) => return Ok(Decoded::Op(op)),
-        // A kind of the host's own: an entry if it says where it goes in the tree.
-        Ok(Payload::Unknown(u)) if has_place => EntryBody::Ignored(u),
-        Ok(Payload::Unknown(u)) => return Ok(Decoded::Op(OpRecord::Ignored(u))),
-        Err(DecodeError::UnknownKind(_)) => bail!(
-            "unknown record kind {kind:?}: entry kinds are {}; operation kinds are {}; \
-             a kind of your own needs \"ignorable\": true",
-            EntryKind::ALL.map(EntryKind::name).join(", "),
-            OpKind::ALL.map(OpKind::name).join(", ")
-        ),
-        Err(e) => return Err(e.into()),
-    };
-    let id = input.id.as_deref().map(EntryId::parse).transpose()?;
-    let parent = match input.parent {
-        None => Parent::Leaf,
-        Some(None) => Parent::Root,
-        Some(Some(q)) => Parent::Entry(
-            session
-                .resolve(&q)
-                .with_context(|| format!("parent {q:?}"))?,
-        ),
-    };
-    Ok(Decoded::Entry(NewEntry { id, parent, body }))
+    })
 }
