@@ -31,9 +31,10 @@ use cairn::{EffectClass, OpStarted, Unknown};
 use pretty_assertions::assert_eq;
 use serde_json::json;
 
+use cairn::testkit::vfs::{Fault, Faults, Hook, HookVfs};
 use support::{
-    Event, Fault, FaultyVfs, RacingWriterVfs, Recorder, RecordingVfs, Sample, install, line_spans,
-    replaced, sealed, session_path, sessions_dir, store_with_vfs, torn_files, with_seq,
+    Event, RacingWriter, Recorder, Sample, install, line_spans, recording_vfs, replaced, sealed,
+    session_path, sessions_dir, store_with_vfs, torn_files, with_seq,
 };
 
 const TS: &str = "2026-01-02T03:04:05.678Z";
@@ -1034,7 +1035,7 @@ fn op_started() -> OpRecord {
 fn check_poisoned_until_reopen(failing: Failing, durability: Durability) {
     let case = format!("{failing:?} under {durability:?}");
     let home = tempfile::tempdir().expect("tempdir");
-    let vfs = FaultyVfs::new();
+    let vfs = HookVfs::new(Faults::new());
     let store = store_with_vfs(home.path(), vfs.clone());
     let session = store.create(NewSession::default()).expect("create");
     let id = session.id().clone();
@@ -1046,11 +1047,11 @@ fn check_poisoned_until_reopen(failing: Failing, durability: Durability) {
     }
     let fault = match failing {
         Failing::Write(f) => {
-            vfs.fail_write(1, f);
+            vfs.hook().fail_write(1, f);
             f
         }
         Failing::Sync(f) => {
-            vfs.fail_sync(1, f);
+            vfs.hook().fail_sync(1, f);
             f
         }
     };
@@ -1080,8 +1081,8 @@ fn check_poisoned_until_reopen(failing: Failing, durability: Durability) {
         other => panic!("{case}: expected AppendError::Io, got {other}"),
     }
 
-    vfs.clear();
-    let (writes, syncs) = (vfs.writes(), vfs.syncs());
+    vfs.hook().clear();
+    let (writes, syncs) = (vfs.hook().writes(), vfs.hook().syncs());
     let poisoned = |r: Result<(), AppendError>, what: &str| match r {
         Err(AppendError::Poisoned { cause, .. }) => {
             assert!(
@@ -1097,7 +1098,7 @@ fn check_poisoned_until_reopen(failing: Failing, durability: Durability) {
     poisoned(session.checkout(None, None).map(drop), "checkout");
     poisoned(session.sync(), "a second sync");
     assert_eq!(
-        (vfs.writes(), vfs.syncs()),
+        (vfs.hook().writes(), vfs.hook().syncs()),
         (writes, syncs),
         "{case}: a poisoned handle touched the disk"
     );
@@ -1182,13 +1183,13 @@ fn a_failed_write_poisons_the_handle_until_it_is_reopened() {
 fn regression_sync_reported_success_on_a_handle_poisoned_by_a_failed_write() {
     for durability in [Durability::Sync, Durability::Group] {
         let home = tempfile::tempdir().expect("tempdir");
-        let vfs = FaultyVfs::new();
+        let vfs = HookVfs::new(Faults::new());
         let session = store_with_vfs(home.path(), vfs.clone())
             .create(NewSession::default())
             .expect("create");
         session.set_durability(durability);
         session.append(user("one")).expect("append");
-        vfs.fail_write(1, Fault::Eio);
+        vfs.hook().fail_write(1, Fault::Eio);
         assert!(matches!(
             session.append(user("two")),
             Err(AppendError::Io { .. })
@@ -1216,7 +1217,7 @@ fn a_failed_sync_poisons_the_handle_until_it_is_reopened() {
 /// A new session on a recording file system, with the creation's events forgotten.
 fn recorded_session(durability: Durability) -> (tempfile::TempDir, Session, Arc<Recorder>) {
     let home = tempfile::tempdir().expect("tempdir");
-    let (vfs, recorder) = RecordingVfs::new();
+    let (vfs, recorder) = recording_vfs();
     let session = store_with_vfs(home.path(), vfs)
         .create(NewSession::default())
         .expect("create");
@@ -1499,7 +1500,7 @@ fn regression_a_reader_racing_an_append_panicked_on_the_tail_it_had_not_measured
     let next = raced(n + 1, "race2", EntryId::parse("race1").ok());
     extra.extend_from_slice(&next[..next.len() / 2]);
     let measured = sample.bytes.len() as u64;
-    let store = store_with_vfs(sample.home.path(), RacingWriterVfs::new(extra));
+    let store = store_with_vfs(sample.home.path(), RacingWriter::vfs(extra));
 
     let reader = store
         .open(&sample.id, Access::Read)
@@ -1528,34 +1529,13 @@ fn regression_a_reader_racing_an_append_panicked_on_the_tail_it_had_not_measured
     );
 }
 
-/// The real file system, except that giving a file a second name fails
-/// (as a crash between writing a new session's header and naming it would).
+/// Giving a file a second name fails (as a crash between writing a new
+/// session's header and naming it would).
 #[derive(Debug)]
 struct LinkFails;
 
-impl cairn::vfs::Vfs for LinkFails {
-    fn open(&self, p: &Path, m: cairn::vfs::OpenMode) -> io::Result<Arc<dyn cairn::vfs::VfsFile>> {
-        cairn::vfs::StdVfs.open(p, m)
-    }
-    fn create_dir_all(&self, p: &Path) -> io::Result<()> {
-        cairn::vfs::StdVfs.create_dir_all(p)
-    }
-    fn sync_dir(&self, p: &Path) -> io::Result<()> {
-        cairn::vfs::StdVfs.sync_dir(p)
-    }
-    fn read_dir(&self, p: &Path) -> io::Result<Vec<String>> {
-        cairn::vfs::StdVfs.read_dir(p)
-    }
-    fn metadata(&self, p: &Path) -> io::Result<cairn::vfs::Metadata> {
-        cairn::vfs::StdVfs.metadata(p)
-    }
-    fn rename(&self, a: &Path, b: &Path) -> io::Result<()> {
-        cairn::vfs::StdVfs.rename(a, b)
-    }
-    fn remove_file(&self, p: &Path) -> io::Result<()> {
-        cairn::vfs::StdVfs.remove_file(p)
-    }
-    fn hard_link(&self, _: &Path, _: &Path) -> io::Result<()> {
+impl Hook for LinkFails {
+    fn hard_link(&self, _: &dyn cairn::vfs::Vfs, _: &Path, _: &Path) -> io::Result<()> {
         Err(io::Error::from_raw_os_error(5))
     }
 }
@@ -1568,10 +1548,7 @@ impl cairn::vfs::Vfs for LinkFails {
 fn regression_a_crash_while_creating_a_session_left_an_empty_unopenable_file() {
     let home = tempfile::tempdir().unwrap();
     let dir = home.path().join("sessions");
-    let broken = Store::with_backend(Arc::new(cairn::FileBackend::with_vfs(
-        &dir,
-        Arc::new(LinkFails),
-    )));
+    let broken = store_with_vfs(home.path(), HookVfs::new(LinkFails));
     let err = broken.create(cairn::NewSession::default()).unwrap_err();
     assert!(err.to_string().contains("cannot create"), "{err}");
     // No session, and no file that looks like one.
