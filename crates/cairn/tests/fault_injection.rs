@@ -25,7 +25,8 @@ mod support;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
-use cairn::{Access, AppendError, Durability, EntryBody, Message, OpenError, Role, SessionId};
+use cairn::testkit::build::user;
+use cairn::{Access, AppendError, Durability, EntryBody, OpenError, SessionId};
 
 use support::simfs::{CrashMode, FaultKind, FaultPlan, Op, Rng, SimFs};
 use support::workload::{Halt, World, check_context, check_verdict, end_of_lines, sessions_dir};
@@ -49,10 +50,6 @@ const STEPS: usize = 24;
 
 fn faultable() -> BTreeSet<Op> {
     Op::FAULTABLE.iter().copied().collect()
-}
-
-fn user(text: &str) -> EntryBody {
-    EntryBody::Message(Message::text(Role::User, text))
 }
 
 fn new_world(seed: u64) -> World {

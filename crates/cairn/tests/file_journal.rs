@@ -17,12 +17,13 @@ use std::fs;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+
 use std::sync::Arc;
 use std::thread;
 
 use cairn::TornTail;
 use cairn::frame;
+use cairn::testkit::build::user;
 use cairn::{
     Access, AppendError, Block, Body, Damage, Durability, Entry, EntryBody, EntryId, Message,
     NewSession, OpRecord, OpenError, Role, Session, SessionId, Store, ToolOutput,
@@ -31,6 +32,7 @@ use cairn::{EffectClass, OpStarted, Unknown};
 use pretty_assertions::assert_eq;
 use serde_json::json;
 
+use cairn::testkit::child::rerun_ignored;
 use cairn::testkit::vfs::{Fault, Faults, Hook, HookVfs};
 use support::{
     Event, RacingWriter, Recorder, Sample, install, line_spans, recording_vfs, replaced, sealed,
@@ -38,10 +40,6 @@ use support::{
 };
 
 const TS: &str = "2026-01-02T03:04:05.678Z";
-
-fn user(text: &str) -> EntryBody {
-    EntryBody::Message(Message::text(Role::User, text))
-}
 
 /// The texts of the messages the model would see.
 fn context_texts(s: &Session) -> Vec<String> {
@@ -849,18 +847,9 @@ fn a_second_writer_in_another_process_gets_in_use_naming_the_holder_pid() {
     let sample = Sample::new();
     let store = sample.store();
     let n = sample.records().len() as u64;
-    let mut child = Command::new(env::current_exe().expect("test binary"))
-        .args([
-            "--exact",
-            HELPER,
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
+    let mut child = rerun_ignored(HELPER)
         .env(HOLD_HOME, sample.home.path())
         .env(HOLD_SESSION, sample.id.as_str())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
         .spawn()
         .expect("spawn the helper");
     let pid = child.id();

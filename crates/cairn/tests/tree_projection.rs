@@ -16,6 +16,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use cairn::ForkOrigin;
+use cairn::testkit::build::{assistant, user};
 use cairn::{
     Access, AppStateChange, AppendError, Appended, Block, Checkout, Compaction, Context, Custom,
     Durability, Entry, EntryBody, EntryId, Invalid, LookupError, MemoryBackend, Message, NewEntry,
@@ -32,14 +33,6 @@ use serde_json::{Map, Value, json};
 
 fn eid(s: &str) -> EntryId {
     EntryId::parse(s).expect("test ids are valid")
-}
-
-fn user(text: &str) -> EntryBody {
-    EntryBody::Message(Message::text(Role::User, text))
-}
-
-fn assistant(text: &str) -> EntryBody {
-    EntryBody::Message(Message::text(Role::Assistant, text))
 }
 
 fn calls(text: &str, call_ids: &[&str]) -> EntryBody {

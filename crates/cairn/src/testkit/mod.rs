@@ -29,12 +29,14 @@
 //!
 //! The same module is the toolkit every test crate of the workspace shares:
 //! [`vfs`] (one I/O seam whose hooks pass through unless a test overrides
-//! them), [`Rng`] (one deterministic random generator) and [`build`]
-//! (builders of the entries tests append).
+//! them), [`Rng`] (one deterministic random generator), [`build`]
+//! (builders of the entries tests append) and [`child`] (a test binary
+//! re-running one of its ignored tests as a child process).
 //!
 //! [`Session`]: crate::Session
 
 pub mod build;
+pub mod child;
 mod damage;
 mod durability;
 mod fixtures;

@@ -19,12 +19,19 @@ impl Rng {
         Rng(seed ^ 0x5DEE_CE66_D1CE_4E5B)
     }
 
-    /// A generator seeded by the operating system, and its seed (print it
-    /// with a failure so the run can be repeated with [`Rng::new`]).
-    pub fn from_os() -> (Rng, u64) {
-        let mut b = [0u8; 8];
-        crate::id::fill_random(&mut b);
-        let seed = u64::from_le_bytes(b);
+    /// A generator for the seed in the environment variable `var` (a
+    /// decimal number) if it is set, else for a seed from the operating
+    /// system; and the seed, for the test to print with its findings so
+    /// that setting `var` repeats the run.
+    pub fn from_env_or_os(var: &str) -> (Rng, u64) {
+        let seed = std::env::var(var)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| {
+                let mut b = [0u8; 8];
+                crate::id::fill_random(&mut b);
+                u64::from_le_bytes(b)
+            });
         (Rng::new(seed), seed)
     }
 
