@@ -60,6 +60,54 @@ fn damage_of(e: OpenError) -> Damage {
 /// Opens for writing and then read-only, expecting both to fail without
 /// changing a byte of the file or saving anything beside it. Returns the two
 /// errors (writer's first).
+/// A copy of the sample whose log holds `bytes`, its path and a store over it.
+fn copy_store(sample: &Sample, bytes: &[u8]) -> (tempfile::TempDir, PathBuf, Store) {
+    let (home, path) = sample.copy_with(bytes);
+    let store = Store::open_dir(home.path());
+    (home, path, store)
+}
+
+/// The texts of the sample's messages, as the model sees them.
+const SAMPLE_TEXTS: [&str; 3] = ["list the files", "Here they are: a, b, c.", "now remove b"];
+
+/// A copy of the sample with `covered` sealed and appended as its next
+/// line: its home, path, a store over it and the file's bytes.
+fn copy_with_line(sample: &Sample, covered: &str) -> (tempfile::TempDir, PathBuf, Store, Vec<u8>) {
+    let mut bytes = sample.bytes.clone();
+    bytes.extend_from_slice(&sealed(covered.as_bytes()));
+    let (home, path, store) = copy_store(sample, &bytes);
+    (home, path, store, bytes)
+}
+
+/// Both kinds of open refuse the file at `path` as not a session, saying `about`.
+fn refused_as_not_a_session(store: &Store, id: &SessionId, path: &Path, about: &str, what: &str) {
+    for err in refused_both_ways(store, id, path) {
+        assert!(
+            matches!(&err, OpenError::NotASession { problem, .. } if problem.contains(about)),
+            "{what}: {err}"
+        );
+    }
+}
+
+/// Opens session `id` and returns it with the torn tail the open reported.
+fn open_torn(store: &Store, id: &SessionId, access: Access, what: &str) -> (Session, TornTail) {
+    let s = store
+        .open(id, access)
+        .unwrap_or_else(|e| panic!("{what}: {access:?} open: {e}"));
+    let torn = s.open_report().torn.clone();
+    let torn = torn.unwrap_or_else(|| panic!("{what}: no torn tail reported"));
+    (s, torn)
+}
+
+/// Appends `bytes` to the file at `path` as a torn write would leave them.
+fn append_raw(path: &Path, bytes: &[u8]) {
+    let mut f = fs::OpenOptions::new()
+        .append(true)
+        .open(path)
+        .expect("open to append");
+    f.write_all(bytes).expect("append raw bytes");
+}
+
 fn refused_both_ways(store: &Store, id: &SessionId, path: &Path) -> [OpenError; 2] {
     let before = fs::read(path).expect("read before");
     let refuse = |access: Access| {
@@ -212,14 +260,7 @@ fn any_flipped_bit_in_the_last_line_is_a_torn_tail_and_is_cut() {
             let what = format!("bit {bit} of byte {at} flipped (last line spans {last:?})");
             let path = install(home.path(), &sample.id, &bytes);
 
-            let reader = store
-                .open(&sample.id, Access::Read)
-                .expect("read-only open");
-            let t = reader
-                .open_report()
-                .torn
-                .clone()
-                .unwrap_or_else(|| panic!("{what}: not reported"));
+            let (reader, t) = open_torn(&store, &sample.id, Access::Read, &what);
             assert_eq!(
                 (t.offset, t.len, t.cut),
                 (last.start as u64, last.len() as u64, false),
@@ -229,14 +270,7 @@ fn any_flipped_bit_in_the_last_line_is_a_torn_tail_and_is_cut() {
             drop(reader);
             assert_eq!(fs::read(&path).expect("read"), bytes, "{what}");
 
-            let writer = store
-                .open(&sample.id, Access::Write)
-                .expect("open for writing");
-            let t = writer
-                .open_report()
-                .torn
-                .clone()
-                .unwrap_or_else(|| panic!("{what}: not reported"));
+            let (writer, t) = open_torn(&store, &sample.id, Access::Write, &what);
             assert_eq!(
                 (t.offset, t.len, t.cut),
                 (last.start as u64, last.len() as u64, true),
@@ -272,17 +306,9 @@ fn several_damaged_lines_at_the_end_are_cut_together() {
     bytes[lines[n - 2].start + 3] ^= 0x01;
     bytes[lines[n - 1].start + 3] ^= 0x01;
     bytes.extend_from_slice(b"{\"seq\":5,\"ts\":");
-    let (home, path) = sample.copy_with(&bytes);
-    let store = Store::open_dir(home.path());
+    let (_home, path, store) = copy_store(&sample, &bytes);
 
-    let writer = store
-        .open(&sample.id, Access::Write)
-        .expect("open for writing");
-    let t = writer
-        .open_report()
-        .torn
-        .clone()
-        .expect("torn tail reported");
+    let (writer, t) = open_torn(&store, &sample.id, Access::Write, "the damaged tail");
     assert_eq!(
         (t.offset, t.len, t.cut),
         (tail_start as u64, (bytes.len() - tail_start) as u64, true)
@@ -307,22 +333,9 @@ fn torn_tails_cut_at_successive_opens_are_all_kept() {
         &b"{\"seq\":5"[..],
         &b"{"[..],
     ] {
-        let mut f = fs::OpenOptions::new()
-            .append(true)
-            .open(&sample.path)
-            .expect("open");
-        f.write_all(partial).expect("tear");
-        drop(f);
-        let writer = store
-            .open(&sample.id, Access::Write)
-            .expect("open for writing");
-        let saved = writer
-            .open_report()
-            .torn
-            .clone()
-            .expect("torn")
-            .saved_to
-            .expect("saved");
+        append_raw(&sample.path, partial);
+        let (_writer, t) = open_torn(&store, &sample.id, Access::Write, "a partial line");
+        let saved = t.saved_to.expect("saved");
         expected.push((PathBuf::from(saved), partial.to_vec()));
     }
     let mut saved: Vec<(PathBuf, Vec<u8>)> = torn_files(&dir)
@@ -346,8 +359,7 @@ fn a_damaged_middle_line_is_a_hard_error_naming_file_line_and_offset() {
     let mut bytes = sample.bytes.clone();
     let at = mid.start + mid.len() / 2;
     bytes[at..at + 4].copy_from_slice(b"XXXX");
-    let (home, path) = sample.copy_with(&bytes);
-    let store = Store::open_dir(home.path());
+    let (_home, path, store) = copy_store(&sample, &bytes);
     let location = path.display().to_string();
 
     for err in refused_both_ways(&store, &sample.id, &path) {
@@ -411,8 +423,7 @@ fn an_intact_line_after_damaged_ones_makes_them_a_hard_error() {
     let mut bytes = sample.bytes.clone();
     bytes[lines[n - 3].start + 3] ^= 0x01;
     bytes[lines[n - 2].start + 3] ^= 0x01;
-    let (home, path) = sample.copy_with(&bytes);
-    let store = Store::open_dir(home.path());
+    let (_home, path, store) = copy_store(&sample, &bytes);
     for err in refused_both_ways(&store, &sample.id, &path) {
         let d = damage_of(err);
         assert_eq!(
@@ -428,8 +439,7 @@ fn a_blank_line_between_records_is_damage_not_skipped() {
     let at = sample.lines()[2].start;
     let mut bytes = sample.bytes.clone();
     bytes.insert(at, b'\n');
-    let (home, path) = sample.copy_with(&bytes);
-    let store = Store::open_dir(home.path());
+    let (_home, path, store) = copy_store(&sample, &bytes);
     for err in refused_both_ways(&store, &sample.id, &path) {
         let d = damage_of(err);
         assert_eq!((d.line, d.offset), (3, at as u64));
@@ -469,8 +479,7 @@ fn a_seq_gap_or_repeat_is_a_hard_error_even_in_the_last_line() {
     for (what, span, line, record) in cases {
         let mut bytes = sample.bytes.clone();
         bytes.splice(span.clone(), line.iter().copied());
-        let (home, path) = sample.copy_with(&bytes);
-        let store = Store::open_dir(home.path());
+        let (_home, path, store) = copy_store(&sample, &bytes);
         for err in refused_both_ways(&store, &sample.id, &path) {
             let d = damage_of(err);
             assert_eq!(
@@ -506,8 +515,7 @@ fn a_newer_format_version_is_refused_naming_both_versions() {
     ] {
         let mut bytes = sample.bytes.clone();
         bytes.splice(header.clone(), line);
-        let (home, path) = sample.copy_with(&bytes);
-        let store = Store::open_dir(home.path());
+        let (_home, path, store) = copy_store(&sample, &bytes);
         for err in refused_both_ways(&store, &sample.id, &path) {
             let text = err.to_string();
             match err {
@@ -545,8 +553,7 @@ fn an_unknown_kind_not_marked_ignorable_is_a_hard_error_naming_it() {
     for covered in [entry_shaped, op_shaped] {
         let mut bytes = sample.bytes.clone();
         bytes.extend_from_slice(&sealed(covered.as_bytes()));
-        let (home, path) = sample.copy_with(&bytes);
-        let store = Store::open_dir(home.path());
+        let (_home, path, store) = copy_store(&sample, &bytes);
         for err in refused_both_ways(&store, &sample.id, &path) {
             let text = err.to_string();
             let d = damage_of(err);
@@ -573,17 +580,13 @@ fn an_ignorable_unknown_entry_is_kept_in_the_tree_and_skipped_by_the_context() {
         Body::Entry(e) => e.id.clone(),
         other => panic!("the sample ends with an entry, not {other:?}"),
     };
-    let line = sealed(
-        format!(
+    let (_home, path, store, bytes) = copy_with_line(
+        &sample,
+        &format!(
             "{{\"seq\":{n},\"ts\":\"{TS}\",\"kind\":\"x.bookmark\",\"ignorable\":true,\"id\":\"note1\",\"parent\":\"{leaf}\",\"data\":{{\"note\":\"keep\"}}"
-        )
-        .as_bytes(),
+        ),
     );
-    let mut bytes = sample.bytes.clone();
-    bytes.extend_from_slice(&line);
-    let (home, path) = sample.copy_with(&bytes);
-    let store = Store::open_dir(home.path());
-    let before = ["list the files", "Here they are: a, b, c.", "now remove b"];
+    let before = SAMPLE_TEXTS;
 
     let s = store.open(&sample.id, Access::Write).expect("opens");
     assert_eq!(s.open_report().torn, None);
@@ -633,15 +636,13 @@ fn an_ignorable_unknown_entry_is_kept_in_the_tree_and_skipped_by_the_context() {
 fn an_ignorable_unknown_op_record_is_kept_and_skipped_by_the_context() {
     let sample = Sample::new();
     let n = sample.lines().len() as u64;
-    let line = sealed(
-        format!("{{\"seq\":{n},\"ts\":\"{TS}\",\"kind\":\"x.audit\",\"ignorable\":true,\"data\":{{\"who\":\"ops\"}}")
-            .as_bytes(),
+    let (_home, path, store, bytes) = copy_with_line(
+        &sample,
+        &format!(
+            "{{\"seq\":{n},\"ts\":\"{TS}\",\"kind\":\"x.audit\",\"ignorable\":true,\"data\":{{\"who\":\"ops\"}}"
+        ),
     );
-    let mut bytes = sample.bytes.clone();
-    bytes.extend_from_slice(&line);
-    let (home, path) = sample.copy_with(&bytes);
-    let store = Store::open_dir(home.path());
-    let before = ["list the files", "Here they are: a, b, c.", "now remove b"];
+    let before = SAMPLE_TEXTS;
 
     let s = store.open(&sample.id, Access::Write).expect("opens");
     assert_eq!((s.len(), s.entry_count()), (n + 1, 4));
@@ -681,8 +682,7 @@ fn regression_damage_in_an_intact_record_was_reported_at_byte_offset_0() {
     );
     let mut bytes = sample.bytes.clone();
     bytes.splice(last.clone(), bad);
-    let (home, path) = sample.copy_with(&bytes);
-    let store = Store::open_dir(home.path());
+    let (_home, path, store) = copy_store(&sample, &bytes);
     for err in refused_both_ways(&store, &sample.id, &path) {
         let text = err.to_string();
         let d = damage_of(err);
@@ -702,14 +702,8 @@ fn regression_damage_in_an_intact_record_was_reported_at_byte_offset_0() {
 #[test]
 fn an_empty_session_file_is_not_a_session_and_is_left_alone() {
     let sample = Sample::new();
-    let (home, path) = sample.copy_with(b"");
-    let store = Store::open_dir(home.path());
-    for err in refused_both_ways(&store, &sample.id, &path) {
-        assert!(
-            matches!(&err, OpenError::NotASession { problem, .. } if problem.contains("empty")),
-            "{err}"
-        );
-    }
+    let (_home, path, store) = copy_store(&sample, b"");
+    refused_as_not_a_session(&store, &sample.id, &path, "empty", "an empty file");
 }
 
 #[test]
@@ -720,12 +714,8 @@ fn a_torn_header_is_refused_and_never_repaired_or_overwritten() {
     let store = Store::open_dir(home.path());
     for cut in 1..header.end {
         let path = install(home.path(), &sample.id, &sample.bytes[..cut]);
-        for err in refused_both_ways(&store, &sample.id, &path) {
-            assert!(
-                matches!(&err, OpenError::NotASession { problem, .. } if problem.contains("header")),
-                "cut at {cut}: {err}"
-            );
-        }
+        let what = format!("cut at {cut}");
+        refused_as_not_a_session(&store, &sample.id, &path, "header", &what);
     }
 }
 
@@ -733,8 +723,7 @@ fn a_torn_header_is_refused_and_never_repaired_or_overwritten() {
 fn a_session_of_only_a_header_opens_with_no_entries() {
     let sample = Sample::new();
     let header = sample.lines()[0].clone();
-    let (home, path) = sample.copy_with(&sample.bytes[header]);
-    let store = Store::open_dir(home.path());
+    let (_home, path, store) = copy_store(&sample, &sample.bytes[header]);
     for access in [Access::Read, Access::Write] {
         let s = store.open(&sample.id, access).expect("opens");
         assert_eq!((s.len(), s.entry_count(), s.leaf()), (1, 0, None));
@@ -983,20 +972,9 @@ fn session_files_are_0600_and_the_sessions_directory_0700() {
     assert_eq!(mode(&dir.join(format!("{id}.lock"))), 0o600, "lock file");
     drop(s);
 
-    let mut f = fs::OpenOptions::new()
-        .append(true)
-        .open(&path)
-        .expect("open");
-    f.write_all(b"{\"seq\":1,").expect("tear");
-    drop(f);
-    let s = store.open(&id, Access::Write).expect("open");
-    let saved = s
-        .open_report()
-        .torn
-        .clone()
-        .expect("torn")
-        .saved_to
-        .expect("saved");
+    append_raw(&path, b"{\"seq\":1,");
+    let (_s, t) = open_torn(&store, &id, Access::Write, "a partial line");
+    let saved = t.saved_to.expect("saved");
     assert_eq!(mode(Path::new(&saved)), 0o600, "saved torn tail");
     assert_eq!(mode(&path), 0o600, "session file after the cut");
 }
