@@ -15,11 +15,11 @@ use cairn::testkit::recovery::{ScenarioRunner as CountingRunner, effect_of};
 use cairn::testkit::vfs::{Event, Events, HookVfs};
 use cairn::{
     Access, AppendError, Block, Body, Durability, EffectClass, EntryBody, Message, NewEntry,
-    NewSession, OpRecord, Outcome, Parent, Policy, Role, Session, Status, Store, ToolOutput,
-    Verdict,
+    NewSession, OpRecord, Operation, Outcome, Parent, Policy, Role, Session, Status, Store,
+    ToolOutput, Verdict,
 };
 use proptest::prelude::*;
-use serde_json::json;
+use serde_json::{Value, json};
 
 // ---------------------------------------------------------------- oracle ---
 
@@ -328,21 +328,7 @@ fn t1_is_synced_before_dispatch_returns_even_under_buffered_durability() {
     let store = Store::with_backend(Arc::new(backend));
     let s = store.create(NewSession::default()).unwrap();
     s.set_durability(Durability::Buffered);
-    let op = s.start_operation(Message::text(Role::User, "go")).unwrap();
-    let ticket = op.model_attempt(None, None).unwrap();
-    let call = Block::ToolCall {
-        call_id: "c1".into(),
-        name: "bash".into(),
-        arguments: json!({"cmd": "rm -rf build"}),
-    };
-    let reply = Message {
-        role: Role::Assistant,
-        content: vec![call],
-        usage: None,
-        model: None,
-        stop_reason: None,
-    };
-    op.record_assistant(ticket, reply).unwrap();
+    let op = started_with_call(&s, "bash", json!({"cmd": "rm -rf build"}));
     // Buffered appends so far: no sync after the header's.
     let before = io_events(&rec);
     assert!(
@@ -364,6 +350,26 @@ fn t1_is_synced_before_dispatch_returns_even_under_buffered_durability() {
     );
 }
 
+/// Starts an operation ("go") whose model replied with one call, `c1`, of `tool`.
+fn started_with_call<'s>(s: &'s Session, tool: &str, arguments: Value) -> Operation<'s> {
+    let op = s.start_operation(Message::text(Role::User, "go")).unwrap();
+    let ticket = op.model_attempt(None, None).unwrap();
+    let call = Block::ToolCall {
+        call_id: "c1".into(),
+        name: tool.into(),
+        arguments,
+    };
+    let reply = Message {
+        role: Role::Assistant,
+        content: vec![call],
+        usage: None,
+        model: None,
+        stop_reason: None,
+    };
+    op.record_assistant(ticket, reply).unwrap();
+    op
+}
+
 fn rec_len(s: &Session) -> usize {
     s.raw_record(s.len() - 1).unwrap().len()
 }
@@ -373,23 +379,7 @@ fn rec_len(s: &Session) -> usize {
 fn session_with_call(tool: &str) -> (MemoryBackend, Session) {
     let backend = MemoryBackend::new();
     let s = Session::create(&backend, NewSession::default()).unwrap();
-    {
-        let op = s.start_operation(Message::text(Role::User, "go")).unwrap();
-        let ticket = op.model_attempt(None, None).unwrap();
-        let call = Block::ToolCall {
-            call_id: "c1".into(),
-            name: tool.into(),
-            arguments: json!({}),
-        };
-        let reply = Message {
-            role: Role::Assistant,
-            content: vec![call],
-            usage: None,
-            model: None,
-            stop_reason: None,
-        };
-        op.record_assistant(ticket, reply).unwrap();
-    }
+    started_with_call(&s, tool, json!({}));
     (backend, s)
 }
 
@@ -502,24 +492,7 @@ fn idempotency_key_is_the_same_after_a_restart() {
     let store = Store::open_dir(tmp.path());
     let s = store.create(NewSession::default()).unwrap();
     let id = s.id().clone();
-    let op = s.start_operation(Message::text(Role::User, "go")).unwrap();
-    let ticket = op.model_attempt(None, None).unwrap();
-    let call = Block::ToolCall {
-        call_id: "c1".into(),
-        name: "put".into(),
-        arguments: json!({"k": 1}),
-    };
-    op.record_assistant(
-        ticket,
-        Message {
-            role: Role::Assistant,
-            content: vec![call],
-            usage: None,
-            model: None,
-            stop_reason: None,
-        },
-    )
-    .unwrap();
+    let op = started_with_call(&s, "put", json!({"k": 1}));
     let key = op
         .dispatch_tool("c1", EffectClass::Idempotent)
         .unwrap()
