@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use cairn::MemoryBackend;
 use cairn::steps::{StepKind, StepStatus};
+use cairn::testkit::build::{assistant, user};
 use cairn::testkit::recovery::{ScenarioRunner as CountingRunner, effect_of};
 use cairn::testkit::vfs::{Event, Events, HookVfs};
 use cairn::{
@@ -397,13 +398,13 @@ fn an_assistant_entry_must_use_its_preallocated_id() {
     let op = s.start_operation(Message::text(Role::User, "go")).unwrap();
     let ticket = op.model_attempt(None, None).unwrap();
     let n = s.len();
-    let msg = is_invalid(s.append(EntryBody::Message(Message::text(Role::Assistant, "sneaky"))));
+    let msg = is_invalid(s.append(assistant("sneaky")));
     assert!(msg.contains(ticket.entry().as_str()), "{msg}");
     // The reserved id cannot be taken by another kind of entry either.
     let other = NewEntry {
         id: Some(ticket.entry().clone()),
         parent: Parent::Leaf,
-        body: EntryBody::Message(Message::text(Role::User, "x")),
+        body: user("x"),
     };
     is_invalid(s.append_entry(other));
     assert_eq!(s.len(), n, "nothing was written");
