@@ -1544,3 +1544,40 @@ fn regression_a_crash_while_creating_a_session_left_an_empty_unopenable_file() {
     assert_eq!(store.list().unwrap().len(), 1);
     assert!(store.open(&id, Access::Write).is_ok());
 }
+
+/// A file system without hard links (`hard_link` says `Unsupported`).
+#[derive(Debug)]
+struct NoHardLinks;
+
+impl Hook for NoHardLinks {
+    fn hard_link(&self, _: &dyn cairn::vfs::Vfs, _: &Path, _: &Path) -> io::Result<()> {
+        Err(io::Error::new(io::ErrorKind::Unsupported, "no hard links"))
+    }
+}
+
+/// The test seams of other tests pass `hard_link` through, so this pins the
+/// fallback on its own: without hard links a new session is named by a
+/// rename, leaves no temporary file, and an id in use is still refused.
+#[test]
+fn without_hard_links_a_new_session_is_named_by_a_rename() {
+    let home = tempfile::tempdir().expect("tempdir");
+    let store = store_with_vfs(home.path(), HookVfs::new(NoHardLinks));
+    let s = store.create(NewSession::default()).expect("create");
+    s.append(user("one")).expect("append");
+    let id = s.id().clone();
+    drop(s);
+    let again = store.create(NewSession {
+        id: Some(id.clone()),
+        ..NewSession::default()
+    });
+    assert!(again.is_err(), "the id of an existing session is refused");
+    let names: Vec<String> = fs::read_dir(sessions_dir(home.path()))
+        .expect("read dir")
+        .map(|e| e.expect("entry").file_name().into_string().expect("utf-8"))
+        .collect();
+    assert!(names.iter().all(|n| !n.ends_with(".new")), "{names:?}");
+    let s = Store::open_dir(home.path())
+        .open(&id, Access::Write)
+        .expect("the renamed session opens");
+    assert_eq!(s.len(), 2);
+}
