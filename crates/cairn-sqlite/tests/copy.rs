@@ -9,8 +9,8 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use cairn::{Access, Backend, RawLine};
 use cairn::testkit::build::user;
+use cairn::{Access, Backend, RawLine};
 use cairn::{
     EffectClass, FileBackend, Message, NewSession, Outcome, Role, SessionId, Store, ToolOutput,
 };

@@ -3,7 +3,7 @@
 //! ```
 //! use cairn::testkit::build::{assistant, user};
 //!
-//! let s = cairn::Session::create(&cairn::backend::MemoryBackend::new(), Default::default())?;
+//! let s = cairn::Session::create(&cairn::MemoryBackend::new(), Default::default())?;
 //! s.append(user("list the files"))?;
 //! s.append(assistant("a, b, c"))?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
