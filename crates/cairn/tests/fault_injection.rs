@@ -425,14 +425,12 @@ fn survives_a_power_loss(fs: &SimFs, store: &cairn::Store, id: &SessionId, seq: 
             "record {seq} ({name}) was acknowledged as durable; after a power loss the session does not open: {e}"
         ),
     };
-    let texts: Vec<String> = s
-        .context()
-        .messages()
-        .iter()
-        .map(|m| m.message().plain_text())
-        .collect();
+    let prefix = format!("{name}:");
+    let ctx = s.context();
+    let kept = ctx.messages().iter();
     assert!(
-        texts.iter().any(|t| t.starts_with(&format!("{name}:"))),
+        kept.map(|m| m.message().plain_text())
+            .any(|t| t.starts_with(&prefix)),
         "record {seq} ({name}) was acknowledged as durable (Sync) and is gone after a power loss; \
          the session holds {} records, torn tail {:?}",
         s.len(),
