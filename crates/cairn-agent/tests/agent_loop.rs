@@ -18,7 +18,9 @@ use cairn_agent::provider::{ChatRequest, Provider, ProviderError, Reply, StreamE
 use cairn_agent::tools::CODE_INTERRUPTED;
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
-use support::{Harness, every_call_answered, last_assistant, op_kinds, result_of};
+use support::{
+    Harness, call_ids, every_call_answered, last_assistant, last_text, op_kinds, result_of,
+};
 
 fn calls_then_done(calls: Value) -> Value {
     json!({"turns": [{"replies": [{"text": "On it.", "tool_calls": calls}, {"text": "All done."}]}]})
@@ -39,19 +41,6 @@ fn ops(session: &Session) -> Vec<OpRecord> {
         .filter_map(|(seq, _)| match session.record(seq).ok()?.body {
             Body::Op(o) => Some(o),
             _ => None,
-        })
-        .collect()
-}
-
-fn call_ids(session: &Session) -> Vec<String> {
-    let ctx = session.context();
-    ctx.messages()
-        .iter()
-        .flat_map(|m| {
-            m.message()
-                .tool_calls()
-                .map(|(id, _, _)| id.to_owned())
-                .collect::<Vec<_>>()
         })
         .collect()
 }
@@ -478,10 +467,7 @@ fn resume_retries_an_interrupted_model_call() {
     let r = agent.resume().unwrap();
     assert_eq!(r.before.name(), "ProviderInterrupted");
     assert_eq!(r.end.unwrap().outcome, Outcome::Completed);
-    assert_eq!(
-        last_assistant(agent.session()).unwrap().plain_text(),
-        "Hello again."
-    );
+    assert_eq!(last_text(agent.session()), "Hello again.");
 }
 
 #[test]
@@ -502,10 +488,7 @@ fn resume_runs_tools_that_never_started() {
     assert_eq!(r.unwrap().end.unwrap().outcome, Outcome::Completed);
     let (is_error, _, text) = result_of(agent.session(), "c1").unwrap();
     assert!(!is_error && text.contains("content"), "{text}");
-    assert_eq!(
-        last_assistant(agent.session()).unwrap().plain_text(),
-        "All done."
-    );
+    assert_eq!(last_text(agent.session()), "All done.");
 }
 
 #[test]

@@ -21,6 +21,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use cairn::testkit::Rng;
 use cairn::{Access, Body, EntryId, OpRecord, Outcome, Store, Verdict};
 use serde_json::{Value, json};
 
@@ -41,20 +42,6 @@ fn script() -> Value {
             {"name": "bash", "arguments": {"command": "echo c4 >> tally.txt"}},
             {"name": "set_state", "arguments": {"patch": {"step": 2}}}]},
         {"text": "All steps are done; the tally has each line once."}]}]})
-}
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
 }
 
 struct Run {
@@ -262,17 +249,7 @@ fn sigkill_at_random_moments_then_resume_leaves_a_valid_session() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(24);
-    let seed: u64 = std::env::var("CAIRN_KILL_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-                | 1
-        });
-    let mut rng = Rng(seed);
+    let (mut rng, seed) = Rng::from_env_or_os("CAIRN_KILL_SEED");
     let dir = tempfile::tempdir().unwrap();
     let script = dir.path().join("script.json");
     std::fs::write(&script, script_text()).unwrap();

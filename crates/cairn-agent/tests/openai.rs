@@ -193,12 +193,7 @@ fn a_rate_limit_is_retried_after_the_servers_delay() {
     let mut agent = h.agent(h.new_session(), h.runtime(p, Canned::default()));
     let end = agent.prompt("hi").unwrap();
     assert_eq!(end.outcome, Outcome::Completed);
-    let retries: Vec<String> = h
-        .recorder
-        .lines()
-        .into_iter()
-        .filter(|l| l.starts_with("retry"))
-        .collect();
+    let retries = h.recorder.starting_with("retry");
     assert_eq!(retries.len(), 2, "{retries:?}");
     assert!(
         retries[0].contains("429") && retries[0].contains("slow down"),
@@ -209,12 +204,7 @@ fn a_rate_limit_is_retried_after_the_servers_delay() {
         .filter(|k| *k == "model_attempted")
         .count();
     assert_eq!(attempts, 3, "each try is a recorded model attempt");
-    assert_eq!(
-        support::last_assistant(agent.session())
-            .unwrap()
-            .plain_text(),
-        "ok"
-    );
+    assert_eq!(support::last_text(agent.session()), "ok");
 }
 
 #[test]
@@ -239,20 +229,10 @@ fn a_connection_dropped_mid_stream_is_retried_and_the_partial_reply_discarded() 
     let mut agent = h.agent(h.new_session(), h.runtime(p, Canned::default()));
     let end = agent.prompt("greet").unwrap();
     assert_eq!(end.outcome, Outcome::Completed);
-    let retries: Vec<String> = h
-        .recorder
-        .lines()
-        .into_iter()
-        .filter(|l| l.starts_with("retry"))
-        .collect();
+    let retries = h.recorder.starting_with("retry");
     assert_eq!(retries.len(), 2, "{retries:?}");
     assert!(retries[0].contains("incomplete"), "{retries:?}");
-    assert_eq!(
-        support::last_assistant(agent.session())
-            .unwrap()
-            .plain_text(),
-        "Hello world"
-    );
+    assert_eq!(support::last_text(agent.session()), "Hello world");
 }
 
 #[test]
@@ -363,17 +343,7 @@ fn call_ids_a_server_repeats_are_made_unique() {
     );
     let s = agent.session();
     support::every_call_answered(s).unwrap();
-    let ctx = s.context();
-    let ids: Vec<String> = ctx
-        .messages()
-        .iter()
-        .flat_map(|m| {
-            m.message()
-                .tool_calls()
-                .map(|(id, _, _)| id.to_owned())
-                .collect::<Vec<_>>()
-        })
-        .collect();
+    let ids = support::call_ids(s);
     assert_eq!(ids.len(), 4);
     assert_eq!(ids[0], "call_0");
     let unique: std::collections::HashSet<&String> = ids.iter().collect();

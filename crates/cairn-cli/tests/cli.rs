@@ -24,6 +24,16 @@ fn bin() -> assert_cmd::Command {
     c
 }
 
+/// `cairn copy --from HOME --to DB`, which must succeed.
+fn copy_to(home: &Home, db: &str) -> assert_cmd::assert::Assert {
+    bin()
+        .args(["copy", "--from"])
+        .arg(home.path())
+        .args(["--to", db])
+        .assert()
+        .success()
+}
+
 fn json_of(out: &std::process::Output) -> Value {
     assert!(out.status.success(), "{}", stderr(out));
     serde_json::from_slice(&out.stdout).unwrap()
@@ -34,11 +44,7 @@ fn json_of(out: &std::process::Output) -> Value {
 #[test]
 fn every_help_page_has_an_example() {
     let home = Home::new();
-    home.cairn()
-        .arg("--help")
-        .assert()
-        .success()
-        .stdout(predicate::str::contains("Examples:"));
+    home.prints(&["--help"], "Examples:");
     for sub in [
         "new", "append", "ls", "show", "context", "tree", "log", "checkout", "rewind", "fork",
         "label", "rm", "fsck", "export", "demo",
@@ -55,11 +61,7 @@ fn every_help_page_has_an_example() {
 fn usage_errors_exit_2() {
     let home = Home::new();
     home.cairn().arg("frobnicate").assert().code(2);
-    home.cairn()
-        .arg("show")
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains("no session given"));
+    home.refuses(&["show"], "no session given");
     home.cairn().args(["show", "x", "--last"]).assert().code(2);
 }
 
@@ -86,11 +88,7 @@ fn new_prints_an_id_that_opens() {
 #[test]
 fn new_rejects_invalid_state_json() {
     let home = Home::new();
-    home.cairn()
-        .args(["new", "--state", "{nope"])
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains("--state"));
+    home.refuses(&["new", "--state", "{nope"], "--state");
 }
 
 #[test]
@@ -285,16 +283,8 @@ fn append_to_a_session_in_use_fails_with_a_hint_and_reads_still_work() {
     for cmd in ["show", "tree", "log", "context"] {
         home.cairn().args([cmd, &id]).assert().success();
     }
-    home.cairn()
-        .args(["checkout", &id, "root"])
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains("in use"));
-    home.cairn()
-        .args(["rm", &id, "--yes"])
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains("in use"));
+    home.refuses(&["checkout", &id, "root"], "in use");
+    home.refuses(&["rm", &id, "--yes"], "in use");
     drop(held);
     home.append(&id, &[msg("user", "m1", "hi")])
         .status
@@ -327,22 +317,10 @@ fn sessions_are_found_by_id_prefix_path_and_last() {
     let home = Home::new();
     storyboard(&home);
     for name in [STORY, &STORY[..6], home.file(STORY).to_str().unwrap()] {
-        home.cairn()
-            .args(["context", name])
-            .assert()
-            .success()
-            .stdout(predicate::str::contains("context at t5"));
+        home.prints(&["context", name], "context at t5");
     }
-    home.cairn()
-        .args(["context", "--last"])
-        .assert()
-        .success()
-        .stdout(predicate::str::contains("context at t5"));
-    home.cairn()
-        .args(["checkout", "--last", "panel-1"])
-        .assert()
-        .success()
-        .stdout(predicate::str::contains("moved the leaf to st1"));
+    home.prints(&["context", "--last"], "context at t5");
+    home.prints(&["checkout", "--last", "panel-1"], "moved the leaf to st1");
 }
 
 #[test]
@@ -358,12 +336,7 @@ fn unknown_session_is_an_error_naming_the_store() {
         .assert()
         .code(2);
     let empty = Home::new();
-    empty
-        .cairn()
-        .args(["show", "--last"])
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains("no sessions yet"));
+    empty.refuses(&["show", "--last"], "no sessions yet");
 }
 
 #[test]
@@ -382,16 +355,8 @@ fn ambiguous_or_unknown_entry_is_an_error() {
     let home = Home::new();
     let id = home.new_session("e");
     home.append(&id, &[msg("user", "abc1", "x"), msg("user", "abc2", "y")]);
-    home.cairn()
-        .args(["checkout", &id, "abc"])
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains("ambiguous"));
-    home.cairn()
-        .args(["fork", &id, "zzz"])
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains("no entry"));
+    home.refuses(&["checkout", &id, "abc"], "ambiguous");
+    home.refuses(&["fork", &id, "zzz"], "no entry");
 }
 
 // --- damage and versions ----------------------------------------------------
@@ -434,11 +399,7 @@ fn damaged_file_is_refused_with_the_line_and_a_fix_and_fsck_exits_1() {
         .success()
         .stdout(predicate::str::starts_with("ok"));
     // `ls` still lists the damaged session rather than failing.
-    home.cairn()
-        .arg("ls")
-        .assert()
-        .success()
-        .stdout(predicate::str::contains("fsck"));
+    home.prints(&["ls"], "fsck");
 }
 
 #[test]
@@ -499,12 +460,7 @@ fn regression_fsck_failed_on_a_sqlite_store() {
     let home = Home::new();
     storyboard(&home);
     let db = format!("sqlite:{}", home.path().join("store.db").display());
-    bin()
-        .args(["copy", "--from"])
-        .arg(home.path())
-        .args(["--to", &db])
-        .assert()
-        .success();
+    copy_to(&home, &db);
     bin()
         .args(["--store", &db, "--color", "never", "fsck", "--all"])
         .assert()
@@ -546,11 +502,7 @@ fn regression_fsck_passed_an_empty_file_followed_symlinks_and_read_any_path() {
     std::fs::write(&outside, b"root:x:0:0:root:/root:/bin/sh\n").unwrap();
     std::fs::remove_file(home.file(OTHER)).unwrap();
     std::os::unix::fs::symlink(&outside, home.file(OTHER)).unwrap();
-    home.cairn()
-        .args(["fsck", OTHER])
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains("not a regular file"));
+    home.refuses(&["fsck", OTHER], "not a regular file");
     home.cairn()
         .args(["fsck", "--all"])
         .assert()
@@ -560,11 +512,7 @@ fn regression_fsck_passed_an_empty_file_followed_symlinks_and_read_any_path() {
                 .and(predicate::str::contains("root:x").not()),
         );
     for path in [outside.to_str().unwrap(), "../../etc/passwd"] {
-        home.cairn()
-            .args(["fsck", path])
-            .assert()
-            .code(2)
-            .stderr(predicate::str::contains("<session id>.jsonl"));
+        home.refuses(&["fsck", path], "<session id>.jsonl");
     }
 }
 
@@ -598,7 +546,7 @@ fn newer_format_version_is_refused_with_upgrade_advice() {
 fn ls_json_has_the_documented_shape() {
     let home = Home::new();
     storyboard(&home);
-    let v = json_of(&home.cairn().args(["ls", "--json"]).output().unwrap());
+    let v = home.json(&["ls", "--json"]);
     let rows = v.as_array().unwrap();
     assert_eq!(rows.len(), 2);
     assert_eq!(rows[0]["id"], STORY);
@@ -639,25 +587,14 @@ fn ls_shows_the_most_recent_20_unless_all() {
     let out = stdout(&home.cairn().args(["ls", "--all"]).output().unwrap());
     assert_eq!(out.lines().count(), 1 + 22);
     let empty = Home::new();
-    empty
-        .cairn()
-        .arg("ls")
-        .assert()
-        .success()
-        .stdout(predicate::str::contains("no sessions"));
+    empty.prints(&["ls"], "no sessions");
 }
 
 #[test]
 fn context_and_show_json_have_the_documented_shape() {
     let home = Home::new();
     storyboard(&home);
-    let c = json_of(
-        &home
-            .cairn()
-            .args(["context", STORY, "--json"])
-            .output()
-            .unwrap(),
-    );
+    let c = home.json(&["context", STORY, "--json"]);
     assert_eq!(c["leaf"], "t5");
     assert_eq!(c["messages"].as_array().unwrap().len(), 6);
     assert_eq!(c["messages"][0]["source"], "compaction_summary");
@@ -669,13 +606,7 @@ fn context_and_show_json_have_the_documented_shape() {
     assert_eq!(c["settings"], json!({"model": "demo-model-2"}));
     assert_eq!(c["labels"], json!({"finale": "u4", "panel-1": "st1"}));
     assert_eq!(c["compaction"]["first_kept"], "u3");
-    let s = json_of(
-        &home
-            .cairn()
-            .args(["show", STORY, "--json"])
-            .output()
-            .unwrap(),
-    );
+    let s = home.json(&["show", STORY, "--json"]);
     assert_eq!(s["context"], c);
     assert_eq!(s["session"]["id"], STORY);
     assert_eq!(s["session"]["records"], 21);
@@ -687,13 +618,7 @@ fn context_and_show_json_have_the_documented_shape() {
 fn tree_json_lists_every_node_with_children_and_the_active_path() {
     let home = Home::new();
     storyboard(&home);
-    let t = json_of(
-        &home
-            .cairn()
-            .args(["tree", STORY, "--json"])
-            .output()
-            .unwrap(),
-    );
+    let t = home.json(&["tree", STORY, "--json"]);
     let nodes = t["nodes"].as_array().unwrap();
     assert_eq!(nodes.len(), 16);
     let st1 = nodes.iter().find(|n| n["id"] == "st1").unwrap();
@@ -857,19 +782,9 @@ fn labels_are_set_listed_used_and_deleted() {
         .assert()
         .success()
         .stdout("label climb → u3\n");
-    let v = json_of(
-        &home
-            .cairn()
-            .args(["label", STORY, "--json"])
-            .output()
-            .unwrap(),
-    );
+    let v = home.json(&["label", STORY, "--json"]);
     assert_eq!(v, json!({"climb": "u3", "finale": "u4", "panel-1": "st1"}));
-    home.cairn()
-        .args(["checkout", STORY, "climb"])
-        .assert()
-        .success()
-        .stdout(predicate::str::contains("u3 [climb]"));
+    home.prints(&["checkout", STORY, "climb"], "u3 [climb]");
     home.cairn()
         .args(["label", STORY, "climb", "--delete"])
         .assert()
@@ -879,20 +794,12 @@ fn labels_are_set_listed_used_and_deleted() {
         .assert()
         .success()
         .stdout("finale → u4\npanel-1 → st1\n");
-    home.cairn()
-        .args(["label", STORY, "climb", "--delete"])
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains("no such label"));
+    home.refuses(&["label", STORY, "climb", "--delete"], "no such label");
     home.cairn()
         .args(["label", STORY, "u3", "bad name!"])
         .assert()
         .code(2);
-    home.cairn()
-        .args(["label", STORY, "u3"])
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains("expected 2"));
+    home.refuses(&["label", STORY, "u3"], "expected 2");
 }
 
 #[test]
@@ -1020,32 +927,21 @@ fn copy_moves_a_store_to_sqlite_and_back_byte_for_byte_and_sqlite_stores_work_ev
     storyboard(&home);
     let db = format!("sqlite:{}", home.path().join("store.db").display());
     let back = home.path().join("back");
-    bin()
-        .args(["copy", "--from"])
-        .arg(home.path())
-        .args(["--to", &db])
-        .assert()
-        .success()
-        .stdout(predicate::str::contains("copied 2 session(s)"));
+    copy_to(&home, &db).stdout(predicate::str::contains("copied 2 session(s)"));
     // The SQLite store answers the same commands.
-    bin()
-        .args(["--store", &db, "tree", STORY])
-        .assert()
-        .success()
-        .stdout(predicate::str::contains("u4"));
-    bin()
-        .args(["--store", &db, "ls"])
-        .assert()
-        .success()
-        .stdout(predicate::str::contains("comic storyboard"));
+    for (args, says) in [
+        (["tree", STORY].as_slice(), "u4"),
+        (["ls"].as_slice(), "comic storyboard"),
+    ] {
+        bin()
+            .args(["--store", &db])
+            .args(args)
+            .assert()
+            .success()
+            .stdout(predicate::str::contains(says));
+    }
     // A second copy finds everything unchanged.
-    bin()
-        .args(["copy", "--from"])
-        .arg(home.path())
-        .args(["--to", &db])
-        .assert()
-        .success()
-        .stdout(predicate::str::contains("2 already there unchanged"));
+    copy_to(&home, &db).stdout(predicate::str::contains("2 already there unchanged"));
     bin()
         .args(["copy", "--from", &db, "--to"])
         .arg(&back)
@@ -1117,11 +1013,7 @@ fn steps_and_recover_work_on_a_crashed_operation_appended_by_another_program() {
         steps.contains("s0003") && steps.contains("charge") && steps.contains("running"),
         "{steps}"
     );
-    home.cairn()
-        .args(["recover", &id])
-        .assert()
-        .success()
-        .stdout(predicate::str::contains("IndeterminateTool"));
+    home.prints(&["recover", &id], "IndeterminateTool");
     home.cairn()
         .args(["recover", &id, "--policy", "unknown"])
         .assert()

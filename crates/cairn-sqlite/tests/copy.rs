@@ -9,18 +9,14 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use cairn::testkit::build::user;
 use cairn::{Access, Backend, RawLine};
 use cairn::{
-    EffectClass, EntryBody, FileBackend, Message, NewSession, Outcome, Role, SessionId, Store,
-    ToolOutput,
+    EffectClass, FileBackend, Message, NewSession, Outcome, Role, SessionId, Store, ToolOutput,
 };
 use cairn_sqlite::{CopyError, CopyOutcome, SqliteBackend, copy_session, copy_store};
 use pretty_assertions::assert_eq;
 use serde_json::json;
-
-fn user(text: &str) -> EntryBody {
-    EntryBody::Message(Message::text(Role::User, text))
-}
 
 fn lines(b: &dyn Backend, id: &SessionId) -> Vec<Vec<u8>> {
     let mut out = Vec::new();

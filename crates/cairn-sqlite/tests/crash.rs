@@ -16,41 +16,16 @@
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 
+use cairn::testkit::Rng;
+use cairn::testkit::child::rerun_ignored;
 use cairn::{Access, Durability, EntryBody, Message, NewSession, Role, SessionId, Store};
 use cairn_sqlite::SqliteBackend;
 
 const DB_ENV: &str = "CAIRN_SQLITE_CRASH_DB";
 const TRIAL_ENV: &str = "CAIRN_SQLITE_CRASH_TRIAL";
 const MODES: [&str; 3] = ["sync", "group", "buffered"];
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
-fn seed() -> u64 {
-    if let Some(s) = std::env::var("CAIRN_SQLITE_CRASH_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-    {
-        return s;
-    }
-    let mut b = [0u8; 8];
-    getrandom::fill(&mut b).unwrap();
-    u64::from_le_bytes(b) | 1
-}
 
 /// The text of record `i` of `trial` written by `thread`, padded to `pad` bytes.
 fn text(trial: u64, thread: u64, i: u64, pad: u64) -> String {
@@ -89,7 +64,7 @@ fn crash_child() {
         .map(|thread| {
             let (s, store) = (s.clone(), store.clone());
             std::thread::spawn(move || {
-                let mut rng = Rng(trial * 7919 + thread * 104_729 + 1);
+                let mut rng = Rng::new(trial * 7919 + thread * 104_729 + 1);
                 for i in 0.. {
                     if thread == 0 && i % 7 == 3 {
                         let new = store.create(NewSession::default()).unwrap();
@@ -118,8 +93,7 @@ fn sigkill_at_random_moments_loses_no_acknowledged_record() {
         .ok()
         .and_then(|t| t.parse().ok())
         .unwrap_or(30);
-    let seed = seed();
-    let mut rng = Rng(seed);
+    let (mut rng, seed) = Rng::from_env_or_os("CAIRN_SQLITE_CRASH_SEED");
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("crash.db");
     let id = {
@@ -127,7 +101,6 @@ fn sigkill_at_random_moments_loses_no_acknowledged_record() {
         std::fs::write(db.with_extension("id"), s.id().as_str()).unwrap();
         s.id().clone()
     };
-    let exe = std::env::current_exe().unwrap();
     // seq → (trial, thread, i, pad) of every acknowledged append so far.
     let mut acked: BTreeMap<u64, (u64, u64, u64, u64)> = BTreeMap::new();
     let mut created: Vec<SessionId> = Vec::new();
@@ -136,18 +109,9 @@ fn sigkill_at_random_moments_loses_no_acknowledged_record() {
             "seed {seed}, trial {trial} ({} mode)",
             MODES[(trial % 3) as usize]
         );
-        let mut child = Command::new(&exe)
-            .args([
-                "--exact",
-                "crash_child",
-                "--ignored",
-                "--nocapture",
-                "--test-threads=1",
-            ])
+        let mut child = rerun_ignored("crash_child")
             .env(DB_ENV, &db)
             .env(TRIAL_ENV, trial.to_string())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
             .spawn()
             .unwrap();
         let mut out = BufReader::new(child.stdout.take().unwrap());

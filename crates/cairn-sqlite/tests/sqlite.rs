@@ -9,6 +9,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use cairn::Backend;
+use cairn::testkit::build::user;
 use cairn::{
     Access, AppendError, EntryBody, Message, NewEntry, NewSession, OpenError, Outcome, Parent,
     Role, SessionId, Status, Store, StoreError,
@@ -16,10 +17,6 @@ use cairn::{
 use cairn_sqlite::{SCHEMA_VERSION, SqliteBackend, SqliteError, Takeover};
 use pretty_assertions::assert_eq;
 use rusqlite::{Connection, params};
-
-fn user(text: &str) -> EntryBody {
-    EntryBody::Message(Message::text(Role::User, text))
-}
 
 fn setup() -> (tempfile::TempDir, Arc<SqliteBackend>, Store) {
     let dir = tempfile::tempdir().unwrap();

@@ -13,16 +13,13 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use cairn::fsck::{self, Severity};
+use cairn::testkit::build::user;
 use cairn::{
-    Access, Body, Damage, EffectClass, EntryBody, EntryId, Message, OpenError, Role, SessionId,
-    Store, ToolOutput,
+    Access, Body, Damage, EffectClass, EntryId, Message, OpenError, Role, SessionId, Store,
+    ToolOutput,
 };
 
 use support::{Sample, line_spans, replaced, sealed, torn_files};
-
-fn user(text: &str) -> EntryBody {
-    EntryBody::Message(Message::text(Role::User, text))
-}
 
 /// Opens for writing, then read-only; both must fail and change nothing.
 fn refused(store: &Store, id: &SessionId, path: &Path) -> Vec<OpenError> {

@@ -30,6 +30,8 @@ mod flawed {
         FrozenStamp,
     }
 
+    type Opening = Result<Opened, OpenError>;
+
     #[derive(Debug)]
     struct FlawedBackend {
         inner: MemoryBackend,
@@ -83,12 +85,7 @@ mod flawed {
                 flaw: self.flaw,
             }))
         }
-        fn open(
-            &self,
-            id: &SessionId,
-            access: Access,
-            visit: &mut Visitor<'_>,
-        ) -> Result<Opened, OpenError> {
+        fn open(&self, id: &SessionId, access: Access, visit: &mut Visitor<'_>) -> Opening {
             let opened = self.inner.open(id, access, visit)?;
             Ok(Opened {
                 log: Box::new(FlawedLog {

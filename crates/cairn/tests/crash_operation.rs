@@ -11,8 +11,8 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
+use cairn::testkit::child::rerun_ignored;
 use cairn::{
     Access, Block, Durability, EffectClass, Message, NewSession, Outcome, Policy, Role, SessionId,
     Status, Store, ToolOutput, ToolRunner, Verdict,
@@ -175,7 +175,6 @@ fn expected_verdict(boundary: &str) -> &'static str {
 
 #[test]
 fn crash_at_every_boundary_is_recovered_with_at_most_one_charge() {
-    let exe = std::env::current_exe().unwrap();
     for &boundary in BOUNDARIES {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().to_path_buf();
@@ -183,19 +182,9 @@ fn crash_at_every_boundary_is_recovered_with_at_most_one_charge() {
         let id = store.create(NewSession::default()).unwrap().id().clone();
         std::fs::write(dir.join("id"), id.as_str()).unwrap();
 
-        let mut child = Command::new(&exe)
-            .args([
-                "--exact",
-                "crash_child",
-                "--ignored",
-                "--nocapture",
-                "--test-threads=1",
-            ])
+        let mut child = rerun_ignored("crash_child")
             .env(CHILD_ENV, &dir)
             .env(STOP_ENV, boundary)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
             .spawn()
             .unwrap();
         let mut acked: Option<u64> = None;

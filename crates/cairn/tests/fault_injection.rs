@@ -25,7 +25,8 @@ mod support;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
-use cairn::{Access, AppendError, Durability, EntryBody, Message, OpenError, Role, SessionId};
+use cairn::testkit::build::user;
+use cairn::{Access, AppendError, Durability, EntryBody, OpenError, SessionId};
 
 use support::simfs::{CrashMode, FaultKind, FaultPlan, Op, Rng, SimFs};
 use support::workload::{Halt, World, check_context, check_verdict, end_of_lines, sessions_dir};
@@ -49,10 +50,6 @@ const STEPS: usize = 24;
 
 fn faultable() -> BTreeSet<Op> {
     Op::FAULTABLE.iter().copied().collect()
-}
-
-fn user(text: &str) -> EntryBody {
-    EntryBody::Message(Message::text(Role::User, text))
 }
 
 fn new_world(seed: u64) -> World {
@@ -373,6 +370,74 @@ fn every_injected_fault_is_reported_poisons_and_loses_nothing_acknowledged() {
     assert!(st.poisoned_verified > 0 && st.surfaced > 0);
 }
 
+/// A store of session files on the simulated disk, its sessions directory
+/// already durable.
+fn sim_store(fs: &SimFs) -> cairn::Store {
+    fs.mkdir_durable(&sessions_dir());
+    cairn::Store::with_backend(std::sync::Arc::new(cairn::FileBackend::with_vfs(
+        sessions_dir(),
+        fs.vfs(),
+    )))
+}
+
+/// The next sync of a session log fails with `EIO`, once.
+fn next_log_sync_fails() -> FaultPlan {
+    FaultPlan {
+        ops: [Op::Sync].into_iter().collect(),
+        nth: 1,
+        kind: FaultKind::Eio,
+        sticky: false,
+        suffix: Some(".jsonl".into()),
+    }
+}
+
+/// A new session in `Buffered` mode holding one message, `first`.
+fn buffered_session(store: &cairn::Store, first: &str) -> (cairn::Session, SessionId) {
+    let s = store.create(cairn::NewSession::default()).expect("create");
+    s.set_durability(Durability::Buffered);
+    s.append(user(first)).expect("buffered append");
+    let id = s.id().clone();
+    (s, id)
+}
+
+/// Reopens session `id` (`when`: what happened before, for the failure
+/// message) and appends `name: …` in `Sync` mode; returns the record's seq.
+fn ack_after_reopen(store: &cairn::Store, id: &SessionId, name: &str, when: &str) -> u64 {
+    let s = store
+        .open(id, Access::Write)
+        .unwrap_or_else(|e| panic!("{when}: {e}"));
+    s.set_durability(Durability::Sync);
+    s.append(user(&format!(
+        "{name}: acknowledged as durable after the reopen"
+    )))
+    .unwrap_or_else(|e| panic!("append {name}: {e}"))
+    .seq
+}
+
+/// After a power loss and a reboot, session `id` opens and still holds the
+/// message `name: …`, acknowledged as durable as record `seq`.
+fn survives_a_power_loss(fs: &SimFs, store: &cairn::Store, id: &SessionId, seq: u64, name: &str) {
+    fs.crash_now(CrashMode::LoseAll, 1);
+    fs.reboot();
+    let s = match store.open(id, Access::Write) {
+        Ok(s) => s,
+        Err(e) => panic!(
+            "record {seq} ({name}) was acknowledged as durable; after a power loss the session does not open: {e}"
+        ),
+    };
+    let prefix = format!("{name}:");
+    let ctx = s.context();
+    let kept = ctx.messages().iter();
+    assert!(
+        kept.map(|m| m.message().plain_text())
+            .any(|t| t.starts_with(&prefix)),
+        "record {seq} ({name}) was acknowledged as durable (Sync) and is gone after a power loss; \
+         the session holds {} records, torn tail {:?}",
+        s.len(),
+        s.open_report().torn
+    );
+}
+
 /// Linux after a failed fsync: the dirty pages are dropped from the write-back
 /// queue but stay readable, so a reopened writer builds on records the disk
 /// never got, and a later successful fsync writes only the new ones. The
@@ -382,64 +447,21 @@ fn every_injected_fault_is_reported_poisons_and_loses_nothing_acknowledged() {
 fn regression_after_a_failed_fsync_a_reopened_writer_acknowledged_a_record_that_a_power_loss_then_cut()
  {
     let fs = SimFs::new();
-    fs.mkdir_durable(&sessions_dir());
     fs.failed_sync_drops_all(true);
-    let store = cairn::Store::with_backend(std::sync::Arc::new(cairn::FileBackend::with_vfs(
-        sessions_dir(),
-        fs.vfs(),
-    )));
-    let s = store.create(cairn::NewSession::default()).expect("create");
-    let id = s.id().clone();
-    s.set_durability(Durability::Buffered);
-    s.append(user("A: buffered, then its sync fails"))
-        .expect("buffered append");
-    fs.fail(FaultPlan {
-        ops: [Op::Sync].into_iter().collect(),
-        nth: 1,
-        kind: FaultKind::Eio,
-        sticky: false,
-        suffix: Some(".jsonl".into()),
-    });
+    let store = sim_store(&fs);
+    let (s, id) = buffered_session(&store, "A: buffered, then its sync fails");
+    fs.fail(next_log_sync_fails());
     assert!(s.sync().is_err(), "the injected fsync failure is reported");
     drop(s);
     // Reopen in the same boot, as the error message says to.
-    let s = store
-        .open(&id, Access::Write)
-        .expect("reopen after the failure");
-    s.set_durability(Durability::Sync);
-    let b = s
-        .append(user("B: acknowledged as durable after the reopen"))
-        .expect("append B");
-    drop(s);
-    fs.crash_now(CrashMode::LoseAll, 1);
-    fs.reboot();
-    let s = store
-        .open(&id, Access::Write)
-        .expect("open after the power loss");
-    let texts: Vec<String> = s
-        .context()
-        .messages()
-        .iter()
-        .map(|m| m.message().plain_text())
-        .collect();
-    assert!(
-        texts.iter().any(|t| t.starts_with("B:")),
-        "record {} (B) was acknowledged as durable (Sync) and is gone after a power loss; \
-         the session holds {} records, torn tail {:?}",
-        b.seq,
-        s.len(),
-        s.open_report().torn
-    );
+    let seq = ack_after_reopen(&store, &id, "B", "reopen after the failure");
+    survives_a_power_loss(&fs, &store, &id, seq, "B");
 }
 
 #[test]
 fn a_full_disk_on_an_append_names_the_file_says_no_space_and_poisons_until_reopen() {
     let fs = SimFs::new();
-    fs.mkdir_durable(&sessions_dir());
-    let store = cairn::Store::with_backend(std::sync::Arc::new(cairn::FileBackend::with_vfs(
-        sessions_dir(),
-        fs.vfs(),
-    )));
+    let store = sim_store(&fs);
     let s = store.create(cairn::NewSession::default()).expect("create");
     let id = s.id().clone();
     let ok = s.append(user("fits")).expect("append");
@@ -481,17 +503,9 @@ fn a_full_disk_on_an_append_names_the_file_says_no_space_and_poisons_until_reope
 fn regression_when_the_unsynced_marker_could_not_be_written_a_reopened_writer_built_on_dropped_pages()
  {
     let fs = SimFs::new();
-    fs.mkdir_durable(&sessions_dir());
     fs.failed_sync_drops_all(true);
-    let store = cairn::Store::with_backend(std::sync::Arc::new(cairn::FileBackend::with_vfs(
-        sessions_dir(),
-        fs.vfs(),
-    )));
-    let s = store.create(cairn::NewSession::default()).expect("create");
-    let id = s.id().clone();
-    s.set_durability(Durability::Buffered);
-    s.append(user("A: buffered, then its sync fails"))
-        .expect("buffered append");
+    let store = sim_store(&fs);
+    let (s, id) = buffered_session(&store, "A: buffered, then its sync fails");
     // The disk fails from the next sync on, for every file, until it heals.
     fs.fail(FaultPlan {
         ops: [Op::Sync, Op::Write, Op::SetLen].into_iter().collect(),
@@ -503,33 +517,8 @@ fn regression_when_the_unsynced_marker_could_not_be_written_a_reopened_writer_bu
     assert!(s.sync().is_err(), "the injected fsync failure is reported");
     drop(s);
     fs.heal();
-    let s = store
-        .open(&id, Access::Write)
-        .expect("reopen once the disk works");
-    s.set_durability(Durability::Sync);
-    let b = s
-        .append(user("B: acknowledged as durable after the reopen"))
-        .expect("append B");
-    drop(s);
-    fs.crash_now(CrashMode::LoseAll, 1);
-    fs.reboot();
-    let s = store
-        .open(&id, Access::Write)
-        .expect("open after the power loss");
-    let texts: Vec<String> = s
-        .context()
-        .messages()
-        .iter()
-        .map(|m| m.message().plain_text())
-        .collect();
-    assert!(
-        texts.iter().any(|t| t.starts_with("B:")),
-        "record {} (B) was acknowledged as durable (Sync) and is gone after a power loss; \
-         the session holds {} records, torn tail {:?}",
-        b.seq,
-        s.len(),
-        s.open_report().torn
-    );
+    let seq = ack_after_reopen(&store, &id, "B", "reopen once the disk works");
+    survives_a_power_loss(&fs, &store, &id, seq, "B");
 }
 
 /// The fix for the fsyncgate bug takes a newly opened writer's whole file as
@@ -541,59 +530,16 @@ fn regression_when_the_unsynced_marker_could_not_be_written_a_reopened_writer_bu
 #[test]
 fn regression_the_unsynced_marker_missed_pages_an_earlier_handle_left_dirty() {
     let fs = SimFs::new();
-    fs.mkdir_durable(&sessions_dir());
     fs.failed_sync_drops_all(true);
-    let store = cairn::Store::with_backend(std::sync::Arc::new(cairn::FileBackend::with_vfs(
-        sessions_dir(),
-        fs.vfs(),
-    )));
-    let s = store.create(cairn::NewSession::default()).expect("create");
-    let id = s.id().clone();
-    s.set_durability(Durability::Buffered);
-    s.append(user("A: buffered, never synced by this handle"))
-        .expect("append A");
+    let store = sim_store(&fs);
+    let (s, id) = buffered_session(&store, "A: buffered, never synced by this handle");
     drop(s);
     let s = store.open(&id, Access::Write).expect("reopen");
     s.set_durability(Durability::Buffered);
     s.append(user("B: buffered")).expect("append B");
-    fs.fail(FaultPlan {
-        ops: [Op::Sync].into_iter().collect(),
-        nth: 1,
-        kind: FaultKind::Eio,
-        sticky: false,
-        suffix: Some(".jsonl".into()),
-    });
+    fs.fail(next_log_sync_fails());
     assert!(s.sync().is_err(), "the injected fsync failure is reported");
     drop(s);
-    let s = store
-        .open(&id, Access::Write)
-        .expect("reopen after the failure");
-    s.set_durability(Durability::Sync);
-    let c = s
-        .append(user("C: acknowledged as durable after the reopen"))
-        .expect("append C");
-    drop(s);
-    fs.crash_now(CrashMode::LoseAll, 1);
-    fs.reboot();
-    let s = match store.open(&id, Access::Write) {
-        Ok(s) => s,
-        Err(e) => panic!(
-            "record {} (C) was acknowledged as durable; after a power loss the session does not open: {e}",
-            c.seq
-        ),
-    };
-    let texts: Vec<String> = s
-        .context()
-        .messages()
-        .iter()
-        .map(|m| m.message().plain_text())
-        .collect();
-    assert!(
-        texts.iter().any(|t| t.starts_with("C:")),
-        "record {} (C) was acknowledged as durable (Sync) and is gone after a power loss; \
-         the session holds {} records, torn tail {:?}",
-        c.seq,
-        s.len(),
-        s.open_report().torn
-    );
+    let seq = ack_after_reopen(&store, &id, "C", "reopen after the failure");
+    survives_a_power_loss(&fs, &store, &id, seq, "C");
 }

@@ -17,12 +17,13 @@ use std::fs;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+
 use std::sync::Arc;
 use std::thread;
 
 use cairn::TornTail;
 use cairn::frame;
+use cairn::testkit::build::user;
 use cairn::{
     Access, AppendError, Block, Body, Damage, Durability, Entry, EntryBody, EntryId, Message,
     NewSession, OpRecord, OpenError, Role, Session, SessionId, Store, ToolOutput,
@@ -31,16 +32,14 @@ use cairn::{EffectClass, OpStarted, Unknown};
 use pretty_assertions::assert_eq;
 use serde_json::json;
 
+use cairn::testkit::child::rerun_ignored;
+use cairn::testkit::vfs::{Fault, Faults, Hook, HookVfs};
 use support::{
-    Event, Fault, FaultyVfs, RacingWriterVfs, Recorder, RecordingVfs, Sample, install, line_spans,
-    replaced, sealed, session_path, sessions_dir, store_with_vfs, torn_files, with_seq,
+    Event, RacingWriter, Recorder, Sample, install, line_spans, recording_vfs, replaced, sealed,
+    session_path, sessions_dir, store_with_vfs, torn_files, with_seq,
 };
 
 const TS: &str = "2026-01-02T03:04:05.678Z";
-
-fn user(text: &str) -> EntryBody {
-    EntryBody::Message(Message::text(Role::User, text))
-}
 
 /// The texts of the messages the model would see.
 fn context_texts(s: &Session) -> Vec<String> {
@@ -61,6 +60,54 @@ fn damage_of(e: OpenError) -> Damage {
 /// Opens for writing and then read-only, expecting both to fail without
 /// changing a byte of the file or saving anything beside it. Returns the two
 /// errors (writer's first).
+/// A copy of the sample whose log holds `bytes`, its path and a store over it.
+fn copy_store(sample: &Sample, bytes: &[u8]) -> (tempfile::TempDir, PathBuf, Store) {
+    let (home, path) = sample.copy_with(bytes);
+    let store = Store::open_dir(home.path());
+    (home, path, store)
+}
+
+/// The texts of the sample's messages, as the model sees them.
+const SAMPLE_TEXTS: [&str; 3] = ["list the files", "Here they are: a, b, c.", "now remove b"];
+
+/// A copy of the sample with `covered` sealed and appended as its next
+/// line: its home, path, a store over it and the file's bytes.
+fn copy_with_line(sample: &Sample, covered: &str) -> (tempfile::TempDir, PathBuf, Store, Vec<u8>) {
+    let mut bytes = sample.bytes.clone();
+    bytes.extend_from_slice(&sealed(covered.as_bytes()));
+    let (home, path, store) = copy_store(sample, &bytes);
+    (home, path, store, bytes)
+}
+
+/// Both kinds of open refuse the file at `path` as not a session, saying `about`.
+fn refused_as_not_a_session(store: &Store, id: &SessionId, path: &Path, about: &str, what: &str) {
+    for err in refused_both_ways(store, id, path) {
+        assert!(
+            matches!(&err, OpenError::NotASession { problem, .. } if problem.contains(about)),
+            "{what}: {err}"
+        );
+    }
+}
+
+/// Opens session `id` and returns it with the torn tail the open reported.
+fn open_torn(store: &Store, id: &SessionId, access: Access, what: &str) -> (Session, TornTail) {
+    let s = store
+        .open(id, access)
+        .unwrap_or_else(|e| panic!("{what}: {access:?} open: {e}"));
+    let torn = s.open_report().torn.clone();
+    let torn = torn.unwrap_or_else(|| panic!("{what}: no torn tail reported"));
+    (s, torn)
+}
+
+/// Appends `bytes` to the file at `path` as a torn write would leave them.
+fn append_raw(path: &Path, bytes: &[u8]) {
+    let mut f = fs::OpenOptions::new()
+        .append(true)
+        .open(path)
+        .expect("open to append");
+    f.write_all(bytes).expect("append raw bytes");
+}
+
 fn refused_both_ways(store: &Store, id: &SessionId, path: &Path) -> [OpenError; 2] {
     let before = fs::read(path).expect("read before");
     let refuse = |access: Access| {
@@ -213,14 +260,7 @@ fn any_flipped_bit_in_the_last_line_is_a_torn_tail_and_is_cut() {
             let what = format!("bit {bit} of byte {at} flipped (last line spans {last:?})");
             let path = install(home.path(), &sample.id, &bytes);
 
-            let reader = store
-                .open(&sample.id, Access::Read)
-                .expect("read-only open");
-            let t = reader
-                .open_report()
-                .torn
-                .clone()
-                .unwrap_or_else(|| panic!("{what}: not reported"));
+            let (reader, t) = open_torn(&store, &sample.id, Access::Read, &what);
             assert_eq!(
                 (t.offset, t.len, t.cut),
                 (last.start as u64, last.len() as u64, false),
@@ -230,14 +270,7 @@ fn any_flipped_bit_in_the_last_line_is_a_torn_tail_and_is_cut() {
             drop(reader);
             assert_eq!(fs::read(&path).expect("read"), bytes, "{what}");
 
-            let writer = store
-                .open(&sample.id, Access::Write)
-                .expect("open for writing");
-            let t = writer
-                .open_report()
-                .torn
-                .clone()
-                .unwrap_or_else(|| panic!("{what}: not reported"));
+            let (writer, t) = open_torn(&store, &sample.id, Access::Write, &what);
             assert_eq!(
                 (t.offset, t.len, t.cut),
                 (last.start as u64, last.len() as u64, true),
@@ -273,17 +306,9 @@ fn several_damaged_lines_at_the_end_are_cut_together() {
     bytes[lines[n - 2].start + 3] ^= 0x01;
     bytes[lines[n - 1].start + 3] ^= 0x01;
     bytes.extend_from_slice(b"{\"seq\":5,\"ts\":");
-    let (home, path) = sample.copy_with(&bytes);
-    let store = Store::open_dir(home.path());
+    let (_home, path, store) = copy_store(&sample, &bytes);
 
-    let writer = store
-        .open(&sample.id, Access::Write)
-        .expect("open for writing");
-    let t = writer
-        .open_report()
-        .torn
-        .clone()
-        .expect("torn tail reported");
+    let (writer, t) = open_torn(&store, &sample.id, Access::Write, "the damaged tail");
     assert_eq!(
         (t.offset, t.len, t.cut),
         (tail_start as u64, (bytes.len() - tail_start) as u64, true)
@@ -308,22 +333,9 @@ fn torn_tails_cut_at_successive_opens_are_all_kept() {
         &b"{\"seq\":5"[..],
         &b"{"[..],
     ] {
-        let mut f = fs::OpenOptions::new()
-            .append(true)
-            .open(&sample.path)
-            .expect("open");
-        f.write_all(partial).expect("tear");
-        drop(f);
-        let writer = store
-            .open(&sample.id, Access::Write)
-            .expect("open for writing");
-        let saved = writer
-            .open_report()
-            .torn
-            .clone()
-            .expect("torn")
-            .saved_to
-            .expect("saved");
+        append_raw(&sample.path, partial);
+        let (_writer, t) = open_torn(&store, &sample.id, Access::Write, "a partial line");
+        let saved = t.saved_to.expect("saved");
         expected.push((PathBuf::from(saved), partial.to_vec()));
     }
     let mut saved: Vec<(PathBuf, Vec<u8>)> = torn_files(&dir)
@@ -347,8 +359,7 @@ fn a_damaged_middle_line_is_a_hard_error_naming_file_line_and_offset() {
     let mut bytes = sample.bytes.clone();
     let at = mid.start + mid.len() / 2;
     bytes[at..at + 4].copy_from_slice(b"XXXX");
-    let (home, path) = sample.copy_with(&bytes);
-    let store = Store::open_dir(home.path());
+    let (_home, path, store) = copy_store(&sample, &bytes);
     let location = path.display().to_string();
 
     for err in refused_both_ways(&store, &sample.id, &path) {
@@ -412,8 +423,7 @@ fn an_intact_line_after_damaged_ones_makes_them_a_hard_error() {
     let mut bytes = sample.bytes.clone();
     bytes[lines[n - 3].start + 3] ^= 0x01;
     bytes[lines[n - 2].start + 3] ^= 0x01;
-    let (home, path) = sample.copy_with(&bytes);
-    let store = Store::open_dir(home.path());
+    let (_home, path, store) = copy_store(&sample, &bytes);
     for err in refused_both_ways(&store, &sample.id, &path) {
         let d = damage_of(err);
         assert_eq!(
@@ -429,8 +439,7 @@ fn a_blank_line_between_records_is_damage_not_skipped() {
     let at = sample.lines()[2].start;
     let mut bytes = sample.bytes.clone();
     bytes.insert(at, b'\n');
-    let (home, path) = sample.copy_with(&bytes);
-    let store = Store::open_dir(home.path());
+    let (_home, path, store) = copy_store(&sample, &bytes);
     for err in refused_both_ways(&store, &sample.id, &path) {
         let d = damage_of(err);
         assert_eq!((d.line, d.offset), (3, at as u64));
@@ -470,8 +479,7 @@ fn a_seq_gap_or_repeat_is_a_hard_error_even_in_the_last_line() {
     for (what, span, line, record) in cases {
         let mut bytes = sample.bytes.clone();
         bytes.splice(span.clone(), line.iter().copied());
-        let (home, path) = sample.copy_with(&bytes);
-        let store = Store::open_dir(home.path());
+        let (_home, path, store) = copy_store(&sample, &bytes);
         for err in refused_both_ways(&store, &sample.id, &path) {
             let d = damage_of(err);
             assert_eq!(
@@ -507,8 +515,7 @@ fn a_newer_format_version_is_refused_naming_both_versions() {
     ] {
         let mut bytes = sample.bytes.clone();
         bytes.splice(header.clone(), line);
-        let (home, path) = sample.copy_with(&bytes);
-        let store = Store::open_dir(home.path());
+        let (_home, path, store) = copy_store(&sample, &bytes);
         for err in refused_both_ways(&store, &sample.id, &path) {
             let text = err.to_string();
             match err {
@@ -546,8 +553,7 @@ fn an_unknown_kind_not_marked_ignorable_is_a_hard_error_naming_it() {
     for covered in [entry_shaped, op_shaped] {
         let mut bytes = sample.bytes.clone();
         bytes.extend_from_slice(&sealed(covered.as_bytes()));
-        let (home, path) = sample.copy_with(&bytes);
-        let store = Store::open_dir(home.path());
+        let (_home, path, store) = copy_store(&sample, &bytes);
         for err in refused_both_ways(&store, &sample.id, &path) {
             let text = err.to_string();
             let d = damage_of(err);
@@ -574,17 +580,13 @@ fn an_ignorable_unknown_entry_is_kept_in_the_tree_and_skipped_by_the_context() {
         Body::Entry(e) => e.id.clone(),
         other => panic!("the sample ends with an entry, not {other:?}"),
     };
-    let line = sealed(
-        format!(
+    let (_home, path, store, bytes) = copy_with_line(
+        &sample,
+        &format!(
             "{{\"seq\":{n},\"ts\":\"{TS}\",\"kind\":\"x.bookmark\",\"ignorable\":true,\"id\":\"note1\",\"parent\":\"{leaf}\",\"data\":{{\"note\":\"keep\"}}"
-        )
-        .as_bytes(),
+        ),
     );
-    let mut bytes = sample.bytes.clone();
-    bytes.extend_from_slice(&line);
-    let (home, path) = sample.copy_with(&bytes);
-    let store = Store::open_dir(home.path());
-    let before = ["list the files", "Here they are: a, b, c.", "now remove b"];
+    let before = SAMPLE_TEXTS;
 
     let s = store.open(&sample.id, Access::Write).expect("opens");
     assert_eq!(s.open_report().torn, None);
@@ -634,15 +636,13 @@ fn an_ignorable_unknown_entry_is_kept_in_the_tree_and_skipped_by_the_context() {
 fn an_ignorable_unknown_op_record_is_kept_and_skipped_by_the_context() {
     let sample = Sample::new();
     let n = sample.lines().len() as u64;
-    let line = sealed(
-        format!("{{\"seq\":{n},\"ts\":\"{TS}\",\"kind\":\"x.audit\",\"ignorable\":true,\"data\":{{\"who\":\"ops\"}}")
-            .as_bytes(),
+    let (_home, path, store, bytes) = copy_with_line(
+        &sample,
+        &format!(
+            "{{\"seq\":{n},\"ts\":\"{TS}\",\"kind\":\"x.audit\",\"ignorable\":true,\"data\":{{\"who\":\"ops\"}}"
+        ),
     );
-    let mut bytes = sample.bytes.clone();
-    bytes.extend_from_slice(&line);
-    let (home, path) = sample.copy_with(&bytes);
-    let store = Store::open_dir(home.path());
-    let before = ["list the files", "Here they are: a, b, c.", "now remove b"];
+    let before = SAMPLE_TEXTS;
 
     let s = store.open(&sample.id, Access::Write).expect("opens");
     assert_eq!((s.len(), s.entry_count()), (n + 1, 4));
@@ -682,8 +682,7 @@ fn regression_damage_in_an_intact_record_was_reported_at_byte_offset_0() {
     );
     let mut bytes = sample.bytes.clone();
     bytes.splice(last.clone(), bad);
-    let (home, path) = sample.copy_with(&bytes);
-    let store = Store::open_dir(home.path());
+    let (_home, path, store) = copy_store(&sample, &bytes);
     for err in refused_both_ways(&store, &sample.id, &path) {
         let text = err.to_string();
         let d = damage_of(err);
@@ -703,14 +702,8 @@ fn regression_damage_in_an_intact_record_was_reported_at_byte_offset_0() {
 #[test]
 fn an_empty_session_file_is_not_a_session_and_is_left_alone() {
     let sample = Sample::new();
-    let (home, path) = sample.copy_with(b"");
-    let store = Store::open_dir(home.path());
-    for err in refused_both_ways(&store, &sample.id, &path) {
-        assert!(
-            matches!(&err, OpenError::NotASession { problem, .. } if problem.contains("empty")),
-            "{err}"
-        );
-    }
+    let (_home, path, store) = copy_store(&sample, b"");
+    refused_as_not_a_session(&store, &sample.id, &path, "empty", "an empty file");
 }
 
 #[test]
@@ -721,12 +714,8 @@ fn a_torn_header_is_refused_and_never_repaired_or_overwritten() {
     let store = Store::open_dir(home.path());
     for cut in 1..header.end {
         let path = install(home.path(), &sample.id, &sample.bytes[..cut]);
-        for err in refused_both_ways(&store, &sample.id, &path) {
-            assert!(
-                matches!(&err, OpenError::NotASession { problem, .. } if problem.contains("header")),
-                "cut at {cut}: {err}"
-            );
-        }
+        let what = format!("cut at {cut}");
+        refused_as_not_a_session(&store, &sample.id, &path, "header", &what);
     }
 }
 
@@ -734,8 +723,7 @@ fn a_torn_header_is_refused_and_never_repaired_or_overwritten() {
 fn a_session_of_only_a_header_opens_with_no_entries() {
     let sample = Sample::new();
     let header = sample.lines()[0].clone();
-    let (home, path) = sample.copy_with(&sample.bytes[header]);
-    let store = Store::open_dir(home.path());
+    let (_home, path, store) = copy_store(&sample, &sample.bytes[header]);
     for access in [Access::Read, Access::Write] {
         let s = store.open(&sample.id, access).expect("opens");
         assert_eq!((s.len(), s.entry_count(), s.leaf()), (1, 0, None));
@@ -848,18 +836,9 @@ fn a_second_writer_in_another_process_gets_in_use_naming_the_holder_pid() {
     let sample = Sample::new();
     let store = sample.store();
     let n = sample.records().len() as u64;
-    let mut child = Command::new(env::current_exe().expect("test binary"))
-        .args([
-            "--exact",
-            HELPER,
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
+    let mut child = rerun_ignored(HELPER)
         .env(HOLD_HOME, sample.home.path())
         .env(HOLD_SESSION, sample.id.as_str())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
         .spawn()
         .expect("spawn the helper");
     let pid = child.id();
@@ -993,20 +972,9 @@ fn session_files_are_0600_and_the_sessions_directory_0700() {
     assert_eq!(mode(&dir.join(format!("{id}.lock"))), 0o600, "lock file");
     drop(s);
 
-    let mut f = fs::OpenOptions::new()
-        .append(true)
-        .open(&path)
-        .expect("open");
-    f.write_all(b"{\"seq\":1,").expect("tear");
-    drop(f);
-    let s = store.open(&id, Access::Write).expect("open");
-    let saved = s
-        .open_report()
-        .torn
-        .clone()
-        .expect("torn")
-        .saved_to
-        .expect("saved");
+    append_raw(&path, b"{\"seq\":1,");
+    let (_s, t) = open_torn(&store, &id, Access::Write, "a partial line");
+    let saved = t.saved_to.expect("saved");
     assert_eq!(mode(Path::new(&saved)), 0o600, "saved torn tail");
     assert_eq!(mode(&path), 0o600, "session file after the cut");
 }
@@ -1034,7 +1002,7 @@ fn op_started() -> OpRecord {
 fn check_poisoned_until_reopen(failing: Failing, durability: Durability) {
     let case = format!("{failing:?} under {durability:?}");
     let home = tempfile::tempdir().expect("tempdir");
-    let vfs = FaultyVfs::new();
+    let vfs = HookVfs::new(Faults::new());
     let store = store_with_vfs(home.path(), vfs.clone());
     let session = store.create(NewSession::default()).expect("create");
     let id = session.id().clone();
@@ -1046,11 +1014,11 @@ fn check_poisoned_until_reopen(failing: Failing, durability: Durability) {
     }
     let fault = match failing {
         Failing::Write(f) => {
-            vfs.fail_write(1, f);
+            vfs.hook().fail_write(1, f);
             f
         }
         Failing::Sync(f) => {
-            vfs.fail_sync(1, f);
+            vfs.hook().fail_sync(1, f);
             f
         }
     };
@@ -1080,8 +1048,8 @@ fn check_poisoned_until_reopen(failing: Failing, durability: Durability) {
         other => panic!("{case}: expected AppendError::Io, got {other}"),
     }
 
-    vfs.clear();
-    let (writes, syncs) = (vfs.writes(), vfs.syncs());
+    vfs.hook().clear();
+    let (writes, syncs) = (vfs.hook().writes(), vfs.hook().syncs());
     let poisoned = |r: Result<(), AppendError>, what: &str| match r {
         Err(AppendError::Poisoned { cause, .. }) => {
             assert!(
@@ -1097,7 +1065,7 @@ fn check_poisoned_until_reopen(failing: Failing, durability: Durability) {
     poisoned(session.checkout(None, None).map(drop), "checkout");
     poisoned(session.sync(), "a second sync");
     assert_eq!(
-        (vfs.writes(), vfs.syncs()),
+        (vfs.hook().writes(), vfs.hook().syncs()),
         (writes, syncs),
         "{case}: a poisoned handle touched the disk"
     );
@@ -1182,13 +1150,13 @@ fn a_failed_write_poisons_the_handle_until_it_is_reopened() {
 fn regression_sync_reported_success_on_a_handle_poisoned_by_a_failed_write() {
     for durability in [Durability::Sync, Durability::Group] {
         let home = tempfile::tempdir().expect("tempdir");
-        let vfs = FaultyVfs::new();
+        let vfs = HookVfs::new(Faults::new());
         let session = store_with_vfs(home.path(), vfs.clone())
             .create(NewSession::default())
             .expect("create");
         session.set_durability(durability);
         session.append(user("one")).expect("append");
-        vfs.fail_write(1, Fault::Eio);
+        vfs.hook().fail_write(1, Fault::Eio);
         assert!(matches!(
             session.append(user("two")),
             Err(AppendError::Io { .. })
@@ -1216,7 +1184,7 @@ fn a_failed_sync_poisons_the_handle_until_it_is_reopened() {
 /// A new session on a recording file system, with the creation's events forgotten.
 fn recorded_session(durability: Durability) -> (tempfile::TempDir, Session, Arc<Recorder>) {
     let home = tempfile::tempdir().expect("tempdir");
-    let (vfs, recorder) = RecordingVfs::new();
+    let (vfs, recorder) = recording_vfs();
     let session = store_with_vfs(home.path(), vfs)
         .create(NewSession::default())
         .expect("create");
@@ -1499,7 +1467,7 @@ fn regression_a_reader_racing_an_append_panicked_on_the_tail_it_had_not_measured
     let next = raced(n + 1, "race2", EntryId::parse("race1").ok());
     extra.extend_from_slice(&next[..next.len() / 2]);
     let measured = sample.bytes.len() as u64;
-    let store = store_with_vfs(sample.home.path(), RacingWriterVfs::new(extra));
+    let store = store_with_vfs(sample.home.path(), RacingWriter::vfs(extra));
 
     let reader = store
         .open(&sample.id, Access::Read)
@@ -1528,34 +1496,13 @@ fn regression_a_reader_racing_an_append_panicked_on_the_tail_it_had_not_measured
     );
 }
 
-/// The real file system, except that giving a file a second name fails
-/// (as a crash between writing a new session's header and naming it would).
+/// Giving a file a second name fails (as a crash between writing a new
+/// session's header and naming it would).
 #[derive(Debug)]
 struct LinkFails;
 
-impl cairn::vfs::Vfs for LinkFails {
-    fn open(&self, p: &Path, m: cairn::vfs::OpenMode) -> io::Result<Arc<dyn cairn::vfs::VfsFile>> {
-        cairn::vfs::StdVfs.open(p, m)
-    }
-    fn create_dir_all(&self, p: &Path) -> io::Result<()> {
-        cairn::vfs::StdVfs.create_dir_all(p)
-    }
-    fn sync_dir(&self, p: &Path) -> io::Result<()> {
-        cairn::vfs::StdVfs.sync_dir(p)
-    }
-    fn read_dir(&self, p: &Path) -> io::Result<Vec<String>> {
-        cairn::vfs::StdVfs.read_dir(p)
-    }
-    fn metadata(&self, p: &Path) -> io::Result<cairn::vfs::Metadata> {
-        cairn::vfs::StdVfs.metadata(p)
-    }
-    fn rename(&self, a: &Path, b: &Path) -> io::Result<()> {
-        cairn::vfs::StdVfs.rename(a, b)
-    }
-    fn remove_file(&self, p: &Path) -> io::Result<()> {
-        cairn::vfs::StdVfs.remove_file(p)
-    }
-    fn hard_link(&self, _: &Path, _: &Path) -> io::Result<()> {
+impl Hook for LinkFails {
+    fn hard_link(&self, _: &dyn cairn::vfs::Vfs, _: &Path, _: &Path) -> io::Result<()> {
         Err(io::Error::from_raw_os_error(5))
     }
 }
@@ -1568,10 +1515,7 @@ impl cairn::vfs::Vfs for LinkFails {
 fn regression_a_crash_while_creating_a_session_left_an_empty_unopenable_file() {
     let home = tempfile::tempdir().unwrap();
     let dir = home.path().join("sessions");
-    let broken = Store::with_backend(Arc::new(cairn::FileBackend::with_vfs(
-        &dir,
-        Arc::new(LinkFails),
-    )));
+    let broken = store_with_vfs(home.path(), HookVfs::new(LinkFails));
     let err = broken.create(cairn::NewSession::default()).unwrap_err();
     assert!(err.to_string().contains("cannot create"), "{err}");
     // No session, and no file that looks like one.
@@ -1599,4 +1543,41 @@ fn regression_a_crash_while_creating_a_session_left_an_empty_unopenable_file() {
     assert!(!dir.join(format!(".{id}.jsonl.new")).exists());
     assert_eq!(store.list().unwrap().len(), 1);
     assert!(store.open(&id, Access::Write).is_ok());
+}
+
+/// A file system without hard links (`hard_link` says `Unsupported`).
+#[derive(Debug)]
+struct NoHardLinks;
+
+impl Hook for NoHardLinks {
+    fn hard_link(&self, _: &dyn cairn::vfs::Vfs, _: &Path, _: &Path) -> io::Result<()> {
+        Err(io::Error::new(io::ErrorKind::Unsupported, "no hard links"))
+    }
+}
+
+/// The test seams of other tests pass `hard_link` through, so this pins the
+/// fallback on its own: without hard links a new session is named by a
+/// rename, leaves no temporary file, and an id in use is still refused.
+#[test]
+fn without_hard_links_a_new_session_is_named_by_a_rename() {
+    let home = tempfile::tempdir().expect("tempdir");
+    let store = store_with_vfs(home.path(), HookVfs::new(NoHardLinks));
+    let s = store.create(NewSession::default()).expect("create");
+    s.append(user("one")).expect("append");
+    let id = s.id().clone();
+    drop(s);
+    let again = store.create(NewSession {
+        id: Some(id.clone()),
+        ..NewSession::default()
+    });
+    assert!(again.is_err(), "the id of an existing session is refused");
+    let names: Vec<String> = fs::read_dir(sessions_dir(home.path()))
+        .expect("read dir")
+        .map(|e| e.expect("entry").file_name().into_string().expect("utf-8"))
+        .collect();
+    assert!(names.iter().all(|n| !n.ends_with(".new")), "{names:?}");
+    let s = Store::open_dir(home.path())
+        .open(&id, Access::Write)
+        .expect("the renamed session opens");
+    assert_eq!(s.len(), 2);
 }

@@ -13,6 +13,7 @@
 use std::fs;
 use std::path::Path;
 
+use cairn::testkit::build::{calls, user};
 use cairn::{
     AppStateChange, Block, EffectClass, EntryBody, Message, NewSession, Outcome, Role, SessionId,
     Store, ToolOutput,
@@ -33,34 +34,18 @@ fn session_bytes(home: &Path, n: usize) -> Vec<u8> {
             ..NewSession::default()
         })
         .expect("create");
-    let first = s
-        .append(EntryBody::Message(Message::text(
-            Role::User,
-            "list the files",
-        )))
-        .expect("append");
+    let first = s.append(user("list the files")).expect("append");
     if n > 0 {
         let op = s
             .start_operation(Message::text(Role::User, "read a.txt"))
             .expect("op");
         let t = op.model_attempt(Some("p"), Some("m")).expect("attempt");
-        let call = Message {
-            role: Role::Assistant,
-            content: vec![
-                Block::Thinking {
-                    thinking: "hm".into(),
-                    signature: None,
-                },
-                Block::ToolCall {
-                    call_id: "c1".into(),
-                    name: "read".into(),
-                    arguments: json!({"path": "a.txt"}),
-                },
-            ],
-            usage: None,
-            model: Some("m".into()),
-            stop_reason: Some("tool_use".into()),
+        let mut call = calls("", &[("c1", "read", json!({"path": "a.txt"}))]);
+        call.content[0] = Block::Thinking {
+            thinking: "hm".into(),
+            signature: None,
         };
+        call.model = Some("m".into());
         op.record_assistant(t, call).expect("assistant");
         let ticket = op.dispatch_tool("c1", EffectClass::ReadOnly).expect("T1");
         op.record_result(ticket, ToolOutput::text("hello"))

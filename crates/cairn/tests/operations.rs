@@ -7,21 +7,20 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::HashSet;
-use std::io;
-use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use cairn::MemoryBackend;
 use cairn::steps::{StepKind, StepStatus};
+use cairn::testkit::build::{assistant, user};
 use cairn::testkit::recovery::{ScenarioRunner as CountingRunner, effect_of};
-use cairn::vfs::{Metadata, OpenMode, StdVfs, Vfs, VfsFile};
+use cairn::testkit::vfs::{Event, Events, HookVfs};
 use cairn::{
     Access, AppendError, Block, Body, Durability, EffectClass, EntryBody, Message, NewEntry,
-    NewSession, OpRecord, Outcome, Parent, Policy, Role, Session, Status, Store, ToolOutput,
-    Verdict,
+    NewSession, OpRecord, Operation, Outcome, Parent, Policy, Role, Session, Status, Store,
+    ToolOutput, Verdict,
 };
 use proptest::prelude::*;
-use serde_json::json;
+use serde_json::{Value, json};
 
 // ---------------------------------------------------------------- oracle ---
 
@@ -310,91 +309,56 @@ proptest! {
 
 // ------------------------------------------------------------- durability ---
 
-#[derive(Debug, Clone, PartialEq)]
-enum Event {
-    Write(usize),
-    Sync,
-}
-
-#[derive(Debug, Default)]
-struct Recording {
-    events: Mutex<Vec<Event>>,
-}
-
-#[derive(Debug)]
-struct RecVfs(Arc<Recording>);
-
-#[derive(Debug)]
-struct RecFile(Arc<dyn VfsFile>, Arc<Recording>);
-
-impl VfsFile for RecFile {
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        self.0.read_at(buf, offset)
-    }
-    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        self.0.write_all_at(buf, offset)?;
-        self.1.events.lock().unwrap().push(Event::Write(buf.len()));
-        Ok(())
-    }
-    fn sync_data(&self) -> io::Result<()> {
-        self.0.sync_data()?;
-        self.1.events.lock().unwrap().push(Event::Sync);
-        Ok(())
-    }
-    fn len(&self) -> io::Result<u64> {
-        self.0.len()
-    }
-    fn set_len(&self, len: u64) -> io::Result<()> {
-        self.0.set_len(len)
-    }
-    fn try_lock(&self) -> io::Result<bool> {
-        self.0.try_lock()
-    }
-}
-
-impl Vfs for RecVfs {
-    fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Arc<dyn VfsFile>> {
-        let f = StdVfs.open(path, mode)?;
-        if path.extension().is_some_and(|e| e == "jsonl") {
-            return Ok(Arc::new(RecFile(f, self.0.clone())));
-        }
-        Ok(f)
-    }
-    fn create_dir_all(&self, path: &Path) -> io::Result<()> {
-        StdVfs.create_dir_all(path)
-    }
-    fn sync_dir(&self, path: &Path) -> io::Result<()> {
-        StdVfs.sync_dir(path)
-    }
-    fn read_dir(&self, path: &Path) -> io::Result<Vec<String>> {
-        StdVfs.read_dir(path)
-    }
-    fn metadata(&self, path: &Path) -> io::Result<Metadata> {
-        StdVfs.metadata(path)
-    }
-    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-        StdVfs.rename(from, to)
-    }
-    fn remove_file(&self, path: &Path) -> io::Result<()> {
-        StdVfs.remove_file(path)
-    }
+/// The writes (their lengths) and syncs of session logs, in order, forgetting them.
+fn io_events(rec: &Events) -> Vec<String> {
+    rec.take()
+        .into_iter()
+        .map(|e| match e {
+            Event::Write { len, .. } => format!("write {len}"),
+            Event::Sync { .. } => "sync".to_owned(),
+        })
+        .collect()
 }
 
 #[test]
 fn t1_is_synced_before_dispatch_returns_even_under_buffered_durability() {
     let tmp = tempfile::tempdir().unwrap();
-    let rec = Arc::new(Recording::default());
+    let rec = Arc::new(Events::new());
     let backend =
-        cairn::FileBackend::with_vfs(tmp.path().join("sessions"), Arc::new(RecVfs(rec.clone())));
+        cairn::FileBackend::with_vfs(tmp.path().join("sessions"), HookVfs::sharing(rec.clone()));
     let store = Store::with_backend(Arc::new(backend));
     let s = store.create(NewSession::default()).unwrap();
     s.set_durability(Durability::Buffered);
+    let op = started_with_call(&s, "bash", json!({"cmd": "rm -rf build"}));
+    // Buffered appends so far: no sync after the header's.
+    let before = io_events(&rec);
+    assert!(
+        before.last().is_some_and(|e| e.starts_with("write")),
+        "buffered appends are not synced: {before:?}"
+    );
+    let t = op.dispatch_tool("c1", EffectClass::SideEffect).unwrap();
+    // The tool may start now: T1 must be written and then synced.
+    assert_eq!(
+        io_events(&rec),
+        vec![format!("write {}", rec_len(&s)), "sync".to_owned()]
+    );
+    op.record_result(t, ToolOutput::text("done")).unwrap();
+    let ev = io_events(&rec);
+    assert_eq!(
+        ev.last().map(String::as_str),
+        Some("sync"),
+        "T2 is durable by default: {ev:?}"
+    );
+}
+
+/// Starts an operation ("go") whose model replied with one call, `c1`, of `tool`.
+fn started_with_call<'s>(s: &'s Session, tool: &str, arguments: Value) -> Operation<'s> {
     let op = s.start_operation(Message::text(Role::User, "go")).unwrap();
     let ticket = op.model_attempt(None, None).unwrap();
     let call = Block::ToolCall {
         call_id: "c1".into(),
-        name: "bash".into(),
-        arguments: json!({"cmd": "rm -rf build"}),
+        name: tool.into(),
+        arguments,
     };
     let reply = Message {
         role: Role::Assistant,
@@ -404,27 +368,7 @@ fn t1_is_synced_before_dispatch_returns_even_under_buffered_durability() {
         stop_reason: None,
     };
     op.record_assistant(ticket, reply).unwrap();
-    // Buffered appends so far: no sync after the header's.
-    let before = rec.events.lock().unwrap().clone();
-    assert!(
-        matches!(before.last(), Some(Event::Write(_))),
-        "buffered appends are not synced: {before:?}"
-    );
-    rec.events.lock().unwrap().clear();
-    let t = op.dispatch_tool("c1", EffectClass::SideEffect).unwrap();
-    // The tool may start now: T1 must be written and then synced.
-    assert_eq!(
-        *rec.events.lock().unwrap(),
-        vec![Event::Write(rec_len(&s)), Event::Sync]
-    );
-    rec.events.lock().unwrap().clear();
-    op.record_result(t, ToolOutput::text("done")).unwrap();
-    let ev = rec.events.lock().unwrap().clone();
-    assert_eq!(
-        ev.last(),
-        Some(&Event::Sync),
-        "T2 is durable by default: {ev:?}"
-    );
+    op
 }
 
 fn rec_len(s: &Session) -> usize {
@@ -436,23 +380,7 @@ fn rec_len(s: &Session) -> usize {
 fn session_with_call(tool: &str) -> (MemoryBackend, Session) {
     let backend = MemoryBackend::new();
     let s = Session::create(&backend, NewSession::default()).unwrap();
-    {
-        let op = s.start_operation(Message::text(Role::User, "go")).unwrap();
-        let ticket = op.model_attempt(None, None).unwrap();
-        let call = Block::ToolCall {
-            call_id: "c1".into(),
-            name: tool.into(),
-            arguments: json!({}),
-        };
-        let reply = Message {
-            role: Role::Assistant,
-            content: vec![call],
-            usage: None,
-            model: None,
-            stop_reason: None,
-        };
-        op.record_assistant(ticket, reply).unwrap();
-    }
+    started_with_call(&s, tool, json!({}));
     (backend, s)
 }
 
@@ -470,13 +398,13 @@ fn an_assistant_entry_must_use_its_preallocated_id() {
     let op = s.start_operation(Message::text(Role::User, "go")).unwrap();
     let ticket = op.model_attempt(None, None).unwrap();
     let n = s.len();
-    let msg = is_invalid(s.append(EntryBody::Message(Message::text(Role::Assistant, "sneaky"))));
+    let msg = is_invalid(s.append(assistant("sneaky")));
     assert!(msg.contains(ticket.entry().as_str()), "{msg}");
     // The reserved id cannot be taken by another kind of entry either.
     let other = NewEntry {
         id: Some(ticket.entry().clone()),
         parent: Parent::Leaf,
-        body: EntryBody::Message(Message::text(Role::User, "x")),
+        body: user("x"),
     };
     is_invalid(s.append_entry(other));
     assert_eq!(s.len(), n, "nothing was written");
@@ -565,24 +493,7 @@ fn idempotency_key_is_the_same_after_a_restart() {
     let store = Store::open_dir(tmp.path());
     let s = store.create(NewSession::default()).unwrap();
     let id = s.id().clone();
-    let op = s.start_operation(Message::text(Role::User, "go")).unwrap();
-    let ticket = op.model_attempt(None, None).unwrap();
-    let call = Block::ToolCall {
-        call_id: "c1".into(),
-        name: "put".into(),
-        arguments: json!({"k": 1}),
-    };
-    op.record_assistant(
-        ticket,
-        Message {
-            role: Role::Assistant,
-            content: vec![call],
-            usage: None,
-            model: None,
-            stop_reason: None,
-        },
-    )
-    .unwrap();
+    let op = started_with_call(&s, "put", json!({"k": 1}));
     let key = op
         .dispatch_tool("c1", EffectClass::Idempotent)
         .unwrap()

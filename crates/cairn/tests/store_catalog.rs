@@ -12,20 +12,13 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Barrier};
 
+use cairn::testkit::build::{assistant, user};
 use cairn::{
     Access, Durability, EntryBody, MemoryBackend, Message, NewSession, OpenError, Role, Session,
     SessionId, SessionInfo, SessionSummary, Store, StoreError, locate_path, summary_of,
 };
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
-
-fn user(text: &str) -> EntryBody {
-    EntryBody::Message(Message::text(Role::User, text))
-}
-
-fn assistant(text: &str) -> EntryBody {
-    EntryBody::Message(Message::text(Role::Assistant, text))
-}
 
 fn home() -> tempfile::TempDir {
     tempfile::tempdir().expect("temp dir")

@@ -16,6 +16,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use cairn::ForkOrigin;
+use cairn::testkit::build::{assistant, tool_results, user};
 use cairn::{
     Access, AppStateChange, AppendError, Appended, Block, Checkout, Compaction, Context, Custom,
     Durability, Entry, EntryBody, EntryId, Invalid, LookupError, MemoryBackend, Message, NewEntry,
@@ -34,14 +35,6 @@ fn eid(s: &str) -> EntryId {
     EntryId::parse(s).expect("test ids are valid")
 }
 
-fn user(text: &str) -> EntryBody {
-    EntryBody::Message(Message::text(Role::User, text))
-}
-
-fn assistant(text: &str) -> EntryBody {
-    EntryBody::Message(Message::text(Role::Assistant, text))
-}
-
 fn calls(text: &str, call_ids: &[&str]) -> EntryBody {
     let mut m = Message::text(Role::Assistant, text);
     for c in call_ids {
@@ -55,24 +48,13 @@ fn calls(text: &str, call_ids: &[&str]) -> EntryBody {
 }
 
 fn results(call_ids: &[&str]) -> EntryBody {
-    let content = call_ids
+    let texts: Vec<String> = call_ids.iter().map(|c| format!("result of {c}")).collect();
+    let answers: Vec<(&str, &str)> = call_ids
         .iter()
-        .map(|c| Block::ToolResult {
-            call_id: (*c).to_owned(),
-            content: vec![Block::Text {
-                text: format!("result of {c}"),
-            }],
-            is_error: false,
-            code: None,
-        })
+        .copied()
+        .zip(texts.iter().map(String::as_str))
         .collect();
-    EntryBody::Message(Message {
-        role: Role::Tool,
-        content,
-        usage: None,
-        model: None,
-        stop_reason: None,
-    })
+    tool_results(&answers)
 }
 
 fn set_state(v: Value) -> EntryBody {
@@ -101,6 +83,20 @@ fn add(s: &Session, id: &str, body: EntryBody) -> EntryId {
         })
         .unwrap_or_else(|e| panic!("appending {id}: {e}"));
     a.id.expect("entries have ids")
+}
+
+/// u (a request), a1 (a tool call, call-1) and r1 (its result).
+fn drawn(s: &Session) {
+    add(s, "u", user("draw"));
+    add(s, "a1", calls("drawing", &["call-1"]));
+    add(s, "r1", results(&["call-1"]));
+}
+
+/// u1 "one", a1 "one" (its answer) and u2 "two".
+fn two_questions(s: &Session) {
+    add(s, "u1", user("one"));
+    add(s, "a1", assistant("one"));
+    add(s, "u2", user("two"));
 }
 
 /// Appends under an explicit parent (`None`: a new root) with an explicit id.
@@ -140,6 +136,13 @@ fn branch_ids(s: &Session) -> Vec<String> {
 fn file_store() -> (Store, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("temp dir");
     (Store::open_dir(dir.path()), dir)
+}
+
+/// A new, empty session of files (buffered, titled "test", app state `{}`).
+fn empty_session() -> (tempfile::TempDir, Store, Session) {
+    let (store, dir) = file_store();
+    let s = new_session(&store, json!({}));
+    (dir, store, s)
 }
 
 fn mem_store() -> (Store, MemoryBackend) {
@@ -254,8 +257,7 @@ fn seed_rewind(s: &Session) -> EntryId {
 
 #[test]
 fn rewind_to_e2_restores_the_app_state_of_e1() {
-    let (store, _dir) = file_store();
-    let s = new_session(&store, json!({}));
+    let (_dir, _store, s) = empty_session();
     let e5 = seed_rewind(&s);
     let ctx = s.context();
     assert_eq!(
@@ -271,8 +273,7 @@ fn rewind_to_e2_restores_the_app_state_of_e1() {
 
 #[test]
 fn rewound_side_branch_stays_in_the_file_and_a_checkout_brings_its_state_back() {
-    let (store, _dir) = file_store();
-    let s = new_session(&store, json!({}));
+    let (_dir, _store, s) = empty_session();
     let e5 = seed_rewind(&s);
 
     // The side branch is still in the file, byte for byte as written.
@@ -324,8 +325,7 @@ fn rewound_side_branch_stays_in_the_file_and_a_checkout_brings_its_state_back() 
 
 #[test]
 fn after_reopen_the_leaf_is_the_checkout_appended_last() {
-    let (store, _dir) = file_store();
-    let s = new_session(&store, json!({}));
+    let (_dir, store, s) = empty_session();
     seed_rewind(&s);
     let back = checkout(&s, Some("e2"));
     let before = s.context();
@@ -350,8 +350,7 @@ fn after_reopen_the_leaf_is_the_checkout_appended_last() {
 
 #[test]
 fn append_under_a_missing_parent_is_rejected_and_writes_nothing() {
-    let (store, _dir) = file_store();
-    let s = new_session(&store, json!({}));
+    let (_dir, _store, s) = empty_session();
     add(&s, "a", user("hi"));
     let (inv, msg) = assert_rejected(&s, |s| {
         s.append_entry(NewEntry {
@@ -369,8 +368,7 @@ fn append_under_a_missing_parent_is_rejected_and_writes_nothing() {
 
 #[test]
 fn checkout_to_a_missing_target_is_rejected() {
-    let (store, _dir) = file_store();
-    let s = new_session(&store, json!({}));
+    let (_dir, _store, s) = empty_session();
     add(&s, "a", user("hi"));
     let (inv, msg) = assert_rejected(&s, |s| {
         s.checkout(Some(&eid("nowhere")), None)
@@ -382,8 +380,7 @@ fn checkout_to_a_missing_target_is_rejected() {
 
 #[test]
 fn duplicate_entry_id_is_rejected() {
-    let (store, _dir) = file_store();
-    let s = new_session(&store, json!({}));
+    let (_dir, _store, s) = empty_session();
     add(&s, "a", user("hi"));
     add(&s, "b", assistant("hello"));
     let (inv, msg) = assert_rejected(&s, |s| {
@@ -408,8 +405,7 @@ fn duplicate_entry_id_is_rejected() {
 
 #[test]
 fn tool_result_without_any_call_is_rejected() {
-    let (store, _dir) = file_store();
-    let s = new_session(&store, json!({}));
+    let (_dir, _store, s) = empty_session();
     add(&s, "u", user("draw"));
     let (inv, msg) = assert_rejected(&s, |s| s.append(results(&["call-1"])));
     assert_eq!(inv, Invalid::NoSuchCall("call-1".into()));
@@ -421,8 +417,7 @@ fn tool_result_without_any_call_is_rejected() {
 
 #[test]
 fn tool_result_for_a_call_that_exists_only_on_another_branch_is_rejected() {
-    let (store, _dir) = file_store();
-    let s = new_session(&store, json!({}));
+    let (_dir, _store, s) = empty_session();
     add(&s, "u", user("draw"));
     add(&s, "a1", calls("drawing", &["call-1"]));
     checkout(&s, Some("u"));
@@ -444,9 +439,7 @@ fn tool_result_for_a_call_that_exists_only_on_another_branch_is_rejected() {
 fn rejected_append_under_an_explicit_parent_leaves_the_context_at_the_leaf() {
     let (store, _dir) = file_store();
     let s = new_session(&store, json!({"n": 0}));
-    add(&s, "u", user("draw"));
-    add(&s, "a1", calls("drawing", &["call-1"]));
-    add(&s, "r1", results(&["call-1"]));
+    drawn(&s);
     add(&s, "st", patch_state(json!({"n": 1})));
     // Under `u` the call is not on the branch: the projection moved there to
     // check and must come back.
@@ -464,8 +457,7 @@ fn rejected_append_under_an_explicit_parent_leaves_the_context_at_the_leaf() {
 
 #[test]
 fn second_result_for_the_same_call_is_rejected() {
-    let (store, _dir) = file_store();
-    let s = new_session(&store, json!({}));
+    let (_dir, _store, s) = empty_session();
     add(&s, "u", user("draw"));
     add(&s, "a1", calls("drawing", &["call-1", "call-2"]));
     add(&s, "r1", results(&["call-1"]));
@@ -484,11 +476,8 @@ fn second_result_for_the_same_call_is_rejected() {
 
 #[test]
 fn reusing_a_tool_call_id_on_the_branch_is_rejected() {
-    let (store, _dir) = file_store();
-    let s = new_session(&store, json!({}));
-    add(&s, "u", user("draw"));
-    add(&s, "a1", calls("drawing", &["call-1"]));
-    add(&s, "r1", results(&["call-1"]));
+    let (_dir, _store, s) = empty_session();
+    drawn(&s);
     let (inv, msg) = assert_rejected(&s, |s| s.append(calls("again", &["call-1"])));
     assert!(matches!(inv, Invalid::CallIdReused(_)), "{inv:?}");
     assert!(msg.contains("\"call-1\" is already used"), "{msg}");
@@ -503,8 +492,7 @@ fn reusing_a_tool_call_id_on_the_branch_is_rejected() {
 
 #[test]
 fn compaction_keeping_from_an_entry_off_the_branch_is_rejected() {
-    let (store, _dir) = file_store();
-    let s = new_session(&store, json!({}));
+    let (_dir, _store, s) = empty_session();
     add(&s, "u1", user("one"));
     add(&s, "side", assistant("side reply"));
     checkout(&s, Some("u1"));
@@ -524,11 +512,8 @@ fn compaction_keeping_from_an_entry_off_the_branch_is_rejected() {
 
 #[test]
 fn compaction_that_separates_a_tool_call_from_its_result_is_rejected() {
-    let (store, _dir) = file_store();
-    let s = new_session(&store, json!({}));
-    add(&s, "u", user("draw"));
-    add(&s, "a1", calls("drawing", &["call-1"]));
-    add(&s, "r1", results(&["call-1"]));
+    let (_dir, _store, s) = empty_session();
+    drawn(&s);
     add(&s, "a2", assistant("done"));
     let (inv, msg) = assert_rejected(&s, |s| s.append(compaction("sum", Some("r1"))));
     assert_eq!(
@@ -582,11 +567,8 @@ fn compaction_that_separates_a_tool_call_from_its_result_is_rejected() {
 
 #[test]
 fn compaction_reaching_back_past_an_older_one_may_not_split_a_pair() {
-    let (store, _dir) = file_store();
-    let s = new_session(&store, json!({}));
-    add(&s, "u", user("draw"));
-    add(&s, "a1", calls("drawing", &["call-1"]));
-    add(&s, "r1", results(&["call-1"]));
+    let (_dir, _store, s) = empty_session();
+    drawn(&s);
     add(&s, "a2", assistant("done"));
     add(&s, "c1", compaction("first", Some("a2")));
     // Keeping from r1 reaches back into history the first compaction dropped,
@@ -606,11 +588,8 @@ fn compaction_reaching_back_past_an_older_one_may_not_split_a_pair() {
 
 #[test]
 fn call_dropped_by_a_compaction_can_no_longer_be_answered() {
-    let (store, _dir) = file_store();
-    let s = new_session(&store, json!({}));
-    add(&s, "u", user("draw"));
-    add(&s, "a1", calls("drawing", &["call-1"]));
-    add(&s, "r1", results(&["call-1"]));
+    let (_dir, _store, s) = empty_session();
+    drawn(&s);
     add(&s, "c", compaction("sum", None));
     assert_eq!(message_ids(&s.context()), ["c"]);
     let (inv, _) = assert_rejected(&s, |s| s.append(results(&["call-1"])));
@@ -623,8 +602,7 @@ fn call_dropped_by_a_compaction_can_no_longer_be_answered() {
 
 #[test]
 fn label_on_a_missing_target_is_rejected() {
-    let (store, _dir) = file_store();
-    let s = new_session(&store, json!({}));
+    let (_dir, _store, s) = empty_session();
     add(&s, "a", user("hi"));
     let (inv, msg) = assert_rejected(&s, |s| s.label("best", Some(&eid("nope"))));
     assert!(
@@ -639,8 +617,7 @@ fn label_on_a_missing_target_is_rejected() {
 
 #[test]
 fn removing_a_label_that_does_not_exist_is_rejected() {
-    let (store, _dir) = file_store();
-    let s = new_session(&store, json!({}));
+    let (_dir, _store, s) = empty_session();
     add(&s, "a", user("hi"));
     let (_, msg) = assert_rejected(&s, |s| s.label("best", None));
     assert!(
@@ -656,8 +633,7 @@ fn removing_a_label_that_does_not_exist_is_rejected() {
 
 #[test]
 fn invalid_label_names_are_rejected() {
-    let (store, _dir) = file_store();
-    let s = new_session(&store, json!({}));
+    let (_dir, _store, s) = empty_session();
     add(&s, "a", user("hi"));
     let long = "x".repeat(65);
     for name in ["", "has space", "slash/y", "ünïcode", long.as_str()] {
@@ -694,8 +670,7 @@ fn invalid_ids_are_refused_with_the_rule_in_the_message() {
         assert!(msg.contains("26 characters"), "{msg}");
     }
     // An invalid reference never resolves to anything.
-    let (store, _dir) = file_store();
-    let s = new_session(&store, json!({}));
+    let (_dir, _store, s) = empty_session();
     add(&s, "a", user("hi"));
     assert_eq!(
         s.resolve("two words"),
@@ -705,8 +680,7 @@ fn invalid_ids_are_refused_with_the_rule_in_the_message() {
 
 #[test]
 fn custom_entry_without_a_namespace_is_rejected() {
-    let (store, _dir) = file_store();
-    let s = new_session(&store, json!({}));
+    let (_dir, _store, s) = empty_session();
     add(&s, "a", user("hi"));
     let (inv, msg) = assert_rejected(&s, |s| {
         s.append(EntryBody::Custom(Custom {
@@ -721,8 +695,7 @@ fn custom_entry_without_a_namespace_is_rejected() {
 
 #[test]
 fn read_only_session_refuses_appends() {
-    let (store, _dir) = file_store();
-    let s = new_session(&store, json!({}));
+    let (_dir, store, s) = empty_session();
     add(&s, "a", user("hi"));
     let id = s.id().clone();
     drop(s);
@@ -735,8 +708,7 @@ fn read_only_session_refuses_appends() {
 
 #[test]
 fn rejected_appends_leave_no_trace_after_reopen() {
-    let (store, _dir) = file_store();
-    let s = new_session(&store, json!({}));
+    let (_dir, store, s) = empty_session();
     add(&s, "u", user("draw"));
     add(&s, "a1", calls("drawing", &["call-1"]));
     type Attempt = Box<dyn Fn(&Session) -> Result<Appended, AppendError>>;
@@ -781,8 +753,7 @@ fn rejected_appends_leave_no_trace_after_reopen() {
 
 #[test]
 fn resolve_finds_full_ids_unique_prefixes_and_labels() {
-    let (store, _dir) = file_store();
-    let s = new_session(&store, json!({}));
+    let (_dir, store, s) = empty_session();
     add(&s, "abc1", user("one"));
     add(&s, "abc2", assistant("two"));
     add(&s, "xyz9", user("three"));
@@ -812,8 +783,7 @@ fn resolve_finds_full_ids_unique_prefixes_and_labels() {
 
 #[test]
 fn ambiguous_prefix_lists_every_candidate() {
-    let (store, _dir) = file_store();
-    let s = new_session(&store, json!({}));
+    let (_dir, _store, s) = empty_session();
     add(&s, "abc1", user("one"));
     add(&s, "abc2", assistant("two"));
     add(&s, "abd3", user("three"));
@@ -842,8 +812,7 @@ fn ambiguous_prefix_lists_every_candidate() {
 
 #[test]
 fn unknown_reference_is_not_found_with_a_hint() {
-    let (store, _dir) = file_store();
-    let s = new_session(&store, json!({}));
+    let (_dir, _store, s) = empty_session();
     add(&s, "abc1", user("one"));
     for q in ["zzz", "", "abc12"] {
         let err = s.resolve(q).expect_err(q);
@@ -857,8 +826,7 @@ fn unknown_reference_is_not_found_with_a_hint() {
 
 #[test]
 fn full_id_wins_over_a_label_and_a_label_over_a_prefix() {
-    let (store, _dir) = file_store();
-    let s = new_session(&store, json!({}));
+    let (_dir, _store, s) = empty_session();
     add(&s, "a", user("one"));
     add(&s, "b", assistant("two"));
     add(&s, "abc", user("three"));
@@ -875,8 +843,7 @@ fn full_id_wins_over_a_label_and_a_label_over_a_prefix() {
 
 #[test]
 fn children_lists_direct_children_in_append_order() {
-    let (store, _dir) = file_store();
-    let s = new_session(&store, json!({}));
+    let (_dir, _store, s) = empty_session();
     add(&s, "r", user("root"));
     add(&s, "c1", assistant("one"));
     put(&s, "c2", Some("r"), assistant("two"));
@@ -935,11 +902,8 @@ fn checkout_before_the_first_entry_gives_an_empty_context_with_the_initial_state
 
 #[test]
 fn only_the_newest_compaction_on_the_branch_counts() {
-    let (store, _dir) = file_store();
-    let s = new_session(&store, json!({}));
-    add(&s, "u1", user("one"));
-    add(&s, "a1", assistant("one"));
-    add(&s, "u2", user("two"));
+    let (_dir, _store, s) = empty_session();
+    two_questions(&s);
     add(&s, "a2", assistant("two"));
     add(&s, "c1", compaction("first summary", Some("u2")));
     add(&s, "u3", user("three"));
@@ -986,11 +950,8 @@ fn only_the_newest_compaction_on_the_branch_counts() {
 
 #[test]
 fn newer_compaction_may_keep_from_before_the_older_one() {
-    let (store, _dir) = file_store();
-    let s = new_session(&store, json!({}));
-    add(&s, "u1", user("one"));
-    add(&s, "a1", assistant("one"));
-    add(&s, "u2", user("two"));
+    let (_dir, store, s) = empty_session();
+    two_questions(&s);
     add(&s, "c1", compaction("first", Some("u2")));
     add(&s, "a2", assistant("two"));
     add(&s, "c2", compaction("second", Some("a1")));
@@ -1005,8 +966,7 @@ fn newer_compaction_may_keep_from_before_the_older_one() {
 
 #[test]
 fn compaction_keeping_nothing_leaves_its_summary_and_what_follows() {
-    let (store, _dir) = file_store();
-    let s = new_session(&store, json!({}));
+    let (_dir, _store, s) = empty_session();
     add(&s, "u1", user("one"));
     add(&s, "a1", assistant("one"));
     add(&s, "c", compaction("all of it", None));
@@ -1018,11 +978,8 @@ fn compaction_keeping_nothing_leaves_its_summary_and_what_follows() {
 
 #[test]
 fn compaction_on_another_branch_does_not_leak() {
-    let (store, _dir) = file_store();
-    let s = new_session(&store, json!({}));
-    add(&s, "u1", user("one"));
-    add(&s, "a1", assistant("one"));
-    add(&s, "u2", user("two"));
+    let (_dir, _store, s) = empty_session();
+    two_questions(&s);
     add(&s, "c", compaction("side summary", Some("u2")));
     add(&s, "side", assistant("side"));
     put(&s, "main", Some("u2"), assistant("main"));
@@ -1037,11 +994,8 @@ fn compaction_on_another_branch_does_not_leak() {
 
 #[test]
 fn checkout_to_before_a_compaction_restores_the_full_messages() {
-    let (store, _dir) = file_store();
-    let s = new_session(&store, json!({}));
-    add(&s, "u1", user("one"));
-    add(&s, "a1", assistant("one"));
-    add(&s, "u2", user("two"));
+    let (_dir, _store, s) = empty_session();
+    two_questions(&s);
     add(&s, "a2", assistant("two"));
     add(&s, "c1", compaction("first", Some("u2")));
     add(&s, "u3", user("three"));
@@ -1162,8 +1116,7 @@ fn long_app_state_history_rewinds_exactly_to_every_point() {
 
 #[test]
 fn checkout_summaries_and_visible_custom_entries_reach_the_context() {
-    let (store, _dir) = file_store();
-    let s = new_session(&store, json!({}));
+    let (_dir, _store, s) = empty_session();
     add(&s, "u", user("one"));
     add(&s, "a", assistant("one"));
     add(
@@ -1356,8 +1309,7 @@ fn fork_before_the_first_entry_is_empty() {
 /// failed.
 #[test]
 fn regression_fork_failed_on_removal_of_a_label_it_had_dropped() {
-    let (store, _dir) = file_store();
-    let s = new_session(&store, json!({}));
+    let (_dir, store, s) = empty_session();
     add(&s, "u1", user("one"));
     add(&s, "side", assistant("side"));
     checkout(&s, Some("u1"));
@@ -1391,8 +1343,7 @@ fn regression_fork_failed_on_removal_of_a_label_it_had_dropped() {
 /// current branch").
 #[test]
 fn regression_fork_failed_when_a_compaction_kept_from_a_dropped_label() {
-    let (store, _dir) = file_store();
-    let s = new_session(&store, json!({}));
+    let (_dir, store, s) = empty_session();
     add(&s, "u1", user("one"));
     add(&s, "side", assistant("side"));
     checkout(&s, Some("u1"));
@@ -1425,8 +1376,7 @@ fn regression_fork_failed_when_a_compaction_kept_from_a_dropped_label() {
 /// check ("its target is not an entry"), so the fork failed.
 #[test]
 fn regression_fork_failed_on_a_label_targeting_a_dropped_label() {
-    let (store, _dir) = file_store();
-    let s = new_session(&store, json!({}));
+    let (_dir, store, s) = empty_session();
     add(&s, "u1", user("one"));
     add(&s, "side", assistant("side"));
     checkout(&s, Some("u1"));
@@ -1449,8 +1399,7 @@ fn regression_fork_failed_on_a_label_targeting_a_dropped_label() {
 /// it, so the fork did not have the title asked for.
 #[test]
 fn regression_fork_lost_its_explicit_title_to_a_copied_session_info() {
-    let (store, _dir) = file_store();
-    let s = new_session(&store, json!({}));
+    let (_dir, store, s) = empty_session();
     add(&s, "u1", user("one"));
     add(
         &s,

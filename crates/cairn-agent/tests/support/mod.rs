@@ -262,6 +262,13 @@ impl Recorder {
     pub fn lines(&self) -> Vec<String> {
         self.0.lock().unwrap().clone()
     }
+
+    /// The lines that start with `prefix` (an event kind: "retry", "call", …).
+    pub fn starting_with(&self, prefix: &str) -> Vec<String> {
+        let mut lines = self.lines();
+        lines.retain(|l| l.starts_with(prefix));
+        lines
+    }
 }
 
 impl Observer for Recorder {
@@ -392,6 +399,22 @@ pub fn result_of(session: &Session, call_id: &str) -> Option<(bool, Option<Strin
 }
 
 /// The kinds of the session's operation records, in order.
+/// The ids of the tool calls in the session's context, in order.
+pub fn call_ids(session: &Session) -> Vec<String> {
+    let mut ids = Vec::new();
+    for m in session.context().messages() {
+        ids.extend(m.message().tool_calls().map(|(id, _, _)| id.to_owned()));
+    }
+    ids
+}
+
+/// The text of the last assistant message on the branch.
+pub fn last_text(session: &Session) -> String {
+    last_assistant(session)
+        .expect("an assistant message on the branch")
+        .plain_text()
+}
+
 pub fn op_kinds(session: &Session) -> Vec<String> {
     session.op_records().into_iter().map(|(_, k)| k).collect()
 }

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use assert_cmd::Command;
 use cairn::frame;
+use cairn::testkit::build::{assistant, calls, tool_result, user};
 use cairn::{
     Access, AppStateChange, Block, Body, Compaction, EffectClass, EntryBody, EntryId, Message,
     NewEntry, NewSession, OpRecord, Parent, Role, Session, SessionId, Settings, Store, Usage,
@@ -65,6 +66,33 @@ impl Home {
         c
     }
 
+    /// Runs `cairn ARGS` and expects it to fail with exit code 2 and a
+    /// message containing `says`.
+    pub fn refuses(&self, args: &[&str], says: &str) {
+        self.cairn()
+            .args(args)
+            .assert()
+            .code(2)
+            .stderr(predicates::str::contains(says));
+    }
+
+    /// Runs `cairn ARGS` and expects it to succeed, printing `says`.
+    pub fn prints(&self, args: &[&str], says: &str) {
+        self.cairn()
+            .args(args)
+            .assert()
+            .success()
+            .stdout(predicates::str::contains(says));
+    }
+
+    /// Runs `cairn ARGS`, expects it to succeed, and parses what it printed
+    /// as JSON.
+    pub fn json(&self, args: &[&str]) -> serde_json::Value {
+        let out = self.cairn().args(args).output().unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
     /// Creates a session through the CLI and returns its id.
     pub fn new_session(&self, title: &str) -> String {
         let out = self
@@ -106,10 +134,6 @@ pub fn msg(role: &str, id: &str, text: &str) -> serde_json::Value {
     json!({"kind": "message", "id": id, "data": {"role": role, "content": [{"type": "text", "text": text}]}})
 }
 
-fn text(role: Role, t: &str) -> EntryBody {
-    EntryBody::Message(Message::text(role, t))
-}
-
 fn put(s: &Session, id: &str, parent: Parent, body: EntryBody) {
     s.append_entry(NewEntry {
         id: Some(EntryId::parse(id).unwrap()),
@@ -149,27 +173,13 @@ pub fn storyboard(home: &Home) {
         &s,
         "u1",
         Parent::Leaf,
-        text(
-            Role::User,
-            "Draw panel 1: the hero eats a glowing mushroom and powers up.",
-        ),
+        user("Draw panel 1: the hero eats a glowing mushroom and powers up."),
     );
     put(
         &s,
         "a1",
         Parent::Leaf,
         EntryBody::Message(Message {
-            role: Role::Assistant,
-            content: vec![
-                Block::Text {
-                    text: "Rendering panel 1.".into(),
-                },
-                Block::ToolCall {
-                    call_id: "call-1".into(),
-                    name: "render_panel".into(),
-                    arguments: json!({"panel": 1}),
-                },
-            ],
             usage: Some(Usage {
                 input: 120,
                 output: 30,
@@ -177,27 +187,17 @@ pub fn storyboard(home: &Home) {
                 cost: None,
             }),
             model: Some("demo-model".into()),
-            stop_reason: Some("tool_use".into()),
+            ..calls(
+                "Rendering panel 1.",
+                &[("call-1", "render_panel", json!({"panel": 1}))],
+            )
         }),
     );
     put(
         &s,
         "t1",
         Parent::Leaf,
-        EntryBody::Message(Message {
-            role: Role::Tool,
-            content: vec![Block::ToolResult {
-                call_id: "call-1".into(),
-                content: vec![Block::Text {
-                    text: "panel-1.png rendered".into(),
-                }],
-                is_error: false,
-                code: None,
-            }],
-            usage: None,
-            model: None,
-            stop_reason: None,
-        }),
+        tool_result("call-1", "panel-1.png rendered"),
     );
     put(
         &s,
@@ -212,10 +212,7 @@ pub fn storyboard(home: &Home) {
         &s,
         "u2",
         Parent::Leaf,
-        text(
-            Role::User,
-            "Panel 2, a side plot: the hero duels the rival.",
-        ),
+        user("Panel 2, a side plot: the hero duels the rival."),
     );
     put(
         &s,
@@ -238,13 +235,13 @@ pub fn storyboard(home: &Home) {
         &s,
         "u3",
         Parent::Leaf,
-        text(Role::User, "Panel 3: the hero climbs the tower."),
+        user("Panel 3: the hero climbs the tower."),
     );
     put(
         &s,
         "a3",
         Parent::Leaf,
-        text(Role::Assistant, "Panel 3 is done: the climb."),
+        assistant("Panel 3 is done: the climb."),
     );
     put(
         &s,
@@ -271,10 +268,7 @@ pub fn storyboard(home: &Home) {
         &s,
         "u4",
         Parent::Leaf,
-        text(
-            Role::User,
-            "Panel 4 \u{1b}[31min red\u{1b}[0m and a bell\u{7}.",
-        ),
+        user("Panel 4 \u{1b}[31min red\u{1b}[0m and a bell\u{7}."),
     );
     put(&s, "lb2", Parent::Leaf, label("finale", "u4"));
     drop(s);
@@ -362,7 +356,7 @@ pub fn storyboard(home: &Home) {
             ..NewSession::default()
         })
         .unwrap();
-    put(&o, "q1", Parent::Leaf, text(Role::User, "What is a cairn?"));
+    put(&o, "q1", Parent::Leaf, user("What is a cairn?"));
     drop(o);
     fix_times(&home.file(OTHER));
 }

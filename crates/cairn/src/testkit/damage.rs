@@ -6,7 +6,8 @@
 
 use serde_json::json;
 
-use super::util::{OrFail, other_store, raw_records, store, stored_lines, user};
+use super::build::user;
+use super::util::{OrFail, other_store, raw_records, store, stored_lines};
 use super::{Fixture, Interrupted};
 use crate::backend::Access;
 use crate::error::{AppendError, OpenError};

@@ -6,7 +6,8 @@
 use serde_json::json;
 
 use super::Fixture;
-use super::util::{OrFail, calls, next_millisecond, other_store, store, user};
+use super::build::{calls, user};
+use super::util::{OrFail, next_millisecond, other_store, store};
 use crate::backend::Access;
 use crate::error::{OpenError, StoreError};
 use crate::id::SessionId;

@@ -3,7 +3,8 @@
 //! never blocked and never block; the lock is released when the writer goes.
 
 use super::Fixture;
-use super::util::{OrFail, other_store, raw_records, store, user};
+use super::build::user;
+use super::util::{OrFail, other_store, raw_records, store};
 use crate::backend::Access;
 use crate::error::{AppendError, OpenError};
 use crate::session::{NewSession, Session};

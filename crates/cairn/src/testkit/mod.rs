@@ -27,8 +27,16 @@
 //! fail) return `false` and the checks that need them pass vacuously; each
 //! fixture documents which hooks it has.
 //!
+//! The same module is the toolkit every test crate of the workspace shares:
+//! [`vfs`] (one I/O seam whose hooks pass through unless a test overrides
+//! them), [`Rng`] (one deterministic random generator), [`build`]
+//! (builders of the entries tests append) and [`child`] (a test binary
+//! re-running one of its ignored tests as a child process).
+//!
 //! [`Session`]: crate::Session
 
+pub mod build;
+pub mod child;
 mod damage;
 mod durability;
 mod fixtures;
@@ -37,8 +45,10 @@ mod locking;
 mod operations;
 mod projection;
 pub mod recovery;
+mod rng;
 mod roundtrip;
 mod util;
+pub mod vfs;
 
 use std::sync::Arc;
 
@@ -53,7 +63,7 @@ pub use damage::{
 pub use durability::{
     eight_threads_in_group_mode_lose_nothing, every_durability_mode_keeps_acknowledged_records,
 };
-pub use fixtures::{FileFixture, MemoryFixture, SwitchVfs, TempDir};
+pub use fixtures::{FileFixture, MemoryFixture};
 pub use listing::{
     listing_is_newest_first_with_counts_titles_and_status,
     remove_deletes_one_session_and_is_refused_while_written,
@@ -68,6 +78,7 @@ pub use operations::{
 pub use projection::{
     compaction_and_app_state_are_restored_on_reopen, tree_and_projection_equal_the_fold,
 };
+pub use rng::Rng;
 pub use roundtrip::{
     every_record_kind_round_trips_byte_for_byte, large_and_many_records_round_trip,
 };

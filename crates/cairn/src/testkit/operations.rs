@@ -6,7 +6,8 @@
 use serde_json::json;
 
 use super::Fixture;
-use super::util::{OrFail, calls, other_store, store, user};
+use super::build::{calls, user};
+use super::util::{OrFail, other_store, store};
 use crate::backend::Access;
 use crate::journal::{Status, Verdict};
 use crate::record::{EffectClass, Message, Outcome, Role};

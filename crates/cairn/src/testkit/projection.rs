@@ -5,7 +5,9 @@
 use serde_json::json;
 
 use super::Fixture;
-use super::util::{OrFail, Rng, all_entries, assistant, calls, other_store, result, store, user};
+use super::Rng;
+use super::build::{assistant, calls, tool_result, user};
+use super::util::{OrFail, all_entries, other_store, store};
 use crate::backend::Access;
 use crate::error::AppendError;
 use crate::projection::Context;
@@ -52,8 +54,8 @@ fn tolerate(name: &str, r: Result<impl Sized, AppendError>) {
 fn random_step(name: &str, s: &Session, rng: &mut Rng, step: usize) {
     let nodes = s.nodes();
     let any_node =
-        |rng: &mut Rng| (!nodes.is_empty()).then(|| nodes[rng.below(nodes.len())].id.clone());
-    match rng.below(11) {
+        |rng: &mut Rng| (!nodes.is_empty()).then(|| nodes[rng.index(nodes.len())].id.clone());
+    match rng.index(11) {
         0 => tolerate(name, s.append(user(&format!("user {step}")))),
         1 => tolerate(name, s.append(assistant(&format!("assistant {step}")))),
         2 => {
@@ -65,10 +67,13 @@ fn random_step(name: &str, s: &Session, rng: &mut Rng, step: usize) {
                     &[(call.as_str(), "tool", json!({"step": step}))],
                 ))),
             );
-            tolerate(name, s.append(result(&call, &format!("result {step}"))));
+            tolerate(
+                name,
+                s.append(tool_result(&call, &format!("result {step}"))),
+            );
         }
         3 => {
-            let change = if rng.below(2) == 0 {
+            let change = if rng.index(2) == 0 {
                 AppStateChange::Set(json!({"step": step, "list": [step]}))
             } else {
                 AppStateChange::Patch(json!({"patched": step, "list": null}))
@@ -77,23 +82,23 @@ fn random_step(name: &str, s: &Session, rng: &mut Rng, step: usize) {
         }
         4 => {
             let mut values = serde_json::Map::new();
-            values.insert(format!("k{}", rng.below(3)), json!(step));
-            values.insert(format!("k{}", rng.below(3)), serde_json::Value::Null);
+            values.insert(format!("k{}", rng.index(3)), json!(step));
+            values.insert(format!("k{}", rng.index(3)), serde_json::Value::Null);
             tolerate(name, s.append(EntryBody::Settings(Settings { values })));
         }
         5 => {
-            let target = if rng.below(5) == 0 {
+            let target = if rng.index(5) == 0 {
                 None
             } else {
                 any_node(rng)
             };
-            let summary = (rng.below(2) == 0).then(|| format!("left at step {step}"));
+            let summary = (rng.index(2) == 0).then(|| format!("left at step {step}"));
             tolerate(name, s.checkout(target.as_ref(), summary));
         }
         6 => {
             let branch = s.branch();
-            let first_kept = (!branch.is_empty() && rng.below(4) != 0)
-                .then(|| branch[rng.below(branch.len())].clone());
+            let first_kept = (!branch.is_empty() && rng.index(4) != 0)
+                .then(|| branch[rng.index(branch.len())].clone());
             tolerate(
                 name,
                 s.append(EntryBody::Compaction(Compaction {
@@ -104,8 +109,8 @@ fn random_step(name: &str, s: &Session, rng: &mut Rng, step: usize) {
             );
         }
         7 => {
-            let label = format!("l{}", rng.below(3));
-            let target = if rng.below(4) == 0 {
+            let label = format!("l{}", rng.index(3));
+            let target = if rng.index(4) == 0 {
                 None
             } else {
                 any_node(rng)
@@ -139,7 +144,7 @@ fn random_step(name: &str, s: &Session, rng: &mut Rng, step: usize) {
             name,
             s.append(EntryBody::Custom(Custom {
                 namespace: "test.random".into(),
-                visible: rng.below(2) == 0,
+                visible: rng.index(2) == 0,
                 content: json!({"step": step}),
             })),
         ),

@@ -20,7 +20,7 @@ use crate::session::{NewEntry, NewSession, Parent, Session};
 use crate::store::Store;
 use crate::view::ViewBuilder;
 
-use super::util::Rng;
+use super::Rng;
 
 /// The tools of the histories: `read` is read-only, `put` idempotent, `bash`
 /// a side effect.
@@ -111,11 +111,11 @@ struct History {
 
 impl History {
     fn tool(&mut self) -> &'static str {
-        ["read", "put", "bash"][self.rng.below(3)]
+        ["read", "put", "bash"][self.rng.index(3)]
     }
 
     fn assistant(&mut self, max_calls: usize) -> Message {
-        let n = self.rng.below(max_calls + 1);
+        let n = self.rng.index(max_calls + 1);
         let mut content = vec![Block::Text {
             text: "thinking aloud".into(),
         }];
@@ -138,10 +138,10 @@ impl History {
 
     fn any_entry(&mut self) -> Option<EntryId> {
         let nodes = self.session.nodes();
-        if nodes.is_empty() || self.rng.below(8) == 0 {
+        if nodes.is_empty() || self.rng.index(8) == 0 {
             return None;
         }
-        Some(nodes[self.rng.below(nodes.len())].id.clone())
+        Some(nodes[self.rng.index(nodes.len())].id.clone())
     }
 
     /// An unanswered call of the branch, if any.
@@ -150,12 +150,12 @@ impl History {
         if open.is_empty() {
             return None;
         }
-        Some(open[self.rng.below(open.len())].call_id.clone())
+        Some(open[self.rng.index(open.len())].call_id.clone())
     }
 
     fn step(&mut self) {
         let s = &self.session;
-        let r: Result<(), AppendError> = match self.rng.below(14) {
+        let r: Result<(), AppendError> = match self.rng.index(14) {
             0 | 1 => s
                 .append(EntryBody::Message(Message::text(Role::User, "do it")))
                 .map(drop),
@@ -199,7 +199,7 @@ impl History {
         let at = self.any_entry();
         match self.store.fork(&self.session, at.as_ref(), None) {
             Ok(f) => {
-                if self.rng.below(2) == 0 {
+                if self.rng.index(2) == 0 {
                     self.session = f;
                 }
                 Ok(())
@@ -211,8 +211,8 @@ impl History {
 
     fn recover(&mut self) -> Result<(), AppendError> {
         let mut runner = ScenarioRunner::default();
-        let policy = policy_for(self.rng.next());
-        let with_runner = self.rng.below(2) == 0;
+        let policy = policy_for(self.rng.next_u64());
+        let with_runner = self.rng.index(2) == 0;
         let r = recover(
             &self.session,
             policy,
@@ -230,7 +230,7 @@ impl History {
     /// its result, an approval, a denial, the end.
     fn operation_step(&mut self) -> Result<(), AppendError> {
         let reply = self.assistant(3);
-        let (pick, a, b) = (self.rng.below(8), self.rng.below(3), self.rng.below(3));
+        let (pick, a, b) = (self.rng.index(8), self.rng.index(3), self.rng.index(3));
         let Some(op) = self.session.resume_operation() else {
             return self
                 .session

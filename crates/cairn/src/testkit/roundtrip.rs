@@ -5,7 +5,8 @@
 use serde_json::json;
 
 use super::Fixture;
-use super::util::{OrFail, calls, other_store, raw_records, store, stored_lines};
+use super::build::calls;
+use super::util::{OrFail, other_store, raw_records, store, stored_lines};
 use crate::backend::Access;
 use crate::commit::Durability;
 use crate::operation::ToolOutput;

@@ -1,16 +1,13 @@
 //! Helpers shared by the checks: failing with a message instead of
-//! unwrapping, a small deterministic random generator, stores over a
-//! fixture's handles, the raw lines a backend hands to its visitor, and
-//! record builders.
+//! unwrapping, stores over a fixture's handles and the raw lines a backend
+//! hands to its visitor.
 
 use std::fmt::Display;
-
-use serde_json::Value;
 
 use super::Fixture;
 use crate::backend::{Access, Backend, RawLine, TornTail};
 use crate::id::SessionId;
-use crate::record::{Block, Entry, EntryBody, Message, Role};
+use crate::record::Entry;
 use crate::session::Session;
 use crate::store::Store;
 
@@ -38,29 +35,6 @@ impl<T> OrFail<T> for Option<T> {
             Some(v) => v,
             None => panic!("{what}: nothing there"),
         }
-    }
-}
-
-/// xorshift64*: deterministic histories without a dependency.
-pub(crate) struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed.max(1))
-    }
-
-    pub fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    /// A number in `0..n` (`n > 0`).
-    pub fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
     }
 }
 
@@ -138,42 +112,4 @@ pub(crate) fn next_millisecond() {
     while crate::time::now_rfc3339() == start {
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
-}
-
-pub(crate) fn user(text: &str) -> EntryBody {
-    EntryBody::Message(Message::text(Role::User, text))
-}
-
-pub(crate) fn assistant(text: &str) -> EntryBody {
-    EntryBody::Message(Message::text(Role::Assistant, text))
-}
-
-/// An assistant message asking for the given tool calls.
-pub(crate) fn calls(text: &str, calls: &[(&str, &str, Value)]) -> Message {
-    let mut m = Message::text(Role::Assistant, text);
-    for (call_id, name, arguments) in calls {
-        m.content.push(Block::ToolCall {
-            call_id: (*call_id).to_owned(),
-            name: (*name).to_owned(),
-            arguments: arguments.clone(),
-        });
-    }
-    m.stop_reason = Some("tool_use".into());
-    m
-}
-
-/// A tool message answering `call_id`.
-pub(crate) fn result(call_id: &str, text: &str) -> EntryBody {
-    EntryBody::Message(Message {
-        role: Role::Tool,
-        content: vec![Block::ToolResult {
-            call_id: call_id.to_owned(),
-            content: vec![Block::Text { text: text.into() }],
-            is_error: false,
-            code: None,
-        }],
-        usage: None,
-        model: None,
-        stop_reason: None,
-    })
 }

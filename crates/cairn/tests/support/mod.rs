@@ -1,15 +1,14 @@
 //! Shared helpers for cairn's integration tests: sample sessions on disk,
-//! line surgery (find lines, re-seal, change a `seq`), and I/O seams that plug
-//! under [`cairn::FileBackend`]:
+//! line surgery (find lines, re-seal, change a `seq`), and two hooks for
+//! [`cairn::testkit::vfs::HookVfs`] (the seam under [`cairn::FileBackend`]
+//! whose `Faults` hook fails the N-th write or sync of a session log):
 //!
-//! - [`FaultyVfs`] fails the N-th write or sync of a session log (EIO, ENOSPC,
-//!   or a short write that lands a prefix and then fails);
-//! - [`RecordingVfs`] logs every write and sync of a session log, in one
-//!   global order shared with the acknowledgements the test records;
-//! - [`RacingWriterVfs`] appends to a session file right after a reader has
+//! - [`Recorder`] logs every write and sync of a session log, in one global
+//!   order shared with the acknowledgements the test records;
+//! - [`RacingWriter`] appends to a session file right after a reader has
 //!   measured it, as a concurrent writer would.
 //!
-//! Every seam only interferes with session logs (`*.jsonl`); lock files, the
+//! Both only interfere with session logs (`*.jsonl`); lock files, the
 //! catalog and saved torn tails go straight to the real file system.
 
 // Each test binary that includes this module uses its own subset of it;
@@ -26,10 +25,11 @@ use std::io;
 use std::ops::Range;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 
 use cairn::frame::{self, TRAILER_LEN};
-use cairn::vfs::{Metadata, OpenMode, StdVfs, Vfs, VfsFile};
+use cairn::testkit::vfs::{Hook, HookVfs, Hooked, lock};
+use cairn::vfs::{OpenMode, Vfs};
 use cairn::{AppStateChange, EntryBody, FileBackend, Message, Record, Role, SessionId, Store};
 use serde_json::json;
 
@@ -231,198 +231,8 @@ pub fn torn_files(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
-fn is_session_log(path: &Path) -> bool {
-    path.extension().is_some_and(|e| e == "jsonl")
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// Delegates the directory operations of [`Vfs`] to [`StdVfs`].
-macro_rules! delegate_dir_ops {
-    () => {
-        fn create_dir_all(&self, path: &Path) -> io::Result<()> {
-            StdVfs.create_dir_all(path)
-        }
-        fn sync_dir(&self, path: &Path) -> io::Result<()> {
-            StdVfs.sync_dir(path)
-        }
-        fn read_dir(&self, path: &Path) -> io::Result<Vec<String>> {
-            StdVfs.read_dir(path)
-        }
-        fn metadata(&self, path: &Path) -> io::Result<Metadata> {
-            StdVfs.metadata(path)
-        }
-        fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-            StdVfs.rename(from, to)
-        }
-        fn remove_file(&self, path: &Path) -> io::Result<()> {
-            StdVfs.remove_file(path)
-        }
-    };
-}
-
 // ---------------------------------------------------------------------------
-// FaultyVfs
-// ---------------------------------------------------------------------------
-
-/// An injected I/O failure.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fault {
-    /// `EIO`: the device reported an error.
-    Eio,
-    /// `ENOSPC`: the disk is full.
-    NoSpace,
-    /// A write that lands its first `n` bytes and then fails with `EIO`
-    /// (for a sync, the same as [`Fault::Eio`]).
-    Short(usize),
-}
-
-impl Fault {
-    /// The OS error number the fault reports.
-    pub fn errno(self) -> i32 {
-        match self {
-            Fault::Eio | Fault::Short(_) => 5,
-            Fault::NoSpace => 28,
-        }
-    }
-
-    fn error(self) -> io::Error {
-        io::Error::from_raw_os_error(self.errno())
-    }
-}
-
-#[derive(Debug, Default)]
-struct Plan {
-    /// Writes to let through before the next one fails, and how it fails.
-    write: Option<(u64, Fault)>,
-    /// Syncs to let through before the next one fails, and how it fails.
-    sync: Option<(u64, Fault)>,
-    /// Write calls on session logs so far (failed ones included).
-    writes: u64,
-    /// Sync calls on session logs so far (failed ones included).
-    syncs: u64,
-}
-
-/// Decrements a countdown; returns the fault when it fires (once).
-fn fires(slot: &mut Option<(u64, Fault)>) -> Option<Fault> {
-    let (left, fault) = slot.as_mut()?;
-    if *left > 1 {
-        *left -= 1;
-        return None;
-    }
-    let fault = *fault;
-    *slot = None;
-    Some(fault)
-}
-
-/// The real file system, except that the N-th write or sync of a session log
-/// (counted from when the fault is armed) fails once.
-#[derive(Debug, Default)]
-pub struct FaultyVfs {
-    plan: Arc<Mutex<Plan>>,
-}
-
-impl FaultyVfs {
-    /// A healthy file system with no fault armed.
-    pub fn new() -> Arc<FaultyVfs> {
-        Arc::new(FaultyVfs::default())
-    }
-
-    /// The `nth` write to a session log from now (1: the next one) fails with `fault`.
-    pub fn fail_write(&self, nth: u64, fault: Fault) {
-        assert!(nth >= 1);
-        lock(&self.plan).write = Some((nth, fault));
-    }
-
-    /// The `nth` sync of a session log from now (1: the next one) fails with `fault`.
-    pub fn fail_sync(&self, nth: u64, fault: Fault) {
-        assert!(nth >= 1);
-        lock(&self.plan).sync = Some((nth, fault));
-    }
-
-    /// Disarms any fault not yet fired.
-    pub fn clear(&self) {
-        let mut p = lock(&self.plan);
-        p.write = None;
-        p.sync = None;
-    }
-
-    /// Write calls that reached this file system for session logs.
-    pub fn writes(&self) -> u64 {
-        lock(&self.plan).writes
-    }
-
-    /// Sync calls that reached this file system for session logs.
-    pub fn syncs(&self) -> u64 {
-        lock(&self.plan).syncs
-    }
-}
-
-#[derive(Debug)]
-struct FaultyFile {
-    inner: Arc<dyn VfsFile>,
-    plan: Arc<Mutex<Plan>>,
-}
-
-impl VfsFile for FaultyFile {
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        self.inner.read_at(buf, offset)
-    }
-    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        let fault = {
-            let mut p = lock(&self.plan);
-            p.writes += 1;
-            fires(&mut p.write)
-        };
-        match fault {
-            None => self.inner.write_all_at(buf, offset),
-            Some(Fault::Short(n)) => {
-                self.inner.write_all_at(&buf[..n.min(buf.len())], offset)?;
-                Err(Fault::Short(n).error())
-            }
-            Some(f) => Err(f.error()),
-        }
-    }
-    fn sync_data(&self) -> io::Result<()> {
-        let fault = {
-            let mut p = lock(&self.plan);
-            p.syncs += 1;
-            fires(&mut p.sync)
-        };
-        match fault {
-            None => self.inner.sync_data(),
-            Some(f) => Err(f.error()),
-        }
-    }
-    fn len(&self) -> io::Result<u64> {
-        self.inner.len()
-    }
-    fn set_len(&self, len: u64) -> io::Result<()> {
-        self.inner.set_len(len)
-    }
-    fn try_lock(&self) -> io::Result<bool> {
-        self.inner.try_lock()
-    }
-}
-
-impl Vfs for FaultyVfs {
-    fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Arc<dyn VfsFile>> {
-        let inner = StdVfs.open(path, mode)?;
-        if !is_session_log(path) {
-            return Ok(inner);
-        }
-        Ok(Arc::new(FaultyFile {
-            inner,
-            plan: Arc::clone(&self.plan),
-        }))
-    }
-    delegate_dir_ops!();
-}
-
-// ---------------------------------------------------------------------------
-// RecordingVfs
+// Recorder
 // ---------------------------------------------------------------------------
 
 /// One event on a session log, or an acknowledgement recorded by the test.
@@ -462,7 +272,7 @@ struct Log {
     hold_sync_until_writes: Option<usize>,
 }
 
-/// The shared event log of a [`RecordingVfs`]. Events are appended under one
+/// A hook logging the writes and syncs of session logs. Events are appended under one
 /// mutex, so their positions are a single global order consistent with real
 /// time: if one event was logged before another began, it comes first.
 #[derive(Debug, Default)]
@@ -507,51 +317,28 @@ impl Recorder {
     }
 }
 
-/// The real file system, logging the writes and syncs of session logs.
-#[derive(Debug, Default)]
-pub struct RecordingVfs {
-    recorder: Arc<Recorder>,
+/// The real file system under a new [`Recorder`], and the recorder.
+pub fn recording_vfs() -> (Arc<HookVfs<Recorder>>, Arc<Recorder>) {
+    let recorder = Arc::new(Recorder::default());
+    (HookVfs::sharing(Arc::clone(&recorder)), recorder)
 }
 
-impl RecordingVfs {
-    /// A recording file system and its event log.
-    pub fn new() -> (Arc<RecordingVfs>, Arc<Recorder>) {
-        let recorder = Arc::new(Recorder::default());
-        (
-            Arc::new(RecordingVfs {
-                recorder: Arc::clone(&recorder),
-            }),
-            recorder,
-        )
-    }
-}
-
-#[derive(Debug)]
-struct RecordingFile {
-    inner: Arc<dyn VfsFile>,
-    recorder: Arc<Recorder>,
-}
-
-impl VfsFile for RecordingFile {
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        self.inner.read_at(buf, offset)
-    }
-    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        self.inner.write_all_at(buf, offset)?;
+impl Hook for Recorder {
+    fn write_all_at(&self, file: Hooked<'_>, buf: &[u8], offset: u64) -> io::Result<()> {
+        file.inner.write_all_at(buf, offset)?;
         let seq = leading_seq(buf).expect("writes to a session log start with a record");
-        self.recorder.push(Event::Write {
+        self.push(Event::Write {
             seq,
             end: offset + buf.len() as u64,
         });
         Ok(())
     }
-    fn sync_data(&self) -> io::Result<()> {
+    fn sync_data(&self, file: Hooked<'_>) -> io::Result<()> {
         let sync = {
-            let mut log = lock(&self.recorder.log);
+            let mut log = lock(&self.log);
             if let Some(n) = log.hold_sync_until_writes.take() {
                 while Recorder::writes(&log) < n {
                     log = self
-                        .recorder
                         .changed
                         .wait(log)
                         .unwrap_or_else(PoisonError::into_inner);
@@ -559,108 +346,51 @@ impl VfsFile for RecordingFile {
             }
             // Measured and logged under the lock: every write logged before
             // this point has returned, so this sync covers it.
-            let len = self.inner.len()?;
+            let len = file.inner.len()?;
             let sync = log.next_sync;
             log.next_sync += 1;
             log.events.push(Event::SyncStart { sync, len });
             sync
         };
-        self.inner.sync_data()?;
-        self.recorder.push(Event::SyncEnd { sync });
+        file.inner.sync_data()?;
+        self.push(Event::SyncEnd { sync });
         Ok(())
     }
-    fn len(&self) -> io::Result<u64> {
-        self.inner.len()
-    }
-    fn set_len(&self, len: u64) -> io::Result<()> {
-        self.inner.set_len(len)
-    }
-    fn try_lock(&self) -> io::Result<bool> {
-        self.inner.try_lock()
-    }
-}
-
-impl Vfs for RecordingVfs {
-    fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Arc<dyn VfsFile>> {
-        let inner = StdVfs.open(path, mode)?;
-        if !is_session_log(path) {
-            return Ok(inner);
-        }
-        Ok(Arc::new(RecordingFile {
-            inner,
-            recorder: Arc::clone(&self.recorder),
-        }))
-    }
-    delegate_dir_ops!();
 }
 
 // ---------------------------------------------------------------------------
-// RacingWriterVfs
+// RacingWriter
 // ---------------------------------------------------------------------------
 
-/// The real file system, except that the first time a reader measures a
-/// session log opened read-only, `extra` is appended to the file right after
-/// the measurement: what a writer appending at that moment does.
+/// A hook that, the first time a reader measures a session log opened
+/// read-only, appends `extra` to the file right after the measurement: what
+/// a writer appending at that moment does.
 #[derive(Debug)]
-pub struct RacingWriterVfs {
+pub struct RacingWriter {
+    /// Bytes still to append at the first measurement.
     extra: Mutex<Option<Vec<u8>>>,
 }
 
-impl RacingWriterVfs {
-    /// Appends `extra` after the first read-only measurement of a session log.
-    pub fn new(extra: Vec<u8>) -> Arc<RacingWriterVfs> {
-        Arc::new(RacingWriterVfs {
+impl RacingWriter {
+    /// The real file system, appending `extra` after the first read-only
+    /// measurement of a session log.
+    pub fn vfs(extra: Vec<u8>) -> Arc<HookVfs<RacingWriter>> {
+        HookVfs::new(RacingWriter {
             extra: Mutex::new(Some(extra)),
         })
     }
 }
 
-#[derive(Debug)]
-struct RacingFile {
-    inner: Arc<dyn VfsFile>,
-    path: PathBuf,
-    /// Bytes still to append at the first measurement.
-    extra: Mutex<Option<Vec<u8>>>,
-}
-
-impl VfsFile for RacingFile {
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        self.inner.read_at(buf, offset)
+impl Hook for RacingWriter {
+    fn hooks_file(&self, path: &Path, mode: OpenMode) -> bool {
+        cairn::testkit::vfs::is_session_log(path) && mode == OpenMode::Read
     }
-    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        self.inner.write_all_at(buf, offset)
-    }
-    fn sync_data(&self) -> io::Result<()> {
-        self.inner.sync_data()
-    }
-    fn len(&self) -> io::Result<u64> {
-        let len = self.inner.len()?;
+    fn len(&self, file: Hooked<'_>) -> io::Result<u64> {
+        let len = file.inner.len()?;
         if let Some(extra) = lock(&self.extra).take() {
-            let mut f = fs::OpenOptions::new().append(true).open(&self.path)?;
+            let mut f = fs::OpenOptions::new().append(true).open(file.path)?;
             io::Write::write_all(&mut f, &extra)?;
         }
         Ok(len)
     }
-    fn set_len(&self, len: u64) -> io::Result<()> {
-        self.inner.set_len(len)
-    }
-    fn try_lock(&self) -> io::Result<bool> {
-        self.inner.try_lock()
-    }
-}
-
-impl Vfs for RacingWriterVfs {
-    fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Arc<dyn VfsFile>> {
-        let inner = StdVfs.open(path, mode)?;
-        if !is_session_log(path) || mode != OpenMode::Read {
-            return Ok(inner);
-        }
-        let extra = lock(&self.extra).take();
-        Ok(Arc::new(RacingFile {
-            inner,
-            path: path.to_path_buf(),
-            extra: Mutex::new(extra),
-        }))
-    }
-    delegate_dir_ops!();
 }

@@ -47,45 +47,8 @@ use cairn::vfs::{Metadata, OpenMode, Vfs, VfsFile};
 // Rng
 // ---------------------------------------------------------------------------
 
-/// SplitMix64: small, fast, and the same sequence everywhere for a seed.
-#[derive(Debug, Clone)]
-pub struct Rng(u64);
-
-impl Rng {
-    /// A generator for `seed`.
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed ^ 0x5DEE_CE66_D1CE_4E5B)
-    }
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    /// A number in `0..n` (`n` > 0).
-    pub fn below(&mut self, n: u64) -> u64 {
-        assert!(n > 0, "below(0)");
-        self.next_u64() % n
-    }
-    /// An index into a slice of length `n` (`n` > 0).
-    pub fn index(&mut self, n: usize) -> usize {
-        self.below(n as u64) as usize
-    }
-    /// True with probability `num / den`.
-    pub fn chance(&mut self, num: u64, den: u64) -> bool {
-        self.below(den) < num
-    }
-    /// A number in `lo..=hi`.
-    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.below(hi - lo + 1)
-    }
-    /// A generator derived from this one's next value (for sub-streams).
-    pub fn fork(&mut self) -> Rng {
-        Rng::new(self.next_u64())
-    }
-}
+/// The tests' one generator (SplitMix64; the same sequence for a seed as before).
+pub use cairn::testkit::Rng;
 
 // ---------------------------------------------------------------------------
 // Operations, faults, crash images

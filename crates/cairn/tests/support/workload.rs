@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use cairn::Verdict;
+use cairn::testkit::build::user;
 use cairn::{
     AppStateChange, AppendError, Appended, Block, Body, Context, Durability, EffectClass, Entry,
     EntryBody, FileBackend, Message, NewSession, OpRecord, Outcome, Policy, Role, Session,
@@ -140,10 +141,6 @@ fn effect_of(tool: &str) -> EffectClass {
         "fetch" => EffectClass::Idempotent,
         _ => EffectClass::SideEffect,
     }
-}
-
-fn user(text: impl Into<String>) -> EntryBody {
-    EntryBody::Message(Message::text(Role::User, text))
 }
 
 impl World {
@@ -386,7 +383,7 @@ impl World {
         let before = s.durability();
         s.set_durability(Durability::Buffered);
         for i in 0..self.rng.range(2, 6) {
-            let r = s.append(user(format!("buffered {i}")));
+            let r = s.append(user(&format!("buffered {i}")));
             if let Some(a) = self.app(r, si, "append (buffered)")? {
                 self.ack_appended(si, &a, Durability::Buffered);
             }
@@ -416,7 +413,7 @@ impl World {
                     sc.spawn(move || {
                         let mut out = Vec::new();
                         for i in 0..each {
-                            let r = s.append(user(format!("group {t}.{i}")));
+                            let r = s.append(user(&format!("group {t}.{i}")));
                             let stop = r.is_err();
                             out.push(r);
                             if stop {
