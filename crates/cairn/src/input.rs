@@ -182,10 +182,14 @@ mod tests {
     fn an_unknown_ignorable_kind_is_an_entry_only_with_a_place() {
         let op = decode_input(r#"{"kind":"x.note","data":{"a":1},"ignorable":true}"#);
         assert!(matches!(op, Ok(InputRecord::Op(OpRecord::Ignored(_)))));
-        let entry = decode_input(r#"{"kind":"x.note","data":{"a":1},"ignorable":true,"parent":null}"#);
+        let entry =
+            decode_input(r#"{"kind":"x.note","data":{"a":1},"ignorable":true,"parent":null}"#);
         assert!(matches!(
             entry,
-            Ok(InputRecord::Entry { body: EntryBody::Ignored(_), .. })
+            Ok(InputRecord::Entry {
+                body: EntryBody::Ignored(_),
+                ..
+            })
         ));
     }
 

@@ -63,11 +63,11 @@ pub use error::{
     AppendError, Damage, Invalid, LookupError, OpenError, ReadError, StoreError, with_causes,
 };
 pub use id::{EntryId, InvalidId, SessionId};
+pub use input::{InputError, InputParent, InputRecord, decode_input};
 pub use journal::{
     NotStarted, OpPhase, OpenCall, PendingApproval, PendingCall, Status, TOOL_NOT_STARTED,
     TOOL_OUTCOME_UNKNOWN, Verdict, args_hash, idempotency_key, unanswered_calls, verdict,
 };
-pub use input::{InputError, InputParent, InputRecord, decode_input};
 pub use kind::{DecodeError, EntryKind, OpKind, Payload, RecordKind, decode_data};
 pub use operation::{ModelTicket, Operation, ToolOutput, ToolTicket};
 pub use projection::{ActiveCompaction, Context, ContextMessage, Source, apply_state, merge_patch};
