@@ -58,7 +58,7 @@ impl Tool for SetState {
 mod tests {
     use std::sync::Arc;
 
-    use cairn::testkit::SwitchVfs;
+    use cairn::testkit::vfs::{Faults, HookVfs};
     use cairn::{FileBackend, NewSession, Store};
 
     use super::*;
@@ -68,11 +68,11 @@ mod tests {
     #[test]
     fn regression_a_failed_save_of_the_state_lost_the_os_error() {
         let dir = tempfile::tempdir().unwrap();
-        let vfs = Arc::new(SwitchVfs::new());
+        let vfs = HookVfs::new(Faults::new());
         let backend = FileBackend::with_vfs(dir.path().join("sessions"), vfs.clone());
         let store = Store::with_backend(Arc::new(backend));
         let session = store.create(NewSession::default()).unwrap();
-        vfs.set_failing(true);
+        vfs.hook().set_failing(true);
         let env = ToolEnv::new(dir.path(), dir.path().join("blobs"));
         let interrupt = Interrupt::new();
         let args = json!({"patch": {"a": 1}});
