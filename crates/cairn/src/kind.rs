@@ -140,16 +140,12 @@ impl EntryBody {
 
     /// The record kind written in the `kind` field.
     pub fn kind(&self) -> &str {
-        match self {
-            EntryBody::Ignored(u) => &u.kind,
-            EntryBody::Message(_)
-            | EntryBody::AppState(_)
-            | EntryBody::Compaction(_)
-            | EntryBody::Checkout(_)
-            | EntryBody::Settings(_)
-            | EntryBody::Label(_)
-            | EntryBody::SessionInfo(_)
-            | EntryBody::Custom(_) => self.known_kind().map_or("", EntryKind::name),
+        // `known_kind` is the exhaustive match; only an ignored record keeps
+        // its own name.
+        if let EntryBody::Ignored(u) = self {
+            &u.kind
+        } else {
+            self.known_kind().map_or("", EntryKind::name)
         }
     }
 
@@ -182,16 +178,12 @@ impl OpRecord {
 
     /// The record kind written in the `kind` field.
     pub fn kind(&self) -> &str {
-        match self {
-            OpRecord::Ignored(u) => &u.kind,
-            OpRecord::OpStarted(_)
-            | OpRecord::ModelAttempted(_)
-            | OpRecord::UsageSettled(_)
-            | OpRecord::ApprovalRequested(_)
-            | OpRecord::ApprovalResolved(_)
-            | OpRecord::ToolDispatched(_)
-            | OpRecord::InputQueued(_)
-            | OpRecord::OpFinished(_) => self.known_kind().map_or("", OpKind::name),
+        // `known_kind` is the exhaustive match; only an ignored record keeps
+        // its own name.
+        if let OpRecord::Ignored(u) = self {
+            &u.kind
+        } else {
+            self.known_kind().map_or("", OpKind::name)
         }
     }
 }
