@@ -27,10 +27,10 @@ use crate::prompt::{Batch, Console, Prompter};
 use crate::provider::Provider;
 use crate::provider::openai::{DEFAULT_BASE_URL, OpenAiConfig, OpenAiProvider};
 use crate::provider::scripted::ScriptedProvider;
-use crate::store::{blob_dir, files_dir, open_store};
 use crate::term::clean_line;
 use crate::tools::{Registry, ToolEnv};
 use crate::tree::TreePrinter;
+use cairn_stores::{blob_dir, files_dir, open_store};
 
 /// Set to `1` to print `@ack` lines for every acknowledged record (crash tests).
 pub const ACKS_ENV: &str = "CAIRN_AGENT_ACKS";

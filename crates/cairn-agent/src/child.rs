@@ -79,7 +79,7 @@ pub fn storyboard_tools(ledger: Option<&std::path::Path>, workdir: &std::path::P
 
 fn run_spec(text: &str) -> Result<()> {
     let spec: ChildSpec = serde_json::from_str(text).context("the child spec is not valid JSON")?;
-    let store = crate::store::open_store(&spec.home)?;
+    let store = cairn_stores::open_store(&spec.home)?;
     let id = store.resolve(&spec.session)?;
     let session = store.open(&id, Access::Write)?;
     let provider = ScriptedProvider::load(&spec.script)?;
@@ -92,7 +92,7 @@ fn run_spec(text: &str) -> Result<()> {
     let rt = Runtime {
         provider: Arc::new(provider),
         tools: storyboard_tools(spec.ledger.as_deref(), &spec.workdir),
-        env: ToolEnv::new(&spec.workdir, crate::store::blob_dir(&spec.home)),
+        env: ToolEnv::new(&spec.workdir, cairn_stores::blob_dir(&spec.home)),
         config: crate::demo::storyboard_config(),
         observer,
         prompter: Box::new(Batch),

@@ -188,7 +188,7 @@ impl Tour<'_> {
         let rt = Runtime {
             provider: Arc::new(provider),
             tools: storyboard_tools(Some(self.ledger.path()), &self.workdir),
-            env: ToolEnv::new(&self.workdir, crate::store::blob_dir(&self.home)),
+            env: ToolEnv::new(&self.workdir, cairn_stores::blob_dir(&self.home)),
             config: storyboard_config(),
             observer: Box::new(Printer::new(Box::new(self.capture.clone()), "     │ ")),
             prompter: Box::new(Batch),
@@ -348,14 +348,14 @@ pub fn run(home: &Path, out: &mut dyn Write, opts: DemoOptions) -> Result<DemoRe
         Some(e) => e.clone(),
         None => std::env::current_exe().context("finding the current executable")?,
     };
-    let store = crate::store::open_store(home)?;
+    let store = cairn_stores::open_store(home)?;
     let session = store.create(NewSession {
         title: Some("comic storyboard (cairn demo)".into()),
         app_state: Some(json!({})),
         ..NewSession::default()
     })?;
     let id = session.id().clone();
-    let workdir = crate::store::files_dir(home).join("demo").join(id.as_str());
+    let workdir = cairn_stores::files_dir(home).join("demo").join(id.as_str());
     std::fs::create_dir_all(&workdir).with_context(|| format!("creating {}", workdir.display()))?;
     let script_path = workdir.join("script.json");
     std::fs::write(&script_path, serde_json::to_vec_pretty(&script())?)?;

@@ -51,7 +51,7 @@ impl Ctx {
     }
 }
 
-pub use cairn_agent::store::open_store;
+pub use cairn_stores::open_store;
 
 /// How a session was named.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -159,7 +159,10 @@ pub fn run(ctx: &Ctx) -> Result<Status> {
 
     // 5. A crash.
     let id = s.id().clone();
-    let s = if cairn_agent::store::sqlite_path(&home).is_some() {
+    let s = if matches!(
+        cairn_stores::Location::parse(&home),
+        cairn_stores::Location::Sqlite(_)
+    ) {
         crash_on_sqlite(&mut tour, &store, s, &panel3)?
     } else {
         crash_on_file(&mut tour, &store, s, &panel3)?
