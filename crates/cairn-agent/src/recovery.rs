@@ -151,7 +151,7 @@ impl AgentResolver<'_> {
         }
     }
 
-    fn indeterminate(&mut self, call: &cairn::PendingCall, arguments: &Value) -> Decision {
+    fn indeterminate(&mut self, call: &cairn::ToolDispatched, arguments: &Value) -> Decision {
         let tool = self.rt.tools.get(&call.tool).map(Arc::clone);
         let summary = tool
             .as_ref()

@@ -8,8 +8,10 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use cairn::OpPhase;
 use cairn::frame;
-use cairn::{Access, Backend, Catalog, CatalogEntry, Log, Opened, RawLine, Stamp, Visitor};
-use cairn::{Damage, ListingFold, OpenError, SessionId, StoreError};
+use cairn::{
+    Access, Backend, Catalog, CatalogEntry, Log, Opened, Opening, RawLine, Stamp, Visitor,
+};
+use cairn::{Damage, IoFailure, ListingFold, OpenError, SessionId, StoreError};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use crate::error::{SqliteError, open_err, store_err};
@@ -74,10 +76,12 @@ impl SqliteBackend {
     }
 
     fn new_conn(&self, location: &str) -> Result<Connection, OpenError> {
-        schema::connect(&self.path).map_err(|e| OpenError::Io {
-            action: "connect to",
-            location: location.to_owned(),
-            source: std::io::Error::other(e),
+        schema::connect(&self.path).map_err(|e| {
+            OpenError::Io(IoFailure::new(
+                "connect to",
+                location.to_owned(),
+                std::io::Error::other(e),
+            ))
         })
     }
 
@@ -291,12 +295,7 @@ impl Backend for SqliteBackend {
         )))
     }
 
-    fn open(
-        &self,
-        id: &SessionId,
-        access: Access,
-        visit: &mut Visitor<'_>,
-    ) -> Result<Opened, OpenError> {
+    fn open(&self, id: &SessionId, access: Access, visit: &mut Visitor<'_>) -> Opening {
         let location = self.location(id);
         let mut conn = self.new_conn(&location)?;
         let (sid, token) = match access {

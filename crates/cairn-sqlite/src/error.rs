@@ -77,11 +77,7 @@ pub(crate) fn open_err(
     action: &'static str,
     location: &str,
 ) -> impl Fn(rusqlite::Error) -> cairn::OpenError {
-    move |e| cairn::OpenError::Io {
-        action,
-        location: location.to_owned(),
-        source: io(e),
-    }
+    move |e| cairn::OpenError::Io(cairn::IoFailure::new(action, location.to_owned(), io(e)))
 }
 
 /// The core's store error for an SQLite failure.
@@ -89,9 +85,5 @@ pub(crate) fn store_err(
     action: &'static str,
     location: &str,
 ) -> impl Fn(rusqlite::Error) -> cairn::StoreError {
-    move |e| cairn::StoreError::Io {
-        action,
-        location: location.to_owned(),
-        source: io(e),
-    }
+    move |e| cairn::StoreError::Io(cairn::IoFailure::new(action, location.to_owned(), io(e)))
 }

@@ -104,17 +104,10 @@ pub enum OpenError {
         /// Why.
         problem: String,
     },
-    /// An I/O error (the OS error is the `source()`).
-    #[error("cannot {action} {location}")]
-    Io {
-        /// What was being done ("open", "read", "lock", …).
-        action: &'static str,
-        /// The file or directory.
-        location: String,
-        /// The OS error.
-        #[source]
-        source: io::Error,
-    },
+    /// An I/O error on the session's file or database (the OS error is the
+    /// `source()`).
+    #[error(transparent)]
+    Io(IoFailure),
 }
 
 /// Errors appending to a session (entries, checkouts, operation records, sync).
@@ -400,14 +393,32 @@ pub enum StoreError {
     #[error(transparent)]
     Lookup(#[from] LookupError),
     /// An I/O error on the store itself (the OS error is the `source()`).
-    #[error("cannot {action} {location}")]
-    Io {
-        /// What was being done.
-        action: &'static str,
-        /// The file or directory.
-        location: String,
-        /// The OS error.
-        #[source]
-        source: io::Error,
-    },
+    #[error(transparent)]
+    Io(IoFailure),
+}
+
+/// An operating-system failure while doing something to a named file,
+/// directory or database: "cannot {action} {location}", with the OS error
+/// as its `source()`.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot {action} {location}")]
+pub struct IoFailure {
+    /// What was being done ("open", "read", "lock", "list", …).
+    pub action: &'static str,
+    /// The file, directory or database.
+    pub location: String,
+    /// The OS error.
+    #[source]
+    pub source: io::Error,
+}
+
+impl IoFailure {
+    /// The failure to do `action` to `location`.
+    pub fn new(action: &'static str, location: impl Into<String>, source: io::Error) -> IoFailure {
+        IoFailure {
+            action,
+            location: location.into(),
+            source,
+        }
+    }
 }

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 use crate::Durability;
 use crate::backend::{Access, Backend, FileBackend, MemoryBackend, TornTail};
-use crate::error::{AppendError, OpenError};
+use crate::error::{AppendError, IoFailure, OpenError};
 use crate::frame::{self, Class, Frame};
 use crate::id::{EntryId, SessionId};
 use crate::record::{Body, FORMAT_VERSION, Header};
@@ -198,7 +198,7 @@ impl Verdict {
             | OpenError::AlreadyExists { .. }
             | OpenError::InUse { .. }
             | OpenError::InvalidId(_)
-            | OpenError::Io { .. } => return Err(error),
+            | OpenError::Io(_) => return Err(error),
         };
         Ok(Verdict {
             refused: Some(Refusal {
@@ -579,11 +579,11 @@ impl<'a> Replay<'a> {
 }
 
 fn fatal(e: AppendError, location: &str) -> OpenError {
-    OpenError::Io {
-        action: "replay",
-        location: location.to_owned(),
-        source: std::io::Error::other(crate::error::with_causes(&e)),
-    }
+    OpenError::Io(IoFailure::new(
+        "replay",
+        location.to_owned(),
+        std::io::Error::other(crate::error::with_causes(&e)),
+    ))
 }
 
 #[cfg(test)]

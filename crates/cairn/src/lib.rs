@@ -55,18 +55,19 @@ pub mod vfs;
 pub mod view;
 
 pub use backend::{
-    Access, Backend, Catalog, CatalogEntry, FileBackend, Log, MemoryBackend, Opened, RawLine,
-    Stamp, TornTail, Visitor,
+    Access, Backend, Catalog, CatalogEntry, FileBackend, Log, MemoryBackend, Opened, Opening,
+    RawLine, Stamp, TornTail, Visitor,
 };
 pub use commit::Durability;
 pub use error::{
-    AppendError, Damage, Invalid, LookupError, OpenError, ReadError, StoreError, with_causes,
+    AppendError, Damage, Invalid, IoFailure, LookupError, OpenError, ReadError, StoreError,
+    with_causes,
 };
 pub use id::{EntryId, InvalidId, SessionId};
 pub use input::{InputError, InputParent, InputRecord, decode_input};
 pub use journal::{
-    NotStarted, OpPhase, OpenCall, PendingApproval, PendingCall, Status, TOOL_NOT_STARTED,
-    TOOL_OUTCOME_UNKNOWN, Verdict, args_hash, idempotency_key, unanswered_calls, verdict,
+    NotStarted, OpPhase, OpenCall, PendingApproval, Status, TOOL_NOT_STARTED, TOOL_OUTCOME_UNKNOWN,
+    Verdict, args_hash, idempotency_key, unanswered_calls, verdict,
 };
 pub use kind::{DecodeError, EntryKind, OpKind, Payload, RecordKind, decode_data};
 pub use operation::{ModelTicket, Operation, ToolOutput, ToolTicket};

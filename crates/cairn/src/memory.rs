@@ -24,10 +24,10 @@ use serde_json::{Map, Value};
 use crate::error::ReadError;
 use crate::id::EntryId;
 use crate::journal::{TOOL_NOT_STARTED, TOOL_OUTCOME_UNKNOWN};
-use crate::projection::{EntrySource, merge_patch};
+use crate::projection::merge_patch;
 use crate::record::{AppStateChange, Block, Entry, EntryBody, Role, value_text};
 use crate::summary::excerpt;
-use crate::tree::Tree;
+use crate::tree::{BranchFold, Walk};
 
 /// One remembered item and the entries it came from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -583,36 +583,30 @@ impl MemoryTracker {
             self.checkpoints.push((self.path.len(), self.state.clone()));
         }
     }
+}
 
-    pub fn leaf(&self) -> Option<u32> {
-        self.path.last().copied()
+/// The memory follows the branch from the checkpoint at or before the
+/// common ancestor.
+impl BranchFold for MemoryTracker {
+    fn path(&self) -> &[u32] {
+        &self.path
     }
 
-    /// Follows the branch to `target`: back to the common ancestor's
-    /// checkpoint, then forward.
-    pub fn move_to(
-        &mut self,
-        tree: &Tree,
-        target: Option<u32>,
-        src: &dyn EntrySource,
-    ) -> Result<(), ReadError> {
-        if target == self.leaf() {
+    fn truncate(&mut self, keep: usize, walk: Walk<'_>) -> Result<(), ReadError> {
+        if keep >= self.path.len() {
             return Ok(());
         }
-        let (keep, suffix) = tree.diverge(&self.path, target);
-        if keep < self.path.len() {
-            self.checkpoints.retain(|(len, _)| *len <= keep);
-            let (from, state) = self.checkpoints.last().cloned().unwrap_or_default();
-            self.state = state;
-            let replay: Vec<u32> = self.path[from..keep].to_vec();
-            self.path.truncate(from);
-            for n in replay {
-                let e = src.entry(n)?;
-                self.push(n, &e);
-            }
-        }
-        for n in suffix {
-            let e = src.entry(n)?;
+        self.checkpoints.retain(|(len, _)| *len <= keep);
+        let (from, state) = self.checkpoints.last().cloned().unwrap_or_default();
+        self.state = state;
+        let replay: Vec<u32> = self.path[from..keep].to_vec();
+        self.path.truncate(from);
+        self.extend(&replay, walk)
+    }
+
+    fn extend(&mut self, suffix: &[u32], walk: Walk<'_>) -> Result<(), ReadError> {
+        for &n in suffix {
+            let e = walk.src.entry(n)?;
             self.push(n, &e);
         }
         Ok(())

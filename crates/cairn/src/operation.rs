@@ -9,7 +9,7 @@ use serde_json::Value;
 use crate::commit::Durability;
 use crate::error::{AppendError, Invalid};
 use crate::id::EntryId;
-use crate::journal::{self, NotStarted, PendingCall, Status, Verdict};
+use crate::journal::{self, NotStarted, Status, Verdict};
 use crate::record::{
     ApprovalRequested, ApprovalResolved, Block, EffectClass, EntryBody, InputQueued, Message,
     ModelAttempted, OpFinished, OpRecord, OpStarted, Outcome, Role, ToolDispatched, Usage,
@@ -417,7 +417,7 @@ impl<'s> Operation<'s> {
     /// [`Invalid::SideEffectRerun`] for a `SideEffect` call,
     /// [`Invalid::CallNotOnBranch`] for a call that is not pending; append
     /// errors.
-    pub fn rerun(&self, call: &PendingCall) -> Result<ToolTicket, AppendError> {
+    pub fn rerun(&self, call: &ToolDispatched) -> Result<ToolTicket, AppendError> {
         if call.effect == EffectClass::SideEffect {
             return Err(Invalid::SideEffectRerun {
                 call_id: call.call_id.clone(),
@@ -436,7 +436,7 @@ impl<'s> Operation<'s> {
     /// As [`Operation::rerun`], less the effect-class check.
     pub fn rerun_side_effect(
         &self,
-        call: &PendingCall,
+        call: &ToolDispatched,
         decided_by: &str,
     ) -> Result<ToolTicket, AppendError> {
         self.request_approval(&call.call_id, &call.tool)?;
@@ -444,7 +444,7 @@ impl<'s> Operation<'s> {
         self.redispatch(call)
     }
 
-    fn redispatch(&self, call: &PendingCall) -> Result<ToolTicket, AppendError> {
+    fn redispatch(&self, call: &ToolDispatched) -> Result<ToolTicket, AppendError> {
         let (tool, arguments) = self
             .session
             .find_call(&call.call_id)
@@ -465,7 +465,7 @@ impl<'s> Operation<'s> {
     /// # Errors
     ///
     /// Append errors.
-    pub fn record_unknown(&self, call: &PendingCall) -> Result<Appended, AppendError> {
+    pub fn record_unknown(&self, call: &ToolDispatched) -> Result<Appended, AppendError> {
         record_unknown(self.session, call)
     }
 
@@ -476,7 +476,7 @@ impl<'s> Operation<'s> {
     /// Append errors.
     pub fn provide_outcome(
         &self,
-        call: &PendingCall,
+        call: &ToolDispatched,
         output: ToolOutput,
     ) -> Result<Appended, AppendError> {
         self.append_result(
@@ -573,7 +573,7 @@ pub(crate) fn close_not_started(
 /// under its preallocated result id.
 pub(crate) fn record_unknown(
     session: &Session,
-    call: &PendingCall,
+    call: &ToolDispatched,
 ) -> Result<Appended, AppendError> {
     let advice = match call.effect {
         EffectClass::ReadOnly | EffectClass::Idempotent => "It is safe to run it again.",

@@ -22,10 +22,10 @@ use serde_json::Value;
 use crate::commit::Durability;
 use crate::error::AppendError;
 use crate::id::EntryId;
-use crate::journal::{self, NotStarted, PendingApproval, PendingCall, Verdict};
+use crate::journal::{self, NotStarted, PendingApproval, Verdict};
 use crate::operation::{self, Operation, ToolOutput};
 use crate::projection::Context;
-use crate::record::{EffectClass, Entry, EntryBody};
+use crate::record::{EffectClass, Entry, EntryBody, ToolDispatched};
 use crate::session::{Appended, Session};
 
 /// The most rounds [`recover_with`] runs. Each round resolves every item of
@@ -59,7 +59,7 @@ pub enum Pending<'a> {
     /// A dispatched call with no result: it may have run.
     Indeterminate {
         /// The call.
-        call: &'a PendingCall,
+        call: &'a ToolDispatched,
         /// Its arguments.
         arguments: &'a Value,
     },
@@ -438,7 +438,7 @@ impl Round<'_, '_> {
             .map_or(Value::Null, |(_, a)| a)
     }
 
-    fn indeterminate(&mut self, call: &PendingCall) -> Result<(), RecoveryError> {
+    fn indeterminate(&mut self, call: &ToolDispatched) -> Result<(), RecoveryError> {
         let arguments = self.arguments(&call.call_id);
         let can_run = self.can_run();
         let item = Pending::Indeterminate {

@@ -4,9 +4,49 @@
 
 use std::collections::HashMap;
 
-use crate::error::LookupError;
+use crate::error::{LookupError, ReadError};
 use crate::id::EntryId;
 use crate::kind::EntryKind;
+use crate::projection::EntrySource;
+
+/// What a [`BranchFold`] reads as it walks the tree: the index, and the
+/// entries themselves.
+#[derive(Clone, Copy)]
+pub(crate) struct Walk<'a> {
+    pub tree: &'a Tree,
+    pub src: &'a dyn EntrySource,
+}
+
+/// An incremental fold that follows one branch of the tree (the projection,
+/// the session memory). It holds the branch as a path of nodes and moves
+/// along the tree the one way: back to the common ancestor, then forward.
+pub(crate) trait BranchFold {
+    /// The branch followed, root first (each node at the index of its depth).
+    fn path(&self) -> &[u32];
+
+    /// Drops the branch's nodes from position `keep` on (nothing when `keep`
+    /// is past the end).
+    fn truncate(&mut self, keep: usize, walk: Walk<'_>) -> Result<(), ReadError>;
+
+    /// Folds in `suffix`, a path continuing the branch.
+    fn extend(&mut self, suffix: &[u32], walk: Walk<'_>) -> Result<(), ReadError>;
+
+    /// The node at the end of the branch.
+    fn leaf(&self) -> Option<u32> {
+        self.path().last().copied()
+    }
+
+    /// Moves the end of the branch to `target`: truncates to the common
+    /// ancestor and replays the entries from there to `target`.
+    fn move_to(&mut self, target: Option<u32>, walk: Walk<'_>) -> Result<(), ReadError> {
+        if target == self.leaf() {
+            return Ok(());
+        }
+        let (keep, suffix) = walk.tree.diverge(self.path(), target);
+        self.truncate(keep, walk)?;
+        self.extend(&suffix, walk)
+    }
+}
 
 /// One entry in the index.
 #[derive(Debug, Clone)]

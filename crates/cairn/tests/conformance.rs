@@ -17,7 +17,7 @@ mod flawed {
     use std::sync::Arc;
 
     use cairn::testkit::{self, Check, Fixture, Interrupted};
-    use cairn::{Access, Backend, Log, Opened, Stamp, Visitor};
+    use cairn::{Access, Backend, Log, Opened, Opening, Stamp, Visitor};
     use cairn::{AppendError, MemoryBackend, OpenError, ReadError, SessionId, StoreError};
 
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,8 +29,6 @@ mod flawed {
         /// Reports the same stamp whatever happens to the log.
         FrozenStamp,
     }
-
-    type Opening = Result<Opened, OpenError>;
 
     #[derive(Debug)]
     struct FlawedBackend {

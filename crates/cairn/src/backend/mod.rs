@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 pub use file::FileBackend;
 pub use memory::MemoryBackend;
 
-use crate::error::{AppendError, OpenError, ReadError, StoreError};
+use crate::error::{AppendError, IoFailure, OpenError, ReadError, StoreError};
 use crate::id::SessionId;
 use crate::summary::SessionSummary;
 
@@ -64,6 +64,10 @@ pub struct Opened {
     pub torn: Option<TornTail>,
 }
 
+/// What [`Backend::open`] returns: the opened log, or why it could not be
+/// opened.
+pub type Opening = Result<Opened, OpenError>;
+
 /// Cheap facts about a stored session, used to validate cached listings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Stamp {
@@ -109,13 +113,13 @@ pub trait Backend: Send + Sync + fmt::Debug {
             problem: "a session needs at least its header".into(),
         })?;
         let log = self.create(id, header)?;
-        log.append(rest)
-            .and_then(|()| log.sync())
-            .map_err(|e| OpenError::Io {
-                action: "write the records of",
-                location: self.location(id),
-                source: std::io::Error::other(e),
-            })?;
+        log.append(rest).and_then(|()| log.sync()).map_err(|e| {
+            OpenError::Io(IoFailure::new(
+                "write the records of",
+                self.location(id),
+                std::io::Error::other(e),
+            ))
+        })?;
         Ok(log)
     }
 
@@ -127,12 +131,7 @@ pub trait Backend: Send + Sync + fmt::Debug {
     ///
     /// [`OpenError::NotFound`], [`OpenError::InUse`], [`OpenError::Damaged`]
     /// for damage anywhere but the tail, errors returned by `visit`, or I/O errors.
-    fn open(
-        &self,
-        id: &SessionId,
-        access: Access,
-        visit: &mut Visitor<'_>,
-    ) -> Result<Opened, OpenError>;
+    fn open(&self, id: &SessionId, access: Access, visit: &mut Visitor<'_>) -> Opening;
 
     /// Every stored line of a session as it is, damaged ones included (a
     /// last line without its newline too), for [`crate::fsck`], which lists

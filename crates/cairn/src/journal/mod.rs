@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use crate::id::EntryId;
 use crate::projection::{Context, Projector};
-use crate::record::{Body, EffectClass, Entry, EntryBody, OpRecord, Outcome, ToolDispatched};
+use crate::record::{Body, Entry, EntryBody, OpRecord, Outcome, ToolDispatched};
 
 mod checks;
 mod keys;
@@ -26,36 +26,6 @@ pub use keys::{args_hash, idempotency_key};
 pub const TOOL_OUTCOME_UNKNOWN: &str = "TOOL_OUTCOME_UNKNOWN";
 /// Code of a tool result recorded for a call that never started.
 pub const TOOL_NOT_STARTED: &str = "TOOL_NOT_STARTED";
-
-/// A tool call that was dispatched (T1 is on disk) but has no result (no T2).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct PendingCall {
-    /// The call.
-    pub call_id: String,
-    /// The tool.
-    pub tool: String,
-    /// Hash of its arguments.
-    pub args_hash: String,
-    /// Its effect class.
-    pub effect: EffectClass,
-    /// Its idempotency key.
-    pub key: String,
-    /// The preallocated id of its result entry.
-    pub result_entry: EntryId,
-}
-
-impl From<&ToolDispatched> for PendingCall {
-    fn from(t: &ToolDispatched) -> PendingCall {
-        PendingCall {
-            call_id: t.call_id.clone(),
-            tool: t.tool.clone(),
-            args_hash: t.args_hash.clone(),
-            effect: t.effect,
-            key: t.key.clone(),
-            result_entry: t.result_entry.clone(),
-        }
-    }
-}
 
 /// A tool call requested by the model that never started.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -91,8 +61,8 @@ pub enum Verdict {
     IndeterminateTool {
         /// The operation.
         op: String,
-        /// The calls, in dispatch order.
-        calls: Vec<PendingCall>,
+        /// The calls' `tool_dispatched` records (T1), in dispatch order.
+        calls: Vec<ToolDispatched>,
     },
     /// The operation finished: nothing to do.
     Finished {
@@ -343,11 +313,11 @@ impl OpFold {
             };
         };
         // Dispatched by the last operation and answered nowhere: indeterminate.
-        let pending: Vec<PendingCall> = p
+        let pending: Vec<ToolDispatched> = p
             .dispatched
             .iter()
             .filter(|d| !d.answered && unanswered.iter().any(|c| c.call_id == d.record.call_id))
-            .map(|d| PendingCall::from(&d.record))
+            .map(|d| d.record.clone())
             .collect();
         let rest: Vec<OpenCall> = unanswered
             .into_iter()

@@ -16,7 +16,7 @@ use crate::error::{Invalid, ReadError};
 use crate::id::EntryId;
 use crate::kind::EntryKind;
 use crate::record::{Compaction, Entry, EntryBody};
-use crate::tree::Tree;
+use crate::tree::{BranchFold, Tree, Walk};
 
 /// Reads decoded entries by node number (the session reads them from its log).
 pub(crate) trait EntrySource {
@@ -75,16 +75,6 @@ impl Projector {
         Arc::clone(&self.ctx)
     }
 
-    /// The branch, as node numbers from the root.
-    pub fn path(&self) -> &[u32] {
-        &self.path
-    }
-
-    /// The node at the end of the branch.
-    pub fn leaf(&self) -> Option<u32> {
-        self.path.last().copied()
-    }
-
     /// Whether a tool call is in the context: `Some(answered)`, or `None`.
     pub fn call_state(&self, call_id: &str) -> Option<bool> {
         self.calls.get(call_id).map(|c| c.answered.is_some())
@@ -99,26 +89,10 @@ impl Projector {
         (self.path.get(d) == Some(&node)).then_some(d as u32)
     }
 
-    /// Moves the branch end to `target`: truncates to the common ancestor and
-    /// replays the entries from there to `target`.
-    pub fn move_to(
-        &mut self,
-        tree: &Tree,
-        target: Option<u32>,
-        src: &dyn EntrySource,
-    ) -> Result<(), ReadError> {
-        if target == self.leaf() {
-            return Ok(());
-        }
-        let (keep, suffix) = tree.diverge(&self.path, target);
-        self.truncate(tree, keep, src)?;
-        self.extend(tree, &suffix, src)
-    }
-
     /// Appends the nodes of `suffix` (a path continuing the branch) reading
     /// only what the context needs: app-state and settings entries always;
     /// message-producing entries only from the last compaction's kept range.
-    fn extend(
+    fn extend_branch(
         &mut self,
         tree: &Tree,
         suffix: &[u32],
@@ -215,7 +189,7 @@ impl Projector {
         }
     }
 
-    fn truncate(
+    fn truncate_branch(
         &mut self,
         tree: &Tree,
         keep: usize,
@@ -507,6 +481,23 @@ impl Projector {
             }
         }
         Ok(())
+    }
+}
+
+/// The projection truncates its context to the common ancestor (rebuilding
+/// the messages when the compaction in force is dropped) and extends it
+/// reading only the entries the context needs.
+impl BranchFold for Projector {
+    fn path(&self) -> &[u32] {
+        &self.path
+    }
+
+    fn truncate(&mut self, keep: usize, walk: Walk<'_>) -> Result<(), ReadError> {
+        self.truncate_branch(walk.tree, keep, walk.src)
+    }
+
+    fn extend(&mut self, suffix: &[u32], walk: Walk<'_>) -> Result<(), ReadError> {
+        self.extend_branch(walk.tree, suffix, walk.src)
     }
 }
 

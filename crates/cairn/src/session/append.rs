@@ -14,7 +14,7 @@ use crate::journal;
 use crate::kind::EntryKind;
 use crate::projection::{CheckError, Source};
 use crate::record::{Checkout, Entry, EntryBody, Label, OpRecord};
-use crate::tree::{Reject, Tree};
+use crate::tree::{BranchFold, Reject, Tree, Walk};
 
 impl Session {
     /// Appends an entry at the leaf with a generated id.
@@ -107,7 +107,13 @@ impl Session {
             None
         } else {
             let mut p = inner.proj.clone();
-            p.move_to(&inner.tree, parent_node, &reader)?;
+            p.move_to(
+                parent_node,
+                Walk {
+                    tree: &inner.tree,
+                    src: &reader,
+                },
+            )?;
             Some(p)
         };
         moved
@@ -141,7 +147,13 @@ impl Session {
             if parent == m.leaf() {
                 m.push(node, &entry);
             } else {
-                m.move_to(&inner.tree, Some(node), &reader)?;
+                m.move_to(
+                    Some(node),
+                    Walk {
+                        tree: &inner.tree,
+                        src: &reader,
+                    },
+                )?;
             }
         }
         inner.wide.apply(&entry.body);

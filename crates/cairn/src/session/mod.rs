@@ -20,7 +20,7 @@ use crate::kind::EntryKind;
 use crate::memory::{MemoryConfig, MemoryTracker, SessionMemory};
 use crate::projection::{Context, EntrySource, Projector, SessionWide};
 use crate::record::{Body, Entry, EntryBody, FORMAT_VERSION, Header, Lineage, Record, Role};
-use crate::tree::Tree;
+use crate::tree::{BranchFold, Tree, Walk};
 
 /// The software name and version written in new headers.
 pub const WRITER: &str = concat!("cairn/", env!("CARGO_PKG_VERSION"));
@@ -286,7 +286,13 @@ impl Session {
             log: &*self.log,
             tree: &inner.tree,
         };
-        tracker.move_to(&inner.tree, inner.proj.leaf(), &reader)?;
+        tracker.move_to(
+            inner.proj.leaf(),
+            Walk {
+                tree: &inner.tree,
+                src: &reader,
+            },
+        )?;
         inner.memory = Some(tracker);
         Ok(())
     }

@@ -9,14 +9,14 @@ use serde_json::Value;
 use super::{Inner, OpenReport, Reader, Session, read_record};
 use crate::backend::{Access, Backend, Log, RawLine};
 use crate::commit::{Durability, GroupCommit};
-use crate::error::{Damage, OpenError, ReadError};
+use crate::error::{Damage, IoFailure, OpenError, ReadError};
 use crate::frame::{self, Class, Frame};
 use crate::id::SessionId;
 use crate::journal::OpFold;
 use crate::kind::{EntryKind, OpKind};
 use crate::projection::{EntrySource, Projector, SessionWide};
 use crate::record::{Body, FORMAT_VERSION, Header};
-use crate::tree::{Reject, Tree};
+use crate::tree::{BranchFold, Reject, Tree, Walk};
 
 impl Session {
     /// Opens a session. [`Access::Write`] takes the writer lock and cuts a
@@ -109,11 +109,9 @@ impl Session {
         let records = log.len();
         let read_err = |e: ReadError| match e {
             ReadError::Damaged(d) => OpenError::Damaged(d),
-            ReadError::Io { location, source } => OpenError::Io {
-                action: "read",
-                location,
-                source,
-            },
+            ReadError::Io { location, source } => {
+                OpenError::Io(IoFailure::new("read", location, source))
+            }
             ReadError::NoSuchRecord(seq) => OpenError::NotASession {
                 location: log.location().to_owned(),
                 problem: format!("record {seq} vanished while opening"),
@@ -126,8 +124,14 @@ impl Session {
                 log: &*log,
                 tree: &tree,
             };
-            proj.move_to(&tree, tree.last(), &reader)
-                .map_err(read_err)?;
+            proj.move_to(
+                tree.last(),
+                Walk {
+                    tree: &tree,
+                    src: &reader,
+                },
+            )
+            .map_err(read_err)?;
             for (n, node) in tree.nodes().iter().enumerate() {
                 let read = match node.kind {
                     Some(EntryKind::Label) | Some(EntryKind::SessionInfo) => true,

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use super::scan::read_exact_at;
 use super::{FileBackend, READ_CHUNK};
-use crate::error::OpenError;
+use crate::error::{IoFailure, OpenError};
 use crate::id::SessionId;
 use crate::vfs::{OpenMode, VfsFile};
 
@@ -87,10 +87,8 @@ impl FileBackend {
         id: &SessionId,
     ) -> Result<(Arc<dyn VfsFile>, Option<u64>), OpenError> {
         let path = self.lock_path(id);
-        let io_err = |action, source| OpenError::Io {
-            action,
-            location: path.display().to_string(),
-            source,
+        let io_err = |action, source| {
+            OpenError::Io(IoFailure::new(action, path.display().to_string(), source))
         };
         let f = self
             .vfs

@@ -9,8 +9,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::{Access, Backend, Catalog, Log, Opened, Stamp, TornTail, Visitor};
-use crate::error::{OpenError, StoreError};
+use super::{Access, Backend, Catalog, Log, Opened, Opening, Stamp, TornTail, Visitor};
+use crate::error::{IoFailure, OpenError, StoreError};
 use crate::id::SessionId;
 use crate::vfs::{self, OpenMode, StdVfs, Vfs, VfsFile};
 
@@ -129,11 +129,7 @@ impl Backend for FileBackend {
     fn create_with(&self, id: &SessionId, lines: &[Vec<u8>]) -> Result<Box<dyn Log>, OpenError> {
         let path = self.path(id);
         let location = path.display().to_string();
-        let io_err = |action, source| OpenError::Io {
-            action,
-            location: location.clone(),
-            source,
-        };
+        let io_err = |action, source| OpenError::Io(IoFailure::new(action, &location, source));
         if lines.is_empty() {
             return Err(OpenError::NotASession {
                 location,
@@ -208,19 +204,10 @@ impl Backend for FileBackend {
         )))
     }
 
-    fn open(
-        &self,
-        id: &SessionId,
-        access: Access,
-        visit: &mut Visitor<'_>,
-    ) -> Result<Opened, OpenError> {
+    fn open(&self, id: &SessionId, access: Access, visit: &mut Visitor<'_>) -> Opening {
         let path = self.regular_file(id)?;
         let location = path.display().to_string();
-        let io_err = |action, source| OpenError::Io {
-            action,
-            location: location.clone(),
-            source,
-        };
+        let io_err = |action, source| OpenError::Io(IoFailure::new(action, &location, source));
         let (lock, unsynced) = match access {
             Access::Write => {
                 let (f, unsynced) = self.lock(id)?;
@@ -287,10 +274,8 @@ impl Backend for FileBackend {
 
     fn stored_lines(&self, id: &SessionId) -> Result<Vec<Vec<u8>>, OpenError> {
         let path = self.regular_file(id)?;
-        let bytes = vfs::read_all(&*self.vfs, &path).map_err(|source| OpenError::Io {
-            action: "read",
-            location: path.display().to_string(),
-            source,
+        let bytes = vfs::read_all(&*self.vfs, &path).map_err(|source| {
+            OpenError::Io(IoFailure::new("read", path.display().to_string(), source))
         })?;
         Ok(bytes
             .split_inclusive(|b| *b == b'\n')
@@ -301,11 +286,9 @@ impl Backend for FileBackend {
     fn list(&self) -> Result<Vec<SessionId>, StoreError> {
         let names = match self.vfs.read_dir(&self.dir) {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-            r => r.map_err(|source| StoreError::Io {
-                action: "list",
-                location: self.describe(),
-                source,
-            })?,
+            r => {
+                r.map_err(|source| StoreError::Io(IoFailure::new("list", self.describe(), source)))?
+            }
         };
         Ok(names
             .iter()
@@ -324,11 +307,11 @@ impl Backend for FileBackend {
                 query: id.to_string(),
                 store: self.describe(),
             }),
-            Err(source) => Err(StoreError::Io {
-                action: "inspect",
-                location: self.location(id),
+            Err(source) => Err(StoreError::Io(IoFailure::new(
+                "inspect",
+                self.location(id),
                 source,
-            }),
+            ))),
         }
     }
 
@@ -349,22 +332,14 @@ impl Backend for FileBackend {
             });
         }
         let (lock, _) = self.lock(id)?;
-        self.vfs
-            .remove_file(&path)
-            .map_err(|source| StoreError::Io {
-                action: "remove",
-                location: path.display().to_string(),
-                source,
-            })?;
+        self.vfs.remove_file(&path).map_err(|source| {
+            StoreError::Io(IoFailure::new("remove", path.display().to_string(), source))
+        })?;
         let _ = self.vfs.remove_file(&self.lock_path(id));
         drop(lock);
         self.vfs
             .sync_dir(&self.dir)
-            .map_err(|source| StoreError::Io {
-                action: "sync",
-                location: self.describe(),
-                source,
-            })
+            .map_err(|source| StoreError::Io(IoFailure::new("sync", self.describe(), source)))
     }
 
     fn load_catalog(&self) -> Option<Catalog> {
@@ -386,11 +361,11 @@ impl FileBackend {
                 session: id.to_string(),
                 location: self.describe(),
             }),
-            Err(source) => Err(OpenError::Io {
-                action: "inspect",
-                location: path.display().to_string(),
+            Err(source) => Err(OpenError::Io(IoFailure::new(
+                "inspect",
+                path.display().to_string(),
                 source,
-            }),
+            ))),
             Ok(m) if m.is_symlink || !m.is_file => Err(OpenError::NotASession {
                 location: path.display().to_string(),
                 problem: "it is not a regular file (cairn does not follow symlinks in its store)"

@@ -7,7 +7,7 @@ use std::io;
 
 use super::super::{RawLine, Visitor};
 use super::READ_CHUNK;
-use crate::error::{Damage, OpenError};
+use crate::error::{Damage, IoFailure, OpenError};
 use crate::frame;
 use crate::vfs::VfsFile;
 
@@ -54,11 +54,7 @@ pub(super) fn scan(
     location: &str,
     visit: &mut Visitor<'_>,
 ) -> Result<Scan, OpenError> {
-    let io_err = |source| OpenError::Io {
-        action: "read",
-        location: location.to_owned(),
-        source,
-    };
+    let io_err = |source| OpenError::Io(IoFailure::new("read", location.to_owned(), source));
     let file_len = file.len().map_err(io_err)?;
     let mut lines = Lines {
         location,
