@@ -396,6 +396,22 @@ Example:
         to: std::path::PathBuf,
     },
 
+    /// Remove blobs that no record of any session references.
+    ///
+    /// Blobs hold long tool output and workspace snapshots. A blob younger
+    /// than the grace period is kept even when unreferenced (a writer may be
+    /// about to append the record naming it), so gc is safe while agents run.
+    /// Nothing is removed when a session cannot be read.
+    #[command(after_help = "Examples:\n  cairn gc\n  cairn gc --grace-secs 0 --json")]
+    Gc {
+        /// Keep unreferenced blobs younger than this many seconds.
+        #[arg(long, value_name = "SECS", default_value_t = 3600)]
+        grace_secs: u64,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+
     /// Print the session memory: goal, to-dos, work done, failures,
     /// decisions and verification status, derived from the current branch.
     #[command(

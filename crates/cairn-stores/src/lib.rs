@@ -6,6 +6,12 @@
 //!
 //! Beside the store, tools keep files of their own (blobs of long tool
 //! output, the REPL's history, the server's token): [`files_dir`] says where.
+//! Bytes too large for a record go to the store's content-addressed blob
+//! store, [`BlobStore`] (module [`blobs`]: layout, durability, `gc`).
+
+pub mod blobs;
+
+pub use blobs::{BlobError, BlobRef, BlobStore, GcReport};
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -61,7 +67,8 @@ pub fn files_dir(spec: &Path) -> PathBuf {
     }
 }
 
-/// Where blobs (long tool output) are kept for the store at `spec`.
+/// Where blobs (long tool output, workspace snapshots) are kept for the
+/// store at `spec`: the directory of its [`BlobStore`].
 pub fn blob_dir(spec: &Path) -> PathBuf {
     files_dir(spec).join("blobs")
 }

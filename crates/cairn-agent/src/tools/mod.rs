@@ -10,8 +10,8 @@
 //! is dispatched.
 //!
 //! Large outputs are capped: the model sees the head and tail, and the full
-//! output is kept as a content-addressed blob file referenced by a
-//! [`Block::Blob`].
+//! output is kept in the store's content-addressed blob store
+//! ([`cairn_stores::BlobStore`]) and referenced by a [`Block::Blob`].
 
 pub mod bash;
 pub mod fs;
@@ -20,14 +20,14 @@ pub mod schema;
 pub mod state;
 
 use std::fs::File;
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use cairn::{Block, EffectClass, Session, ToolOutput};
+use cairn_stores::{BlobError, BlobRef, BlobStore};
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
 use crate::interrupt::Interrupt;
 use crate::provider::ToolSpec;
@@ -213,36 +213,24 @@ impl Registry {
     }
 }
 
-/// Stores `bytes` as a content-addressed blob in `dir` and returns its reference.
+/// Stores `bytes` in the blob store in `dir` (content-addressed, durable
+/// when this returns) and returns its reference.
 ///
 /// # Errors
 ///
-/// I/O errors.
-pub fn store_blob(dir: &Path, bytes: &[u8], media_type: &str) -> std::io::Result<Block> {
-    std::fs::create_dir_all(dir)?;
-    let sha = hex(&Sha256::digest(bytes));
-    let path = dir.join(&sha);
-    if !path.exists() {
-        let tmp = dir.join(format!(".{sha}.tmp{}", std::process::id()));
-        let mut f = File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, &path)?;
-    }
-    Ok(blob_block(&path, bytes.len() as u64, sha, media_type))
+/// When the blob cannot be written.
+pub fn store_blob(dir: &Path, bytes: &[u8], media_type: &str) -> Result<Block, BlobError> {
+    let r = BlobStore::new(dir).put(bytes)?;
+    Ok(blob_block(&r, media_type))
 }
 
-fn blob_block(path: &Path, size: u64, sha: String, media_type: &str) -> Block {
+fn blob_block(r: &BlobRef, media_type: &str) -> Block {
     Block::Blob {
-        uri: format!("file://{}", path.display()),
+        uri: r.uri(),
         media_type: Some(media_type.to_owned()),
-        size: Some(size),
-        sha256: Some(sha),
+        size: Some(r.size),
+        sha256: Some(r.sha256.clone()),
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Text output, capped: when longer than the cap, the head and tail with a
@@ -261,7 +249,7 @@ pub fn capped_text(env: &ToolEnv, text: &str) -> Vec<Block> {
 }
 
 /// The output held in file `path`, capped as [`capped_text`]; a large file
-/// is moved into the blob directory rather than read into memory.
+/// is streamed into the blob store rather than read into memory.
 ///
 /// # Errors
 ///
@@ -282,23 +270,9 @@ pub fn capped_file(env: &ToolEnv, path: &Path) -> std::io::Result<Vec<Block>> {
     f.seek(SeekFrom::Start(size - half))?;
     let mut tail = Vec::new();
     f.read_to_end(&mut tail)?;
-    let mut hasher = Sha256::new();
-    f.seek(SeekFrom::Start(0))?;
-    let mut buf = vec![0u8; 64 << 10];
-    loop {
-        let n = f.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buf[..n]);
-    }
-    let sha = hex(&hasher.finalize());
-    std::fs::create_dir_all(&env.blob_dir)?;
-    let dest = env.blob_dir.join(&sha);
-    if !dest.exists() {
-        f.sync_all()?;
-        std::fs::rename(path, &dest).or_else(|_| std::fs::copy(path, &dest).map(drop))?;
-    }
+    let blob = BlobStore::new(&env.blob_dir)
+        .put_file(path)
+        .map_err(|e| std::io::Error::other(cairn::with_causes(&e)))?;
     let text = format!(
         "{}\n… [{} bytes omitted: the full output ({size} bytes) is kept in the blob below] …\n{}",
         String::from_utf8_lossy(&head),
@@ -307,7 +281,7 @@ pub fn capped_file(env: &ToolEnv, path: &Path) -> std::io::Result<Vec<Block>> {
     );
     Ok(with_blob(
         text,
-        Some(blob_block(&dest, size, sha, "text/plain; charset=utf-8")),
+        Some(blob_block(&blob, "text/plain; charset=utf-8")),
     ))
 }
 

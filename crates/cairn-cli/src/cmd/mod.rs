@@ -7,6 +7,7 @@ mod demo;
 mod edit;
 mod export;
 mod fsck;
+mod gc;
 mod list;
 mod log;
 mod ops;
@@ -103,5 +104,6 @@ pub fn run(cli: Cli) -> Result<Status> {
         } => ops::recover(&ctx, &target, policy, json),
         Command::Memory { target, json } => ops::memory(&ctx, &target, json),
         Command::Copy { from, to } => copy::run(&ctx, &from, &to),
+        Command::Gc { grace_secs, json } => gc::run(&ctx, grace_secs, json),
     }
 }
