@@ -594,6 +594,21 @@ pub(crate) fn run_call(
             }
         }
     }
+    if let Some(touches) = tool.touches(args, &rt.env) {
+        let leaf = session.leaf();
+        let taken = rt.env.workspace(session).and_then(|w| {
+            w.map(|w| w.before(session, leaf, call_id, &touches))
+                .transpose()
+        });
+        if let Err(e) = taken {
+            let why = format!(
+                "Not run: the workspace snapshot before it could not be taken, so a rewind could not undo it ({}).",
+                cairn::with_causes(&e)
+            );
+            deny(op, rt, call_id, name, &why)?;
+            return Ok(Flow::Continue);
+        }
+    }
     let ticket = op.dispatch_tool(call_id, tool.effect())?;
     execute(op, session, rt, ticket, &tool, args)
 }
@@ -629,6 +644,19 @@ pub(crate) fn execute(
         hook(&name, &call_id);
     }
     let appended = op.record_result(ticket, output.clone())?;
+    if let (Some(touches), Some(entry)) = (tool.touches(args, &rt.env), &appended.id) {
+        let taken = rt.env.workspace(session).and_then(|w| {
+            w.map(|w| w.after(session, entry.clone(), &call_id, &touches))
+                .transpose()
+        });
+        if let Err(e) = taken {
+            // The next snapshot (before the next tool) sees these changes.
+            rt.observer.event(&Event::Notice(&format!(
+                "the workspace snapshot after {name} failed: {}",
+                cairn::with_causes(&e)
+            )));
+        }
+    }
     if let Some(entry) = &appended.id {
         rt.observer.event(&Event::ToolResult {
             call_id: &call_id,

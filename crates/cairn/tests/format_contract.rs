@@ -1256,6 +1256,23 @@ fn write_corpus() {
             )),
         ],
     );
+    hand_case(
+        "workspace_snapshot_records",
+        "cairn.workspace records (FORMAT.md section 14): log-only, ignorable workspace snapshots a reader that does not know them skips; the context holds the messages only.",
+        56,
+        &[
+            entry_line(1, "message", "m1", None, text),
+            sealed(&format!(
+                r#"{{"seq":2,"ts":"{}","kind":"cairn.workspace","ignorable":true,"data":{{"at":"m1","phase":"before","call_id":"c1","root":"/w","scope":"tree","files":{{"a.txt":{{"sha256":"2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824","size":5,"mode":420,"mtime_ns":1700000000000000000}},"gone.txt":null}}}}"#,
+                ts(2)
+            )),
+            entry_line(3, "message", "m2", Some("m1"), text),
+            sealed(&format!(
+                r#"{{"seq":4,"ts":"{}","kind":"cairn.workspace","ignorable":true,"data":{{"at":"m2","phase":"after","call_id":"c1","root":"/w","scope":"tree","files":{{"link":{{"link":"a.txt","mtime_ns":1700000000000000001}}}},"truncated":true}}"#,
+                ts(4)
+            )),
+        ],
+    );
     {
         let n = 55;
         let lines = vec![header_line(&format!(

@@ -15,7 +15,9 @@ use std::time::{Duration, Instant};
 use cairn::{Block, EffectClass, ToolOutput};
 use serde_json::{Value, json};
 
-use super::{CODE_INTERRUPTED, Tool, ToolCall, capped_file};
+use cairn_workspace::Touches;
+
+use super::{CODE_INTERRUPTED, Tool, ToolCall, ToolEnv, capped_file};
 
 /// The environment variable carrying the call's idempotency key.
 pub const KEY_VAR: &str = "CAIRN_IDEMPOTENCY_KEY";
@@ -50,6 +52,9 @@ impl Tool for Bash {
     }
     fn effect(&self) -> EffectClass {
         EffectClass::SideEffect
+    }
+    fn touches(&self, _args: &Value, _env: &ToolEnv) -> Option<Touches> {
+        Some(Touches::Tree)
     }
     fn summary(&self, args: &Value) -> String {
         let cmd = args.get("command").and_then(Value::as_str).unwrap_or("");

@@ -8,7 +8,9 @@ use cairn::{EffectClass, ToolOutput};
 use regex::RegexBuilder;
 use serde_json::{Value, json};
 
-use super::{Tool, ToolCall, capped_text};
+use cairn_workspace::Touches;
+
+use super::{Tool, ToolCall, ToolEnv, capped_text};
 
 const MAX_READ_BYTES: u64 = 8 << 20;
 
@@ -285,6 +287,12 @@ impl Tool for WriteFile {
     fn effect(&self) -> EffectClass {
         EffectClass::SideEffect
     }
+    fn touches(&self, args: &Value, env: &ToolEnv) -> Option<Touches> {
+        let path = args.get("path").and_then(Value::as_str)?;
+        Some(Touches::Files(vec![
+            env.resolve(path).to_string_lossy().into_owned(),
+        ]))
+    }
     fn summary(&self, args: &Value) -> String {
         summary_path(self.name(), args)
     }
@@ -334,6 +342,12 @@ impl Tool for EditFile {
     fn effect(&self) -> EffectClass {
         EffectClass::SideEffect
     }
+    fn touches(&self, args: &Value, env: &ToolEnv) -> Option<Touches> {
+        let path = args.get("path").and_then(Value::as_str)?;
+        Some(Touches::Files(vec![
+            env.resolve(path).to_string_lossy().into_owned(),
+        ]))
+    }
     fn summary(&self, args: &Value) -> String {
         summary_path(self.name(), args)
     }
@@ -376,7 +390,6 @@ impl Tool for EditFile {
 mod tests {
     use super::*;
     use crate::interrupt::Interrupt;
-    use crate::tools::ToolEnv;
     use cairn::{MemoryBackend, NewSession, Store};
     use std::sync::Arc;
 

@@ -27,6 +27,7 @@ use std::time::Duration;
 
 use cairn::{Block, EffectClass, Session, ToolOutput};
 use cairn_stores::{BlobError, BlobRef, BlobStore};
+use cairn_workspace::{Limits, Snapshotter, Touches, Workspace, WorkspaceError};
 use serde_json::Value;
 
 use crate::interrupt::Interrupt;
@@ -46,18 +47,53 @@ pub struct ToolEnv {
     pub timeout: Duration,
     /// Bytes of output shown to the model before capping.
     pub output_cap: usize,
+    /// Workspace snapshots around the tools that touch files (`None`: off).
+    pub snapshots: Option<Limits>,
+    /// The snapshots' state for the session they were taken in.
+    workspace: Option<(cairn::SessionId, Workspace)>,
 }
 
 impl ToolEnv {
     /// An environment in `workdir` keeping blobs in `blob_dir`, with a
-    /// 120 s timeout and a 16 KiB output cap.
+    /// 120 s timeout, a 16 KiB output cap and workspace snapshots on.
     pub fn new(workdir: impl Into<PathBuf>, blob_dir: impl Into<PathBuf>) -> ToolEnv {
         ToolEnv {
             workdir: workdir.into(),
             blob_dir: blob_dir.into(),
             timeout: Duration::from_secs(120),
             output_cap: 16 << 10,
+            snapshots: Some(Limits::default()),
+            workspace: None,
         }
+    }
+
+    /// The workspace snapshots of `session` (read from its records the
+    /// first time), or `None` when snapshots are off.
+    ///
+    /// # Errors
+    ///
+    /// When the session's workspace records cannot be read.
+    pub fn workspace(
+        &mut self,
+        session: &Session,
+    ) -> Result<Option<&mut Workspace>, WorkspaceError> {
+        let Some(limits) = self.snapshots else {
+            return Ok(None);
+        };
+        if self
+            .workspace
+            .as_ref()
+            .is_none_or(|(id, w)| id != session.id() || !w.is_current(session))
+        {
+            let root = std::path::absolute(&self.workdir).map_err(|e| WorkspaceError::Io {
+                action: "resolve",
+                path: self.workdir.clone(),
+                source: e,
+            })?;
+            let snap = Snapshotter::new(root, BlobStore::new(&self.blob_dir), limits);
+            self.workspace = Some((session.id().clone(), Workspace::open(session, snap)?));
+        }
+        Ok(self.workspace.as_mut().map(|(_, w)| w))
     }
 
     /// `path` resolved against the working directory.
@@ -117,6 +153,11 @@ pub trait Tool: Send + Sync {
     fn effect(&self) -> EffectClass;
     /// Runs it. Failures are error outputs, not panics.
     fn run(&self, call: &ToolCall<'_>) -> ToolOutput;
+    /// What a call may change in the working directory, so the agent can
+    /// snapshot it before and after (`None`: nothing there).
+    fn touches(&self, _arguments: &Value, _env: &ToolEnv) -> Option<Touches> {
+        None
+    }
     /// A one-line description of a call, for prompts (`bash: rm -rf build`).
     fn summary(&self, arguments: &Value) -> String {
         format!(

@@ -15,7 +15,9 @@ use cairn::{EffectClass, ToolOutput};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::{Tool, ToolCall};
+use cairn_workspace::Touches;
+
+use super::{Tool, ToolCall, ToolEnv};
 
 /// The ledger's content.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -120,7 +122,7 @@ impl Ledger {
             key: key.to_owned(),
             panel,
             credits,
-            image: format!("panel-{panel}.svg"),
+            image: panel_image(panel),
         };
         state.balance -= credits;
         state.charges.push(charge.clone());
@@ -178,6 +180,11 @@ impl Tool for RenderPanel {
             crate::term::excerpt(scene, 80)
         )
     }
+    fn touches(&self, args: &Value, _env: &ToolEnv) -> Option<Touches> {
+        let panel = args.get("panel").and_then(Value::as_i64)?;
+        let image = self.out_dir.join(panel_image(panel));
+        Some(Touches::Files(vec![image.to_string_lossy().into_owned()]))
+    }
     fn run(&self, call: &ToolCall<'_>) -> ToolOutput {
         let panel = call.int("panel").unwrap_or(0);
         let scene = call.str("scene").unwrap_or_default();
@@ -203,6 +210,11 @@ impl Tool for RenderPanel {
             ))
         }
     }
+}
+
+/// The file name of panel `panel`'s image.
+fn panel_image(panel: i64) -> String {
+    format!("panel-{panel}.svg")
 }
 
 fn xml_escape(s: &str) -> String {

@@ -1,0 +1,114 @@
+//! Workspace snapshots tied to a cairn log, so a rewind of the
+//! conversation can rewind the files too.
+//!
+//! Before a side-effect tool runs, the agent records the *pre-image* of
+//! what it may touch ([`Workspace::before`]): the exact files of
+//! `write_file`/`edit_file`, or for `bash` a scan of the working directory
+//! bounded by [`Limits`] and honouring `.gitignore`, compared with what the
+//! session's records already say (size, mtime and mode first; the content
+//! is hashed only when they changed). After the tool, it records the new
+//! state ([`Workspace::after`]). Each snapshot is one `cairn.workspace`
+//! record (FORMAT.md §14) listing only the paths that changed, whose
+//! contents go to the store's blob store ([`cairn_stores::BlobStore`]):
+//! unchanged files cost nothing.
+//!
+//! [`History`] folds those records into the workspace state at any entry;
+//! [`plan`] compares it with the last recorded state and the disk (a file
+//! changed outside the agent is a [`Conflict`], never overwritten silently)
+//! and [`apply`] writes each file under a temporary name, syncs and renames
+//! it, then records the restore. [`checkout_files`] is the whole rewind: the
+//! conversation's checkout and the files'. [`diff`] compares two entries.
+//!
+//! Every path is confined to the working directory: records naming `..`,
+//! absolute paths or `.git` are refused, and a restore never writes through
+//! a symlink. The user's `.git` is never read or written; git is not needed.
+
+mod history;
+mod path;
+mod record;
+mod restore;
+mod scan;
+mod tracker;
+
+pub use history::History;
+pub use record::{FileState, KIND, Manifest, Phase, Scope, WorkspaceRecord, read_all, same};
+pub use restore::{
+    Action, Change, Conflict, Plan, RestoreReport, apply, checkout_files, diff, plan,
+};
+pub use scan::{Limits, Snapshotter};
+pub use tracker::{Touches, Workspace};
+
+use std::path::PathBuf;
+
+/// A failure of snapshots or restores.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum WorkspaceError {
+    /// An I/O failure at a path.
+    #[error("cannot {action} {path}")]
+    Io {
+        /// What was being done.
+        action: &'static str,
+        /// Where.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The blob store failed.
+    #[error("the blob store failed")]
+    Blob(#[from] cairn_stores::BlobError),
+    /// A record could not be appended.
+    #[error("cannot record the workspace snapshot in the session")]
+    Append(#[source] cairn::AppendError),
+    /// A record could not be read.
+    #[error("cannot read the session's workspace records")]
+    Read(#[source] cairn::ReadError),
+    /// A record could not be encoded.
+    #[error("cannot encode a workspace record: {0}")]
+    Encode(String),
+    /// A `cairn.workspace` record that does not have its documented shape.
+    #[error(
+        "the workspace record at seq {seq} is invalid ({why}); it was not written by this cairn, or is damaged: rewind without --files"
+    )]
+    BadRecord {
+        /// Its position.
+        seq: u64,
+        /// What is wrong.
+        why: String,
+    },
+    /// A path that would leave the working directory.
+    #[error("refusing to touch {path:?}: {why}")]
+    Unsafe {
+        /// The path, relative to the working directory.
+        path: String,
+        /// Why.
+        why: String,
+    },
+    /// The session has no workspace snapshots.
+    #[error(
+        "session {0} has no workspace snapshots: its tools ran without them (an older cairn, or a host that does not record them), so there are no files to restore"
+    )]
+    NoSnapshots(String),
+    /// Files changed outside the agent since the last snapshot.
+    #[error(
+        "{} file(s) changed outside the agent since the last snapshot ({}); nothing was changed. Look at them, then pass --force to overwrite them",
+        .0.len(),
+        .0.iter().take(5).map(|c| c.path.as_str()).collect::<Vec<_>>().join(", ")
+    )]
+    Conflicts(Vec<Conflict>),
+    /// The conversation's checkout failed.
+    #[error("cannot move the session's leaf")]
+    Checkout(#[source] cairn::AppendError),
+}
+
+pub(crate) fn io_err<'a>(
+    action: &'static str,
+    path: &'a std::path::Path,
+) -> impl FnOnce(std::io::Error) -> WorkspaceError + 'a {
+    move |source| WorkspaceError::Io {
+        action,
+        path: path.to_owned(),
+        source,
+    }
+}

@@ -1,0 +1,394 @@
+//! Restoring the workspace to its state at an entry: the plan (what to
+//! create, restore and delete), the conflict check against the last
+//! snapshot and the disk, the writes (each file under a temporary name,
+//! synced, renamed; the directories synced), and the record of the restore.
+//!
+//! A restore killed at any point leaves every file either as it was or as
+//! restored, never torn; running it again completes it: a file already
+//! restored is recognised as such (not as a conflict), and the temporary
+//! file a killed run left is replaced.
+
+use std::collections::BTreeSet;
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use cairn::{EntryId, Session};
+use cairn_stores::BlobStore;
+
+use crate::history::History;
+use crate::record::{FileState, Manifest, Phase, Scope, WorkspaceRecord, same};
+use crate::scan::{Disk, Limits, Snapshotter, TEMP_SUFFIX};
+use crate::{WorkspaceError, io_err, path};
+
+/// What a restore does to one path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Writes a file or symlink that is absent now.
+    Create,
+    /// Replaces a file or symlink (its content, link target or mode).
+    Restore,
+    /// Removes a file or symlink.
+    Delete,
+}
+
+impl Action {
+    /// Its name: `create`, `restore`, `delete`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Action::Create => "create",
+            Action::Restore => "restore",
+            Action::Delete => "delete",
+        }
+    }
+
+    fn between(from: Option<&FileState>, to: Option<&FileState>) -> Action {
+        match (from, to) {
+            (None, _) => Action::Create,
+            (Some(_), None) => Action::Delete,
+            (Some(_), Some(_)) => Action::Restore,
+        }
+    }
+}
+
+/// One path a restore (or a diff) changes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    /// Relative to the working directory.
+    pub path: String,
+    /// What happens to it.
+    pub action: Action,
+    /// Its state before (`None`: absent).
+    pub from: Option<FileState>,
+    /// Its state after (`None`: absent).
+    pub to: Option<FileState>,
+}
+
+/// A path changed outside the agent since the last snapshot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Conflict {
+    /// Relative to the working directory.
+    pub path: String,
+    /// What the disk holds that no snapshot recorded.
+    pub why: String,
+}
+
+/// What a restore will do.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// The working directory.
+    pub root: PathBuf,
+    /// The entry whose workspace it brings back.
+    pub target: Option<EntryId>,
+    /// The paths to change (conflicting ones included: they are changed
+    /// only with `force`).
+    pub changes: Vec<Change>,
+    /// Paths that already hold their target state (a restore that was
+    /// interrupted, or a change made by hand).
+    pub done: Vec<(String, Option<FileState>)>,
+    /// Paths changed outside the agent since the last snapshot.
+    pub conflicts: Vec<Conflict>,
+    /// Paths whose target content was not kept (larger than the limit).
+    pub unrestorable: Vec<String>,
+}
+
+/// What a restore did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RestoreReport {
+    /// Files created.
+    pub created: Vec<String>,
+    /// Files restored.
+    pub restored: Vec<String>,
+    /// Files deleted.
+    pub deleted: Vec<String>,
+    /// Files already as at the target.
+    pub already: Vec<String>,
+    /// Files changed outside the agent that `force` overwrote.
+    pub overwritten: Vec<String>,
+    /// Files whose content was not kept, left as they are.
+    pub unrestorable: Vec<String>,
+    /// The checkout entry the conversation moved to, if it moved.
+    pub checkout: Option<EntryId>,
+}
+
+/// The workspace differences between entries `a` and `b` of the session
+/// (`None`: before the first entry), by path.
+///
+/// # Errors
+///
+/// As [`History::read`]; [`WorkspaceError::NoSnapshots`].
+pub fn diff(
+    session: &Session,
+    a: Option<&EntryId>,
+    b: Option<&EntryId>,
+) -> Result<Vec<Change>, WorkspaceError> {
+    let history = History::read(session)?;
+    if history.is_empty() {
+        return Err(WorkspaceError::NoSnapshots(session.id().to_string()));
+    }
+    let (sa, sb) = (history.state_at(a), history.state_at(b));
+    Ok(differences(&sa, &sb))
+}
+
+fn differences(from: &Manifest, to: &Manifest) -> Vec<Change> {
+    let paths: BTreeSet<&String> = from.keys().chain(to.keys()).collect();
+    let mut out = Vec::new();
+    for p in paths {
+        let f = from.get(p).cloned().flatten();
+        let t = to.get(p).cloned().flatten();
+        if same(f.as_ref(), t.as_ref()) {
+            continue;
+        }
+        out.push(Change {
+            path: p.clone(),
+            action: Action::between(f.as_ref(), t.as_ref()),
+            from: f,
+            to: t,
+        });
+    }
+    out
+}
+
+/// Plans the restore of the session's workspace to its state at `target`,
+/// checking the disk against the last snapshot. Reads the disk; writes
+/// only blobs (the content of files changed outside the agent, so even a
+/// forced restore keeps them in the blob store).
+///
+/// # Errors
+///
+/// [`WorkspaceError::NoSnapshots`]; as [`History::read`]; I/O errors.
+pub fn plan(
+    session: &Session,
+    blobs: &BlobStore,
+    target: Option<&EntryId>,
+) -> Result<Plan, WorkspaceError> {
+    let history = History::read(session)?;
+    let Some(root) = history.root() else {
+        return Err(WorkspaceError::NoSnapshots(session.id().to_string()));
+    };
+    let snap = Snapshotter::new(root, blobs.clone(), Limits::default());
+    let last = history.last();
+    let wanted = history.state_at(target);
+    let mut plan = Plan {
+        root: PathBuf::from(root),
+        target: target.cloned(),
+        changes: Vec::new(),
+        done: Vec::new(),
+        conflicts: Vec::new(),
+        unrestorable: Vec::new(),
+    };
+    for change in differences(&last, &wanted) {
+        if change.to.as_ref().is_some_and(|t| !t.restorable()) {
+            plan.unrestorable.push(change.path);
+            continue;
+        }
+        let disk = match snap.stat(&change.path)? {
+            Disk::Absent => None,
+            Disk::Entry(stat) => Some(snap.observe(&change.path, stat, change.from.as_ref())?),
+            Disk::Other => {
+                plan.conflicts.push(Conflict {
+                    path: change.path.clone(),
+                    why: "a directory or special file is there now".into(),
+                });
+                plan.changes.push(change);
+                continue;
+            }
+        };
+        if same(disk.as_ref(), change.to.as_ref()) {
+            plan.done.push((change.path, disk));
+        } else if same(disk.as_ref(), change.from.as_ref()) {
+            plan.changes.push(change);
+        } else {
+            let why = match &disk {
+                None => "deleted outside the agent since the last snapshot".to_owned(),
+                Some(_) if change.from.is_none() => {
+                    "created outside the agent since the last snapshot".to_owned()
+                }
+                Some(_) => "changed outside the agent since the last snapshot".to_owned(),
+            };
+            plan.conflicts.push(Conflict {
+                path: change.path.clone(),
+                why,
+            });
+            plan.changes.push(Change {
+                action: Action::between(disk.as_ref(), change.to.as_ref()),
+                from: disk,
+                ..change
+            });
+        }
+    }
+    Ok(plan)
+}
+
+/// Carries out a plan: refuses if it has conflicts (unless `force`), writes
+/// each file, syncs the directories, then records the restore in the
+/// session (at its leaf) and syncs it.
+///
+/// # Errors
+///
+/// [`WorkspaceError::Conflicts`] (nothing written); [`WorkspaceError::Unsafe`]
+/// for a path that would leave the working directory; I/O, blob and
+/// session errors (the files written so far stay written: running the
+/// restore again completes it).
+pub fn apply(
+    session: &Session,
+    blobs: &BlobStore,
+    plan: &Plan,
+    force: bool,
+) -> Result<RestoreReport, WorkspaceError> {
+    apply_with(session, blobs, plan, force, &mut |_, _| {})
+}
+
+/// [`apply`], calling `hook(event, path)` after each step (`written`: the
+/// temporary file synced; `renamed`; `deleted`; `recorded`): the crash
+/// tests' seam.
+#[doc(hidden)]
+pub fn apply_with(
+    session: &Session,
+    blobs: &BlobStore,
+    plan: &Plan,
+    force: bool,
+    hook: &mut dyn FnMut(&str, &str),
+) -> Result<RestoreReport, WorkspaceError> {
+    if !plan.conflicts.is_empty() && !force {
+        return Err(WorkspaceError::Conflicts(plan.conflicts.clone()));
+    }
+    let conflicting: BTreeSet<&str> = plan.conflicts.iter().map(|c| c.path.as_str()).collect();
+    let mut report = RestoreReport {
+        unrestorable: plan.unrestorable.clone(),
+        ..RestoreReport::default()
+    };
+    let mut files = Manifest::new();
+    let mut dirs = BTreeSet::new();
+    for change in &plan.changes {
+        let dest = path::confined(&plan.root, &change.path, change.to.is_some())?;
+        dirs.insert(dest.parent().unwrap_or(&plan.root).to_owned());
+        match &change.to {
+            Some(to) => {
+                write_one(&dest, to, blobs)?;
+                hook("written", &change.path);
+                let tmp = temp_name(&dest);
+                std::fs::rename(&tmp, &dest).map_err(io_err("rename into place", &dest))?;
+                hook("renamed", &change.path);
+                let meta = std::fs::symlink_metadata(&dest).map_err(io_err("read", &dest))?;
+                let mtime_ns = match crate::scan::disk_of(&meta) {
+                    Disk::Entry(s) => s.mtime_ns,
+                    Disk::Absent | Disk::Other => to.mtime_ns,
+                };
+                files.insert(
+                    change.path.clone(),
+                    Some(FileState {
+                        mtime_ns,
+                        ..to.clone()
+                    }),
+                );
+            }
+            None => {
+                match std::fs::remove_file(&dest) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(io_err("remove", &dest)(e)),
+                }
+                hook("deleted", &change.path);
+                files.insert(change.path.clone(), None);
+            }
+        }
+        if conflicting.contains(change.path.as_str()) {
+            report.overwritten.push(change.path.clone());
+        }
+        match change.action {
+            Action::Create => report.created.push(change.path.clone()),
+            Action::Restore => report.restored.push(change.path.clone()),
+            Action::Delete => report.deleted.push(change.path.clone()),
+        }
+    }
+    for dir in &dirs {
+        if dir.exists() {
+            cairn_stores::blobs::sync_dir(dir)?;
+        }
+    }
+    for (p, state) in &plan.done {
+        files.insert(p.clone(), state.clone());
+        report.already.push(p.clone());
+    }
+    let record = WorkspaceRecord {
+        at: session.leaf(),
+        phase: Phase::Restore,
+        call_id: None,
+        root: plan.root.to_string_lossy().into_owned(),
+        scope: Scope::Files,
+        files,
+        truncated: false,
+    };
+    record.append(session)?;
+    session.sync().map_err(WorkspaceError::Append)?;
+    hook("recorded", "");
+    Ok(report)
+}
+
+/// The temporary name a file is written under: `.NAME.cairn-restore`
+/// beside it.
+fn temp_name(dest: &Path) -> PathBuf {
+    let name = dest
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    dest.with_file_name(format!(".{name}{TEMP_SUFFIX}"))
+}
+
+/// Writes `to` under the temporary name beside `dest`, synced.
+fn write_one(dest: &Path, to: &FileState, blobs: &BlobStore) -> Result<(), WorkspaceError> {
+    let tmp = temp_name(dest);
+    // A killed restore's leftover (never anyone else's: the name is ours).
+    match std::fs::remove_file(&tmp) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io_err("remove", &tmp)(e)),
+    }
+    if let Some(link) = &to.link {
+        std::os::unix::fs::symlink(link, &tmp).map_err(io_err("create the symlink", &tmp))?;
+        return Ok(());
+    }
+    let sha = to.sha256.as_deref().unwrap_or_default();
+    let bytes = blobs.get(sha)?;
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(io_err("create", &tmp))?;
+    f.write_all(&bytes).map_err(io_err("write", &tmp))?;
+    f.set_permissions(std::fs::Permissions::from_mode(to.mode))
+        .map_err(io_err("set the mode of", &tmp))?;
+    f.sync_all().map_err(io_err("sync", &tmp))?;
+    Ok(())
+}
+
+/// The whole rewind: plans the restore to `target`, refuses on conflicts
+/// (unless `force`) before anything moves, moves the conversation's leaf
+/// there (a `checkout`, with an optional summary of the branch left), then
+/// restores the files and records it.
+///
+/// # Errors
+///
+/// As [`plan`] and [`apply`]; [`WorkspaceError::Checkout`] when the
+/// session refuses the checkout (an entry with unanswered tool calls).
+pub fn checkout_files(
+    session: &Session,
+    blobs: &BlobStore,
+    target: Option<&EntryId>,
+    summary: Option<String>,
+    force: bool,
+) -> Result<RestoreReport, WorkspaceError> {
+    let plan = plan(session, blobs, target)?;
+    if !plan.conflicts.is_empty() && !force {
+        return Err(WorkspaceError::Conflicts(plan.conflicts));
+    }
+    let moved = session
+        .checkout(target, summary)
+        .map_err(WorkspaceError::Checkout)?;
+    let mut report = apply(session, blobs, &plan, force)?;
+    report.checkout = moved.and_then(|a| a.id);
+    Ok(report)
+}
