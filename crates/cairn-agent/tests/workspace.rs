@@ -1,0 +1,286 @@
+//! Workspace snapshots through the agent's tools, and the rewind that
+//! brings the files back: each tool path (create, modify, delete, rename,
+//! mode change, symlink; through write_file, edit_file and bash), rewind
+//! and forward across branches, and conflicts with changes made outside
+//! the agent.
+
+// Test helpers panic on a failed step; that is how a test fails.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use cairn::{EntryId, Session};
+use cairn_stores::BlobStore;
+use cairn_workspace::{History, Phase, Scope, WorkspaceError, checkout_files, diff, read_all};
+use pretty_assertions::assert_eq;
+use serde_json::json;
+use support::Harness;
+
+fn script() -> serde_json::Value {
+    let turn = |word: &str, calls: serde_json::Value| json!({"match": word, "replies": [{"text": "On it.", "tool_calls": calls}, {"text": format!("{word} done.")}]});
+    json!({"turns": [
+        turn("create", json!([{"name": "write_file", "arguments": {"path": "a.txt", "content": "one\n"}}])),
+        turn("edit", json!([{"name": "edit_file", "arguments": {"path": "a.txt", "old_string": "one", "new_string": "two"}}])),
+        turn("shell", json!([{"name": "bash", "arguments": {"command": "mv a.txt b.txt && printf x > new.txt && chmod 755 b.txt && rm del.txt && ln -s b.txt link && printf i > ignored.txt"}}])),
+        turn("many", json!([{"name": "bash", "arguments": {"command": "printf changed > f7"}}, {"name": "bash", "arguments": {"command": "true"}}])),
+    ]})
+}
+
+/// What the working directory holds: path → content (a symlink as `-> target`, a mode other than 644 noted).
+fn files(work: &Path) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut stack = vec![work.to_owned()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let e = e.unwrap();
+            let p = e.path();
+            let rel = p.strip_prefix(work).unwrap().to_string_lossy().into_owned();
+            let meta = std::fs::symlink_metadata(&p).unwrap();
+            if meta.file_type().is_symlink() {
+                out.push((
+                    rel,
+                    format!("-> {}", std::fs::read_link(&p).unwrap().display()),
+                ));
+            } else if meta.is_dir() {
+                if rel != ".git" {
+                    stack.push(p);
+                }
+            } else {
+                let mode = meta.permissions().mode() & 0o777;
+                let text = std::fs::read_to_string(&p).unwrap();
+                out.push((
+                    rel,
+                    if mode == 0o644 {
+                        text
+                    } else {
+                        format!("{text} ({mode:o})")
+                    },
+                ));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+fn content(work: &Path, path: &str) -> String {
+    files(work)
+        .into_iter()
+        .find(|(p, _)| p == path)
+        .map(|(_, c)| c)
+        .unwrap_or_default()
+}
+
+fn state(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    let mut v: Vec<(String, String)> = pairs
+        .iter()
+        .map(|(a, b)| ((*a).to_owned(), (*b).to_owned()))
+        .collect();
+    v.sort();
+    v
+}
+
+struct Setup {
+    h: Harness,
+    agent: cairn_agent::Agent,
+}
+
+fn setup() -> Setup {
+    let h = Harness::new();
+    std::fs::write(h.work.join("del.txt"), "keep me").unwrap();
+    std::fs::write(h.work.join(".gitignore"), "ignored.txt\n").unwrap();
+    std::fs::create_dir_all(h.work.join(".git")).unwrap();
+    std::fs::write(h.work.join(".git/HEAD"), "ref: refs/heads/main\n").unwrap();
+    for p in ["del.txt", ".gitignore", ".git/HEAD"] {
+        std::fs::set_permissions(h.work.join(p), std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    let mut rt = h.runtime(Harness::scripted(script()), Default::default());
+    rt.config.auto_approve = true;
+    let agent = h.agent(h.new_session(), rt);
+    Setup { h, agent }
+}
+
+fn blobs(h: &Harness) -> BlobStore {
+    BlobStore::new(h.home.join("blobs"))
+}
+
+fn rewind(h: &Harness, s: &Session, to: Option<&EntryId>) {
+    checkout_files(s, &blobs(h), to, None, false).unwrap();
+}
+
+fn leaf(s: &Session) -> EntryId {
+    s.leaf().unwrap()
+}
+
+#[test]
+fn each_tool_path_is_rewound_and_forwarded_across_branches() {
+    let Setup { h, mut agent } = setup();
+    let start = state(&[("del.txt", "keep me"), (".gitignore", "ignored.txt\n")]);
+    assert_eq!(files(&h.work), start);
+
+    agent.prompt("create a file").unwrap();
+    let created = leaf(agent.session());
+    agent.prompt("edit it").unwrap();
+    let edited = leaf(agent.session());
+    agent.prompt("shell: rename, chmod, delete, link").unwrap();
+    let shelled = leaf(agent.session());
+    let after_shell = state(&[
+        ("b.txt", "two\n (755)"),
+        ("new.txt", "x"),
+        ("link", "-> b.txt"),
+        (".gitignore", "ignored.txt\n"),
+        ("ignored.txt", "i"),
+    ]);
+    assert_eq!(files(&h.work), after_shell);
+
+    let s = agent.session();
+    let with = |extra: &[(&str, &str)]| {
+        let mut v = start.clone();
+        v.extend(state(extra));
+        v.retain(|(p, _)| !extra.iter().any(|(q, c)| *q == p && c.is_empty()));
+        v.sort();
+        v.dedup();
+        v
+    };
+    rewind(&h, s, Some(&edited));
+    // The ignored file is not the agent's to restore: it stays.
+    assert_eq!(
+        files(&h.work),
+        with(&[("a.txt", "two\n"), ("ignored.txt", "i")])
+    );
+    rewind(&h, s, Some(&created));
+    assert_eq!(
+        files(&h.work),
+        with(&[("a.txt", "one\n"), ("ignored.txt", "i")])
+    );
+    rewind(&h, s, None);
+    assert_eq!(files(&h.work), with(&[("ignored.txt", "i")]));
+    // Forward again to the end of the first branch.
+    rewind(&h, s, Some(&shelled));
+    assert_eq!(files(&h.work), after_shell);
+
+    // A second branch from `created`: the same shell command on "one".
+    rewind(&h, s, Some(&created));
+    agent.prompt("shell again").unwrap();
+    let other = leaf(agent.session());
+    let s = agent.session();
+    assert_eq!(content(&h.work, "b.txt"), "one\n (755)");
+    rewind(&h, s, Some(&shelled));
+    assert_eq!(files(&h.work), after_shell);
+    rewind(&h, s, Some(&other));
+    assert_eq!(content(&h.work, "b.txt"), "one\n (755)");
+
+    // The user's .git is never read, written or named.
+    assert_eq!(
+        std::fs::read_to_string(h.work.join(".git/HEAD")).unwrap(),
+        "ref: refs/heads/main\n"
+    );
+    for (_, r) in read_all(s).unwrap() {
+        assert!(
+            r.files
+                .keys()
+                .all(|p| !p.starts_with(".git/") && p != "ignored.txt"),
+            "{r:?}"
+        );
+    }
+}
+
+#[test]
+fn diff_shows_the_workspace_difference_between_two_entries() {
+    let Setup { h: _h, mut agent } = setup();
+    agent.prompt("create a file").unwrap();
+    let created = leaf(agent.session());
+    agent.prompt("shell").unwrap();
+    let s = agent.session();
+    let shelled = leaf(s);
+    let changes: Vec<(String, &str)> = diff(s, Some(&created), Some(&shelled))
+        .unwrap()
+        .into_iter()
+        .map(|c| (c.path, c.action.name()))
+        .collect();
+    assert_eq!(
+        changes,
+        vec![
+            ("a.txt".to_owned(), "delete"),
+            ("b.txt".to_owned(), "create"),
+            ("del.txt".to_owned(), "delete"),
+            ("link".to_owned(), "create"),
+            ("new.txt".to_owned(), "create"),
+        ]
+    );
+}
+
+#[test]
+fn a_file_changed_outside_the_agent_is_never_overwritten_silently() {
+    let Setup { h, mut agent } = setup();
+    agent.prompt("create a file").unwrap();
+    let created = leaf(agent.session());
+    agent.prompt("edit it").unwrap();
+    let s = agent.session();
+    let before = leaf(s);
+    std::fs::write(h.work.join("a.txt"), "mine, by hand\n").unwrap();
+    let e = checkout_files(s, &blobs(&h), Some(&created), None, false).unwrap_err();
+    let WorkspaceError::Conflicts(conflicts) = &e else {
+        panic!("{e}");
+    };
+    assert_eq!(conflicts.len(), 1);
+    assert_eq!(conflicts[0].path, "a.txt");
+    assert!(e.to_string().contains("--force"), "{e}");
+    // Nothing moved: neither the conversation nor the file.
+    assert_eq!(leaf(s), before);
+    assert_eq!(
+        std::fs::read_to_string(h.work.join("a.txt")).unwrap(),
+        "mine, by hand\n"
+    );
+    // Forced, it is overwritten — and the hand-made content is still in the blob store.
+    let report = checkout_files(s, &blobs(&h), Some(&created), None, true).unwrap();
+    assert_eq!(report.overwritten, vec!["a.txt".to_owned()]);
+    assert_eq!(
+        std::fs::read_to_string(h.work.join("a.txt")).unwrap(),
+        "one\n"
+    );
+    let sha = cairn_stores::blobs::hex(&<sha2::Sha256 as sha2::Digest>::digest(b"mine, by hand\n"));
+    assert!(blobs(&h).contains(&sha));
+}
+
+#[test]
+fn unchanged_files_cost_nothing() {
+    let Setup { h, mut agent } = setup();
+    for i in 0..50 {
+        std::fs::write(h.work.join(format!("f{i}")), format!("file {i}")).unwrap();
+    }
+    agent.prompt("many").unwrap();
+    let s = agent.session();
+    let records = read_all(s).unwrap();
+    let tree: Vec<_> = records
+        .iter()
+        .filter(|(_, r)| r.scope == Scope::Tree)
+        .collect();
+    assert_eq!(tree.len(), 4, "{records:?}");
+    // The first scan sees every file once; then only what changed.
+    assert_eq!(tree[0].1.phase, Phase::Before);
+    assert_eq!(tree[0].1.files.len(), 52);
+    assert_eq!(tree[1].1.phase, Phase::After);
+    assert_eq!(tree[1].1.files.keys().collect::<Vec<_>>(), vec!["f7"]);
+    assert!(tree[2].1.files.is_empty() && tree[3].1.files.is_empty());
+    // Each file's content is stored once.
+    let stored = walk_count(&h.home.join("blobs"));
+    assert_eq!(stored, 53);
+    assert!(!History::read(s).unwrap().is_empty());
+}
+
+fn walk_count(dir: &Path) -> usize {
+    let mut n = 0;
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            n += walk_count(&p);
+        } else if p.extension().is_some_and(|x| x == "zst") {
+            n += 1;
+        }
+    }
+    n
+}
