@@ -74,6 +74,8 @@ pub struct DemoReport {
     pub state_after_panel_2: Value,
     /// The app state after the rewind to panel 1.
     pub state_after_rewind: Value,
+    /// The rendered panel images left after the rewind to panel 1.
+    pub panels_after_rewind: Vec<String>,
     /// The verdict found after the render crash.
     pub verdict_after_crash: String,
     /// Ledger charges for panel 3.
@@ -337,6 +339,17 @@ pub(crate) fn storyboard_config() -> AgentConfig {
     }
 }
 
+/// The names of the panel images in the demo's working directory.
+fn panel_files(workdir: &Path) -> Result<Vec<String>> {
+    let dir = workdir.join("panels");
+    let mut names = Vec::new();
+    for e in std::fs::read_dir(&dir).with_context(|| format!("listing {}", dir.display()))? {
+        names.push(e?.file_name().to_string_lossy().into_owned());
+    }
+    names.sort();
+    Ok(names)
+}
+
 /// Runs the demo in the store at `home`, narrating to `out`.
 ///
 /// # Errors
@@ -357,6 +370,10 @@ pub fn run(home: &Path, out: &mut dyn Write, opts: DemoOptions) -> Result<DemoRe
     let id = session.id().clone();
     let workdir = cairn_stores::files_dir(home).join("demo").join(id.as_str());
     std::fs::create_dir_all(&workdir).with_context(|| format!("creating {}", workdir.display()))?;
+    // The ledger stands for a remote billing service, not a file of the
+    // workspace: snapshots leave it out, so no rewind ever refunds a charge.
+    std::fs::write(workdir.join(".gitignore"), "ledger.json\n")
+        .with_context(|| format!("writing {}", workdir.join(".gitignore").display()))?;
     let script_path = workdir.join("script.json");
     std::fs::write(&script_path, serde_json::to_vec_pretty(&script())?)?;
     let ledger = Ledger::create(workdir.join("ledger.json"), 100)?;
@@ -422,8 +439,22 @@ pub fn run(home: &Path, out: &mut dyn Write, opts: DemoOptions) -> Result<DemoRe
 
     // 3. Rewind.
     t.step(3, "Rewind to panel 1")?;
-    t.say("The side plot is dropped: a checkout entry moves the leaf back to `panel-1` (in the REPL: `/rewind panel-1`). Nothing is deleted; panel 2 stays in the log on its own branch.")?;
-    agent.session().checkout(Some(&panel1), None)?;
+    t.say("The side plot is dropped: a checkout entry moves the leaf back to `panel-1`, and the files with it (in the REPL: `/rewind panel-1 --files`). Nothing is deleted from the log; panel 2 stays there on its own branch, and its image in the blob store.")?;
+    let blobs = cairn_stores::BlobStore::for_store(home);
+    let restored =
+        cairn_workspace::checkout_files(agent.session(), &blobs, Some(&panel1), None, false)
+            .context("rewinding the panel files")?;
+    let panels_after_rewind = panel_files(&workdir)?;
+    ensure!(
+        panels_after_rewind == ["panel-1.svg"],
+        "after the rewind only panel 1's image should be left, not {panels_after_rewind:?}"
+    );
+    t.say(&format!(
+        "Files: {} deleted ({}); the panels directory holds {} again.",
+        restored.deleted.len(),
+        restored.deleted.join(", "),
+        panels_after_rewind.join(", ")
+    ))?;
     let state_after_rewind = agent.session().context().app_state().clone();
     ensure!(
         state_after_rewind == power_up,
@@ -549,6 +580,7 @@ pub fn run(home: &Path, out: &mut dyn Write, opts: DemoOptions) -> Result<DemoRe
         workdir: workdir.clone(),
         state_after_panel_2,
         state_after_rewind,
+        panels_after_rewind,
         verdict_after_crash: "IndeterminateTool".into(),
         panel_3_charges,
         balance: ledger.balance,

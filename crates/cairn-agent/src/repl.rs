@@ -1,5 +1,5 @@
 //! The REPL: requests to the agent, and slash commands to look at and move
-//! around the session — `/steps`, `/tree`, `/rewind ENTRY`, `/fork ENTRY`,
+//! around the session — `/steps`, `/tree`, `/rewind ENTRY [--files]`, `/fork ENTRY`,
 //! `/label ENTRY NAME`, `/state`, `/context`, `/memory`, `/compact`,
 //! `/quit`. ENTRY is an entry id, a unique id prefix or a label.
 
@@ -20,6 +20,7 @@ Type a request for the agent, or a command:
   /steps               numbered steps: inputs, model calls, tool calls
   /tree                the session's tree (* = active branch)
   /rewind ENTRY        move back to ENTRY (history and app state rewind together)
+  /rewind ENTRY --files   the working directory's files too (--force: overwrite files changed by hand)
   /fork ENTRY          copy the branch up to ENTRY into a new session and continue there
   /label ENTRY NAME    bookmark ENTRY as NAME (usable wherever ENTRY is)
   /state               the app state at this point
@@ -138,8 +139,30 @@ fn command(agent: &mut Agent, cmd: &str, tree: Option<&TreePrinter>) -> Result<b
             if agent.session().resume_operation().is_some() {
                 bail!("an operation is still open; it must finish before the session moves");
             }
-            let target = entry(agent, args.first().copied())?;
-            agent.session().checkout(Some(&target), None)?;
+            let files = args.contains(&"--files");
+            let force = args.contains(&"--force");
+            let named = args.iter().find(|a| !a.starts_with("--")).copied();
+            let target = entry(agent, named)?;
+            if files {
+                let blobs = cairn_stores::BlobStore::new(&agent.runtime().env.blob_dir);
+                let r = cairn_workspace::checkout_files(
+                    agent.session(),
+                    &blobs,
+                    Some(&target),
+                    None,
+                    force,
+                )?;
+                writeln!(
+                    out,
+                    "files: {} created, {} restored, {} deleted, {} already in place",
+                    r.created.len(),
+                    r.restored.len(),
+                    r.deleted.len(),
+                    r.already.len()
+                )?;
+            } else {
+                agent.session().checkout(Some(&target), None)?;
+            }
             writeln!(
                 out,
                 "rewound to {target}; the app state here is {}",

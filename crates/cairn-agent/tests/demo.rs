@@ -29,6 +29,9 @@ fn the_demo_runs_and_its_claims_hold() {
         report.state_after_rewind,
         json!({"buff": "power-up", "skill": "ten-palm strike"})
     );
+    // The rewind took panel 2's image away with the conversation.
+    assert_eq!(report.panels_after_rewind, vec!["panel-1.svg".to_owned()]);
+    assert!(!report.workdir.join("panels/panel-2.svg").exists());
     assert_eq!(report.verdict_after_crash, "IndeterminateTool");
     assert_eq!(report.panel_3_charges, 1);
     assert_eq!(report.balance, 70);

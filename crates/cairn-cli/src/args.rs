@@ -209,7 +209,7 @@ Example:
     #[command(
         visible_alias = "rewind",
         override_usage = "cairn checkout [OPTIONS] <SESSION|--last> <ENTRY>",
-        after_help = "Examples:\n  cairn checkout 01jx panel-1\n  cairn rewind --last 3fa9 --summary 'tried the side plot; dropped it'"
+        after_help = "Examples:\n  cairn checkout 01jx panel-1\n  cairn rewind --last 3fa9 --summary 'tried the side plot; dropped it'\n  cairn rewind 01jx panel-1 --files"
     )]
     Checkout {
         #[command(flatten)]
@@ -220,6 +220,34 @@ Example:
         /// A summary of the branch left behind, shown to the model.
         #[arg(long)]
         summary: Option<String>,
+        /// Also bring the working directory's files back to their state at
+        /// ENTRY, from the session's workspace snapshots. Refuses, changing
+        /// nothing, when a file changed outside the agent since the last
+        /// snapshot.
+        #[arg(long)]
+        files: bool,
+        /// With --files: overwrite files changed outside the agent.
+        #[arg(long, requires = "files")]
+        force: bool,
+    },
+
+    /// Show how the working directory differs between two entries.
+    ///
+    /// From the session's workspace snapshots: each file created, changed
+    /// or deleted going from A to B (`root` is before the first entry).
+    #[command(
+        override_usage = "cairn diff [OPTIONS] <SESSION|--last> <A> <B>",
+        after_help = "Examples:\n  cairn diff 01jx panel-1 panel-2\n  cairn diff --last root 3fa9 --json"
+    )]
+    Diff {
+        #[command(flatten)]
+        target: SessionArg,
+        /// The two entries (after SESSION, or alone with --last).
+        #[arg(value_name = "A B")]
+        rest: Vec<String>,
+        /// Print the changes as JSON.
+        #[arg(long)]
+        json: bool,
     },
 
     /// Copy the branch up to an entry into a new session; print its id.

@@ -14,6 +14,7 @@ mod ops;
 mod rm;
 mod show;
 mod tree;
+mod workspace;
 
 use anyhow::Result;
 
@@ -60,7 +61,17 @@ pub fn run(cli: Cli) -> Result<Status> {
             target,
             rest,
             summary,
+            files: true,
+            force,
+        } => workspace::checkout(&ctx, &target, &rest, summary, force),
+        Command::Checkout {
+            target,
+            rest,
+            summary,
+            files: false,
+            force: _,
         } => edit::checkout(&ctx, &target, &rest, summary),
+        Command::Diff { target, rest, json } => workspace::diff(&ctx, &target, &rest, json),
         Command::Fork {
             target,
             rest,
