@@ -33,7 +33,7 @@ mod tracker;
 pub use history::History;
 pub use record::{FileState, KIND, Manifest, Phase, Scope, WorkspaceRecord, read_all, same};
 pub use restore::{
-    Action, Change, Conflict, Plan, RestoreReport, apply, checkout_files, diff, plan,
+    Action, Change, Conflict, Plan, RestoreReport, apply, apply_with, checkout_files, diff, plan,
 };
 pub use scan::{Limits, Snapshotter};
 pub use tracker::{Touches, Workspace};
