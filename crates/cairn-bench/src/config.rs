@@ -38,6 +38,10 @@ pub struct Sizes {
     pub list_repeats: usize,
     /// Size of the session of the peak-memory figure, in bytes.
     pub memory_bytes: u64,
+    /// Files of the workspace snapshot figure's working directory.
+    pub ws_tree_files: usize,
+    /// Files of the workspace restore figure.
+    pub ws_restore_files: usize,
     /// Rounds of the SQLite durable-append figures (each round appends with
     /// the SQLite backend, the file backend and raw SQLite, in turn).
     pub sqlite_rounds: usize,
@@ -83,6 +87,8 @@ impl Sizes {
             list_sessions: issue::LIST_SESSIONS,
             list_repeats: 7,
             memory_bytes: issue::MEMORY_BYTES,
+            ws_tree_files: 10_000,
+            ws_restore_files: 1_000,
             sqlite_rounds: 5,
             sqlite_cycles: 250,
             sqlite_open_repeats: 5,
@@ -109,6 +115,8 @@ impl Sizes {
             list_sessions: issue::LIST_SESSIONS,
             list_repeats: 5,
             memory_bytes: 64 << 20,
+            ws_tree_files: 2_000,
+            ws_restore_files: 200,
             sqlite_rounds: 5,
             sqlite_cycles: 50,
             sqlite_open_repeats: 5,

@@ -184,7 +184,7 @@ impl BlobStore {
         }
         let compressed =
             zstd::bulk::compress(bytes, LEVEL).map_err(io_err("compress", &self.dir))?;
-        self.install(&r.sha256, |out| out.write_all(&compressed))?;
+        self.install(&r.sha256, |out| out.write_all(&compressed), true)?;
         Ok(r)
     }
 
@@ -196,6 +196,45 @@ impl BlobStore {
     ///
     /// [`BlobError::Io`] when it cannot be read, written or synced.
     pub fn put_file(&self, path: &Path) -> Result<BlobRef, BlobError> {
+        self.put_file_with(path, true)
+    }
+
+    /// [`BlobStore::put_file`] without the syncs: the blob is in place but
+    /// not yet durable. A caller storing many blobs calls
+    /// [`BlobStore::sync`] once, before it appends the record naming them.
+    ///
+    /// # Errors
+    ///
+    /// As [`BlobStore::put_file`].
+    pub fn put_file_unsynced(&self, path: &Path) -> Result<BlobRef, BlobError> {
+        self.put_file_with(path, false)
+    }
+
+    /// Makes every blob stored unsynced durable: one `syncfs` of the blob
+    /// directory's file system (data and names), or, where that fails, a
+    /// sync of every blob and directory.
+    ///
+    /// # Errors
+    ///
+    /// [`BlobError::Io`].
+    pub fn sync(&self) -> Result<(), BlobError> {
+        let synced =
+            File::open(&self.dir).and_then(|d| rustix::fs::syncfs(&d).map_err(io::Error::from));
+        if synced.is_ok() {
+            return Ok(());
+        }
+        for (_, path) in self.stored()? {
+            File::open(&path)
+                .and_then(|f| f.sync_all())
+                .map_err(io_err("sync", &path))?;
+            if let Some(parent) = path.parent() {
+                sync_dir(parent)?;
+            }
+        }
+        sync_dir(&self.dir)
+    }
+
+    fn put_file_with(&self, path: &Path, durable: bool) -> Result<BlobRef, BlobError> {
         let mut f = File::open(path).map_err(io_err("read", path))?;
         let mut hasher = Sha256::new();
         let size = io::copy(&mut f, &mut HashWriter(&mut hasher)).map_err(io_err("read", path))?;
@@ -208,12 +247,16 @@ impl BlobStore {
         }
         f.seek(io::SeekFrom::Start(0))
             .map_err(io_err("read", path))?;
-        self.install(&r.sha256, |out| {
-            let mut enc = zstd::stream::Encoder::new(out, LEVEL)?;
-            io::copy(&mut f, &mut enc)?;
-            enc.finish()?;
-            Ok(())
-        })?;
+        self.install(
+            &r.sha256,
+            |out| {
+                let mut enc = zstd::stream::Encoder::new(out, LEVEL)?;
+                io::copy(&mut f, &mut enc)?;
+                enc.finish()?;
+                Ok(())
+            },
+            durable,
+        )?;
         Ok(r)
     }
 
@@ -291,12 +334,14 @@ impl BlobStore {
         }
     }
 
-    /// Writes a blob under a temporary name with `write`, syncs it, renames
-    /// it into place and syncs the directory.
+    /// Writes a blob under a temporary name with `write`, syncs it (when
+    /// `durable`), renames it into place and syncs the directory (when
+    /// `durable`).
     fn install(
         &self,
         sha256: &str,
         write: impl FnOnce(&mut File) -> io::Result<()>,
+        durable: bool,
     ) -> Result<(), BlobError> {
         let path = self.path(sha256);
         let parent = path.parent().unwrap_or(&self.dir);
@@ -305,13 +350,16 @@ impl BlobStore {
         let written = (|| {
             let mut f = File::create(&tmp)?;
             write(&mut f)?;
-            f.sync_all()
+            if durable { f.sync_all() } else { Ok(()) }
         })();
         if let Err(e) = written {
             let _ = std::fs::remove_file(&tmp);
             return Err(io_err("write", &tmp)(e));
         }
         std::fs::rename(&tmp, &path).map_err(io_err("rename into place", &path))?;
+        if !durable {
+            return Ok(());
+        }
         sync_dir(parent)?;
         if parent != self.dir {
             // The fan-out directory may be new: its name must be durable too.

@@ -133,7 +133,8 @@ impl Snapshotter {
         if stat.size > self.limits.max_file_bytes {
             return Ok(stat);
         }
-        let r = self.blobs.put_file(&p)?;
+        // Synced once for the whole snapshot, before its record.
+        let r = self.blobs.put_file_unsynced(&p)?;
         Ok(FileState {
             sha256: Some(r.sha256),
             size: r.size,

@@ -152,6 +152,10 @@ impl Workspace {
             files,
             truncated,
         };
+        if record.files.values().flatten().any(|s| s.sha256.is_some()) {
+            // Every blob the record names is durable before the record.
+            self.snap.blobs().sync()?;
+        }
         self.last_seq = Some(record.append(session)?);
         for (p, s) in &record.files {
             self.known.insert(p.clone(), s.clone());

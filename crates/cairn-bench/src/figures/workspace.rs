@@ -15,11 +15,11 @@ use super::Bench;
 use crate::measure::{best, median, timed};
 use crate::report::{Figure, Target, Unit};
 
-/// Files of the snapshot figure's workspace (the issue's size).
+/// Files of the snapshot figure's workspace, in the issue.
 const TREE_FILES: usize = 10_000;
 /// Timed bash calls (the median is kept).
 const CALLS: usize = 15;
-/// Files of the restore figure.
+/// Files of the restore figure, in the issue.
 const RESTORE_FILES: usize = 1_000;
 /// Timed restores and copies (the best is kept).
 const RESTORE_ROUNDS: usize = 3;
@@ -72,7 +72,8 @@ fn bash(work: &Path, command: &str) -> Result<()> {
 fn snapshot(b: &Bench) -> Result<Figure> {
     let dir = b.sub("workspace-snapshot")?;
     let (home, work) = (dir.join("home"), dir.join("work"));
-    for i in 0..TREE_FILES {
+    let n = b.sizes.ws_tree_files;
+    for i in 0..n {
         let sub = work.join(format!("d{:02}", i % 100));
         if i < 100 {
             std::fs::create_dir_all(&sub)?;
@@ -94,22 +95,30 @@ fn snapshot(b: &Bench) -> Result<Figure> {
         })?;
         let (t_bash, ()) = timed(|| bash(&work, &command))?;
         let at = s.append(assistant("ok"))?.id.context("an entry id")?;
-        let (t_after, record) = timed(|| Ok(ws.after(&s, at, &format!("c{i}"), &Touches::Tree)?))?;
-        ensure!(record.files.len() == 1, "the after snapshot should list the one changed file");
+        let (t_after, record) =
+            timed(|| Ok(ws.after(&s, at, &format!("c{i}"), &Touches::Tree)?))?;
+        ensure!(
+            record.files.len() == 1,
+            "the after snapshot should list the one changed file"
+        );
         snap_ms.push((t_before + t_after) * 1e3);
         bash_ms.push(t_bash * 1e3);
     }
     Ok(Figure::new(
         "ws_bash_snapshot",
-        format!("snapshots around one bash call, {TREE_FILES} files, one changed"),
+        format!(
+            "snapshots around one bash call, {} files, one changed",
+            crate::report::thousands(n as u64)
+        ),
         Unit::Millis,
         median(snap_ms),
         "the bash call itself (bash -c, appending a line to one file)",
         median(bash_ms),
         Some(Target::AtMost(1.5)),
     )
+    .scaled(b.sizes.scaled("files", n as u64, TREE_FILES as u64))
     .note(format!(
-        "before + after: two .gitignore-honouring scans (an lstat per file; the changed file hashed and stored), two records appended, the after record synced; median of {CALLS} calls, page cache warm"
+        "before + after: two .gitignore-honouring scans (an lstat per file; the changed file hashed and stored, its blob synced), two records appended, the after record synced; median of {CALLS} calls, page cache warm"
     )))
 }
 
@@ -129,7 +138,8 @@ fn bytes(b: &Bench) -> Result<Figure> {
     let mut zstd_bytes = 0u64;
     for i in 0..CHANGED {
         let edited = text(i + 1000, 32 << 10);
-        zstd_bytes += zstd::bulk::compress(edited.as_bytes(), cairn_stores::blobs::LEVEL)?.len() as u64;
+        zstd_bytes +=
+            zstd::bulk::compress(edited.as_bytes(), cairn_stores::blobs::LEVEL)?.len() as u64;
         std::fs::write(work.join(format!("f{i}.rs")), edited)?;
     }
     let blobs_before = dir_bytes(blobs.dir())?;
@@ -162,7 +172,11 @@ fn dir_bytes(dir: &Path) -> Result<u64> {
     for e in std::fs::read_dir(dir)? {
         let e = e?;
         let m = e.metadata()?;
-        n += if m.is_dir() { dir_bytes(&e.path())? } else { m.len() };
+        n += if m.is_dir() {
+            dir_bytes(&e.path())?
+        } else {
+            m.len()
+        };
     }
     Ok(n)
 }
@@ -170,7 +184,8 @@ fn dir_bytes(dir: &Path) -> Result<u64> {
 fn restore(b: &Bench) -> Result<Figure> {
     let dir = b.sub("workspace-restore")?;
     let (home, work) = (dir.join("home"), dir.join("work"));
-    for i in 0..RESTORE_FILES {
+    let n = b.sizes.ws_restore_files;
+    for i in 0..n {
         let sub = work.join(format!("d{:02}", i % 10));
         if i < 10 {
             std::fs::create_dir_all(&sub)?;
@@ -183,7 +198,7 @@ fn restore(b: &Bench) -> Result<Figure> {
     let mut ws = Workspace::open(&s, snap)?;
     let start = s.leaf();
     ws.before(&s, start.clone(), "c0", &Touches::Tree)?;
-    for i in 0..RESTORE_FILES {
+    for i in 0..n {
         let p = work.join(format!("d{:02}/f{i}.rs", i % 10));
         std::fs::write(p, text(i + 5000, 4 << 10))?;
     }
@@ -193,17 +208,25 @@ fn restore(b: &Bench) -> Result<Figure> {
     let mut cp_ms = Vec::new();
     for r in 0..RESTORE_ROUNDS {
         // Back and forth: each restore rewrites every file.
-        let to = if r % 2 == 0 { start.as_ref() } else { Some(&changed) };
+        let to = if r % 2 == 0 {
+            start.as_ref()
+        } else {
+            Some(&changed)
+        };
         let (t, report) = timed(|| Ok(checkout_files(&s, &blobs, to, None, false)?))?;
         ensure!(
-            report.restored.len() == RESTORE_FILES,
+            report.restored.len() == n,
             "every file restored ({} were)",
             report.restored.len()
         );
         restore_ms.push(t * 1e3);
         let copy = dir.join(format!("copy{r}"));
         let (t, ()) = timed(|| {
-            let status = Command::new("cp").arg("-r").arg(&work).arg(&copy).status()?;
+            let status = Command::new("cp")
+                .arg("-r")
+                .arg(&work)
+                .arg(&copy)
+                .status()?;
             ensure!(status.success(), "cp -r failed");
             Ok(())
         })?;
@@ -212,14 +235,18 @@ fn restore(b: &Bench) -> Result<Figure> {
     }
     Ok(Figure::new(
         "ws_restore_1000",
-        format!("restore {RESTORE_FILES} files of 4 KiB (checkout --files)"),
+        format!(
+            "restore {} files of 4 KiB (checkout --files)",
+            crate::report::thousands(n as u64)
+        ),
         Unit::Millis,
         best(restore_ms),
         "cp -r of the same files",
         best(cp_ms),
         Some(Target::AtMost(2.0)),
     )
+    .scaled(b.sizes.scaled("files", n as u64, RESTORE_FILES as u64))
     .note(format!(
-        "plan (lstat + hash of each file), every file read from its zstd blob and verified, written to a temporary name, renamed; synced as FORMAT.md §14 says; the restore recorded and synced; cp -r does not sync; best of {RESTORE_ROUNDS}"
+        "plan (lstat + hash of each file), every file read from its zstd blob and verified, written to a temporary name, all synced at once (syncfs), each renamed, the directories synced; the restore recorded and synced; cp -r does not sync; best of {RESTORE_ROUNDS}"
     )))
 }
