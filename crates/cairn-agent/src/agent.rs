@@ -643,10 +643,11 @@ pub(crate) fn execute(
     if let Some(hook) = &rt.after_tool_effect {
         hook(&name, &call_id);
     }
-    let appended = op.record_result(ticket, output.clone())?;
-    if let (Some(touches), Some(entry)) = (tool.touches(args, &rt.env), &appended.id) {
+    if let Some(touches) = tool.touches(args, &rt.env) {
+        // Before the result (T2), whose sync makes the record durable.
+        let at = ticket.result_entry().clone();
         let taken = rt.env.workspace(session).and_then(|w| {
-            w.map(|w| w.after(session, entry.clone(), &call_id, &touches))
+            w.map(|w| w.after(session, at, &call_id, &touches))
                 .transpose()
         });
         if let Err(e) = taken {
@@ -657,6 +658,7 @@ pub(crate) fn execute(
             )));
         }
     }
+    let appended = op.record_result(ticket, output.clone())?;
     if let Some(entry) = &appended.id {
         rt.observer.event(&Event::ToolResult {
             call_id: &call_id,

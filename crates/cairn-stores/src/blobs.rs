@@ -234,6 +234,37 @@ impl BlobStore {
         sync_dir(&self.dir)
     }
 
+    /// Makes the named blobs durable (each blob and its directory synced):
+    /// cheaper than [`BlobStore::sync`] for a few blobs on a busy file
+    /// system.
+    ///
+    /// # Errors
+    ///
+    /// [`BlobError::Io`]; [`BlobError::BadDigest`].
+    pub fn sync_some<'a>(
+        &self,
+        digests: impl IntoIterator<Item = &'a str>,
+    ) -> Result<(), BlobError> {
+        let mut dirs = std::collections::BTreeSet::new();
+        for sha in digests {
+            if !valid_digest(sha) {
+                return Err(BlobError::BadDigest(sha.to_owned()));
+            }
+            let path = self.path(sha);
+            File::open(&path)
+                .and_then(|f| f.sync_all())
+                .map_err(io_err("sync", &path))?;
+            if let Some(parent) = path.parent() {
+                dirs.insert(parent.to_owned());
+            }
+        }
+        // (A new fan-out directory's name was synced when it was made.)
+        for d in dirs {
+            sync_dir(&d)?;
+        }
+        Ok(())
+    }
+
     fn put_file_with(&self, path: &Path, durable: bool) -> Result<BlobRef, BlobError> {
         let mut f = File::open(path).map_err(io_err("read", path))?;
         let mut hasher = Sha256::new();
@@ -345,7 +376,11 @@ impl BlobStore {
     ) -> Result<(), BlobError> {
         let path = self.path(sha256);
         let parent = path.parent().unwrap_or(&self.dir);
-        std::fs::create_dir_all(parent).map_err(io_err("create", parent))?;
+        if !parent.is_dir() {
+            std::fs::create_dir_all(parent).map_err(io_err("create", parent))?;
+            // The fan-out directory's name is durable from the start.
+            sync_dir(&self.dir)?;
+        }
         let tmp = parent.join(format!(".{sha256}.{}.tmp", std::process::id()));
         let written = (|| {
             let mut f = File::create(&tmp)?;
@@ -361,10 +396,6 @@ impl BlobStore {
             return Ok(());
         }
         sync_dir(parent)?;
-        if parent != self.dir {
-            // The fan-out directory may be new: its name must be durable too.
-            sync_dir(&self.dir)?;
-        }
         Ok(())
     }
 

@@ -120,8 +120,9 @@ pub struct WorkspaceRecord {
 }
 
 impl WorkspaceRecord {
-    /// Appends the record (log-only, ignorable). Not synced: a `before`
-    /// record is made durable by the T1 that follows it, others by
+    /// Appends the record (log-only, ignorable), `Buffered` whatever the
+    /// session's durability: a `before` record is made durable by the T1
+    /// that follows it, an `after` record by the T2, a restore's by its
     /// [`Session::sync`].
     ///
     /// # Errors
@@ -129,13 +130,14 @@ impl WorkspaceRecord {
     /// [`WorkspaceError::Append`].
     pub fn append(&self, session: &Session) -> Result<u64, WorkspaceError> {
         let data = serde_json::to_value(self).map_err(|e| WorkspaceError::Encode(e.to_string()))?;
-        let appended = session
-            .append_op(OpRecord::Ignored(Unknown {
-                kind: KIND.to_owned(),
-                data,
-            }))
-            .map_err(WorkspaceError::Append)?;
-        Ok(appended.seq)
+        let mode = session.durability();
+        session.set_durability(cairn::Durability::Buffered);
+        let appended = session.append_op(OpRecord::Ignored(Unknown {
+            kind: KIND.to_owned(),
+            data,
+        }));
+        session.set_durability(mode);
+        Ok(appended.map_err(WorkspaceError::Append)?.seq)
     }
 }
 

@@ -316,7 +316,13 @@ pub fn apply_with(
     }
     // 4. The renames and removals durable: every directory touched (and
     // any blob `plan` stored of a file changed outside the agent).
-    blobs.sync()?;
+    let stored: Vec<&str> = plan
+        .changes
+        .iter()
+        .filter(|c| conflicting.contains(c.path.as_str()))
+        .filter_map(|c| c.from.as_ref()?.sha256.as_deref())
+        .collect();
+    blobs.sync_some(stored)?;
     for dir in &dirs {
         if dir.exists() {
             cairn_stores::blobs::sync_dir(dir)?;
@@ -351,22 +357,25 @@ fn temp_name(dest: &Path) -> PathBuf {
     dest.with_file_name(format!(".{name}{TEMP_SUFFIX}"))
 }
 
-/// Makes every temporary file written durable: one `syncfs` of the working
-/// directory's file system (one flush instead of one per file), or, where
-/// that fails, an `fsync` of each.
+/// Makes every temporary file written durable: for many files, one
+/// `syncfs` of the working directory's file system (one flush instead of one
+/// per file); for a few, or where `syncfs` fails, an `fsync` of each.
 fn sync_written(
     root: &Path,
     changes: &[Change],
     targets: &[PathBuf],
 ) -> Result<(), WorkspaceError> {
-    if !changes.iter().any(|c| c.to.is_some()) {
+    let written = changes.iter().filter(|c| c.to.is_some()).count();
+    if written == 0 {
         return Ok(());
     }
-    let synced = std::fs::File::open(root)
-        .map_err(std::io::Error::from)
-        .and_then(|d| rustix::fs::syncfs(&d).map_err(std::io::Error::from));
-    if synced.is_ok() {
-        return Ok(());
+    if written > crate::scan::SYNC_EACH_UP_TO {
+        let synced = std::fs::File::open(root)
+            .map_err(std::io::Error::from)
+            .and_then(|d| rustix::fs::syncfs(&d).map_err(std::io::Error::from));
+        if synced.is_ok() {
+            return Ok(());
+        }
     }
     for (change, dest) in changes.iter().zip(targets) {
         if change.to.as_ref().is_some_and(|t| t.link.is_none()) {

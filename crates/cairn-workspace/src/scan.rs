@@ -16,6 +16,11 @@ use crate::{WorkspaceError, io_err, path};
 /// which scans skip.
 pub(crate) const TEMP_SUFFIX: &str = ".cairn-restore";
 
+/// Up to this many files (blobs of a snapshot, files of a restore) are
+/// synced one by one; more are synced at once with one `syncfs`, which on a
+/// busy file system also waits for everyone else's dirty data.
+pub(crate) const SYNC_EACH_UP_TO: usize = 64;
+
 /// Bounds of a snapshot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {

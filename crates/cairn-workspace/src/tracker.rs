@@ -95,8 +95,9 @@ impl Workspace {
         self.snapshot(session, at, Some(call_id), Phase::Before, touches)
     }
 
-    /// Records the state after a tool call, at `at` (its result's entry),
-    /// and syncs it.
+    /// Records the state after a tool call, at `at` (its result's entry,
+    /// preallocated by the T1). Append it before the result (T2), whose sync
+    /// makes it durable.
     ///
     /// # Errors
     ///
@@ -108,9 +109,7 @@ impl Workspace {
         call_id: &str,
         touches: &Touches,
     ) -> Result<WorkspaceRecord, WorkspaceError> {
-        let r = self.snapshot(session, Some(at), Some(call_id), Phase::After, touches)?;
-        session.sync().map_err(WorkspaceError::Append)?;
-        Ok(r)
+        self.snapshot(session, Some(at), Some(call_id), Phase::After, touches)
     }
 
     fn snapshot(
@@ -152,9 +151,18 @@ impl Workspace {
             files,
             truncated,
         };
-        if record.files.values().flatten().any(|s| s.sha256.is_some()) {
-            // Every blob the record names is durable before the record.
+        // Every blob the record names is durable before the record: a few
+        // synced one by one, many at once.
+        let named: Vec<&str> = record
+            .files
+            .values()
+            .flatten()
+            .filter_map(|s| s.sha256.as_deref())
+            .collect();
+        if named.len() > crate::scan::SYNC_EACH_UP_TO {
             self.snap.blobs().sync()?;
+        } else {
+            self.snap.blobs().sync_some(named)?;
         }
         self.last_seq = Some(record.append(session)?);
         for (p, s) in &record.files {
