@@ -560,6 +560,19 @@ pub fn hex(bytes: &[u8]) -> String {
     s
 }
 
+/// Makes every write to the file system holding `dir` durable
+/// (`syncfs(2)`): one flush for many files, where an fsync each would cost
+/// one device flush per file.
+///
+/// # Errors
+///
+/// When `dir` cannot be opened or the file system cannot be synced.
+pub fn sync_filesystem(dir: &Path) -> io::Result<()> {
+    let d = File::open(dir)?;
+    rustix::fs::syncfs(&d)?;
+    Ok(())
+}
+
 /// Syncs a directory, so the names created in it are durable.
 ///
 /// # Errors

@@ -369,13 +369,9 @@ fn sync_written(
     if written == 0 {
         return Ok(());
     }
-    if written > crate::scan::SYNC_EACH_UP_TO {
-        let synced = std::fs::File::open(root)
-            .map_err(std::io::Error::from)
-            .and_then(|d| rustix::fs::syncfs(&d).map_err(std::io::Error::from));
-        if synced.is_ok() {
-            return Ok(());
-        }
+    if written > crate::scan::SYNC_EACH_UP_TO && cairn_stores::blobs::sync_filesystem(root).is_ok()
+    {
+        return Ok(());
     }
     for (change, dest) in changes.iter().zip(targets) {
         if change.to.as_ref().is_some_and(|t| t.link.is_none()) {
