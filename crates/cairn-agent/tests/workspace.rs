@@ -284,3 +284,21 @@ fn walk_count(dir: &Path) -> usize {
     }
     n
 }
+
+#[test]
+fn a_store_kept_inside_the_working_directory_is_not_snapshotted() {
+    let h = Harness::new();
+    let inside = h.work.join(".cairn");
+    std::fs::create_dir_all(inside.join("sessions")).unwrap();
+    std::fs::write(inside.join("sessions/x.jsonl"), "a log\n").unwrap();
+    let mut rt = h.runtime(Harness::scripted(script()), Default::default());
+    rt.config.auto_approve = true;
+    rt.env = cairn_agent::tools::ToolEnv::new(&h.work, inside.join("blobs"));
+    let mut agent = h.agent(h.new_session(), rt);
+    agent.prompt("many").unwrap();
+    let records = read_all(agent.session()).unwrap();
+    assert!(!records.is_empty());
+    for (_, r) in records {
+        assert!(r.files.keys().all(|p| !p.starts_with(".cairn/")), "{r:?}");
+    }
+}

@@ -33,7 +33,7 @@ use std::io::{self, Seek, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use cairn::{Access, Store};
+use cairn::{Access, IoFailure, Store};
 use sha2::{Digest, Sha256};
 
 /// The zstd level blobs are written at (zstd's default: fast, and most of
@@ -51,16 +51,8 @@ pub const DEFAULT_GRACE: Duration = Duration::from_secs(3600);
 #[non_exhaustive]
 pub enum BlobError {
     /// An I/O failure at a path.
-    #[error("cannot {action} {path}")]
-    Io {
-        /// What was being done (`write`, `read`, …).
-        action: &'static str,
-        /// Where.
-        path: PathBuf,
-        /// The cause.
-        #[source]
-        source: io::Error,
-    },
+    #[error(transparent)]
+    Io(IoFailure),
     /// No blob has this digest.
     #[error(
         "no blob {sha256} in {dir}: it was never stored here, or removed by `cairn gc` after nothing referenced it"
@@ -96,11 +88,7 @@ pub enum BlobError {
 }
 
 fn io_err<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> BlobError + 'a {
-    move |source| BlobError::Io {
-        action,
-        path: path.to_owned(),
-        source,
-    }
+    move |source| BlobError::Io(IoFailure::new(action, path.display().to_string(), source))
 }
 
 /// A stored blob: its digest and sizes.

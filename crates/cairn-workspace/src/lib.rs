@@ -38,23 +38,13 @@ pub use restore::{
 pub use scan::{Limits, Snapshotter};
 pub use tracker::{Touches, Workspace};
 
-use std::path::PathBuf;
-
 /// A failure of snapshots or restores.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum WorkspaceError {
     /// An I/O failure at a path.
-    #[error("cannot {action} {path}")]
-    Io {
-        /// What was being done.
-        action: &'static str,
-        /// Where.
-        path: PathBuf,
-        /// The cause.
-        #[source]
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Io(cairn::IoFailure),
     /// The blob store failed.
     #[error("the blob store failed")]
     Blob(#[from] cairn_stores::BlobError),
@@ -106,9 +96,11 @@ pub(crate) fn io_err<'a>(
     action: &'static str,
     path: &'a std::path::Path,
 ) -> impl FnOnce(std::io::Error) -> WorkspaceError + 'a {
-    move |source| WorkspaceError::Io {
-        action,
-        path: path.to_owned(),
-        source,
+    move |source| {
+        WorkspaceError::Io(cairn::IoFailure::new(
+            action,
+            path.display().to_string(),
+            source,
+        ))
     }
 }

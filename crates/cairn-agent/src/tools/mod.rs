@@ -85,12 +85,23 @@ impl ToolEnv {
             .as_ref()
             .is_none_or(|(id, w)| id != session.id() || !w.is_current(session))
         {
-            let root = std::path::absolute(&self.workdir).map_err(|e| WorkspaceError::Io {
-                action: "resolve",
-                path: self.workdir.clone(),
-                source: e,
+            let root = std::path::absolute(&self.workdir).map_err(|e| {
+                WorkspaceError::Io(cairn::IoFailure::new(
+                    "resolve",
+                    self.workdir.display().to_string(),
+                    e,
+                ))
             })?;
-            let snap = Snapshotter::new(root, BlobStore::new(&self.blob_dir), limits);
+            let mut snap = Snapshotter::new(&root, BlobStore::new(&self.blob_dir), limits);
+            // A store kept inside the working directory is not part of it.
+            if let Some(files) = std::path::absolute(&self.blob_dir)
+                .ok()
+                .and_then(|b| b.parent().map(Path::to_owned))
+                && files.starts_with(&root)
+                && files != root
+            {
+                snap = snap.excluding(files);
+            }
             self.workspace = Some((session.id().clone(), Workspace::open(session, snap)?));
         }
         Ok(self.workspace.as_mut().map(|(_, w)| w))
