@@ -276,13 +276,31 @@ impl Store {
         at: Option<&EntryId>,
         title: Option<String>,
     ) -> Result<Session, StoreError> {
+        self.fork_as(source, at, title, SessionId::generate())
+    }
+
+    /// [`Store::fork`] into a session of the caller's id (a host that maps
+    /// its own names onto session ids, like the LangGraph checkpointer's
+    /// threads).
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::fork`]; [`OpenError::AlreadyExists`] (as
+    /// [`StoreError::Open`]) if the id is taken. Nothing is created on
+    /// failure.
+    pub fn fork_as(
+        &self,
+        source: &Session,
+        at: Option<&EntryId>,
+        title: Option<String>,
+        id: SessionId,
+    ) -> Result<Session, StoreError> {
         let entries = source.branch_entries(at)?;
         source.check_fork_point(&entries, at)?;
         let h = source.header();
         // The fork is built in memory, through the normal append path, then
         // handed to the backend whole: it appears complete or not at all (a
         // crash mid-fork leaves no prefix that looks like a finished fork).
-        let id = SessionId::generate();
         let staging = crate::backend::MemoryBackend::new();
         let fork = Session::create(
             &staging,
