@@ -138,10 +138,10 @@ impl PyStore {
         id: Option<&str>,
     ) -> PyResult<PySession> {
         let source = session.inner()?;
-        let at = at
-            .map(|q| source.resolve(q))
-            .transpose()
-            .map_err(|e| crate::errors::ToPy::to_py(&e))?;
+        let at = match at {
+            Some(q) => Some(source.resolve(q).py()?),
+            None => source.leaf(),
+        };
         let id = match id {
             Some(i) => session_id(i)?,
             None => SessionId::generate(),
