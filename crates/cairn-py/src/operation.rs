@@ -10,6 +10,9 @@
 //! An exception in the block records it as the call's error result; a
 //! block that records no result leaves the call dispatched without one,
 //! which the verdict reports (`indeterminate_tool`), as a crash would.
+//!
+//! Operations and tickets hold their `Session` object, not its handle:
+//! closing the session ends them too (they raise `ClosedError`).
 
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -18,18 +21,18 @@ use pyo3::prelude::*;
 
 use crate::convert::{effect_name, message, to_json, tool_output};
 use crate::errors::{CairnError, PyResultExt as _, bad_input};
-use crate::session::PyAppended;
+use crate::session::{PyAppended, PySession};
 use crate::store::entry_id;
 
 /// An open operation of a session.
 #[pyclass(module = "cairn", name = "Operation", frozen)]
 pub struct PyOperation {
-    session: Arc<Session>,
+    session: Py<PySession>,
     id: String,
 }
 
 impl PyOperation {
-    pub(crate) fn new(session: Arc<Session>, id: String) -> PyOperation {
+    pub(crate) fn new(session: Py<PySession>, id: String) -> PyOperation {
         PyOperation { session, id }
     }
 }
@@ -38,10 +41,11 @@ impl PyOperation {
 /// released.
 fn with_op<T: Send>(
     py: Python<'_>,
-    session: &Session,
+    session: &Py<PySession>,
     id: &str,
     f: impl FnOnce(Operation<'_>) -> Result<T, AppendError> + Send,
 ) -> PyResult<T> {
+    let session: Arc<Session> = session.get().inner()?;
     py.detach(|| {
         let op = session
             .resume_operation()
@@ -96,7 +100,7 @@ impl PyModelTicket {
 /// `result()` inside the block.
 #[pyclass(module = "cairn", name = "ToolTicket", frozen)]
 pub struct PyToolTicket {
-    session: Arc<Session>,
+    session: Py<PySession>,
     op: String,
     ticket: Mutex<Option<ToolTicket>>,
     call_id: String,
@@ -306,7 +310,7 @@ impl PyOperation {
             op.dispatch_tool(call_id, e)
         })?;
         Ok(PyToolTicket {
-            session: Arc::clone(&self.session),
+            session: self.session.clone_ref(py),
             op: self.id.clone(),
             call_id: t.call_id().to_owned(),
             tool: t.tool().to_owned(),

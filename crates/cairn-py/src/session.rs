@@ -51,11 +51,13 @@ impl From<cairn::Appended> for PyAppended {
 #[pyclass(module = "cairn", name = "Session", frozen)]
 pub struct PySession {
     inner: RwLock<Option<Arc<Session>>>,
+    id: String,
 }
 
 impl PySession {
     pub(crate) fn new(s: Session) -> PySession {
         PySession {
+            id: s.id().to_string(),
             inner: RwLock::new(Some(Arc::new(s))),
         }
     }
@@ -133,10 +135,10 @@ impl ToolRunner for PyRunner {
 
 #[pymethods]
 impl PySession {
-    /// The session's id.
+    /// The session's id (also once closed).
     #[getter]
-    fn id(&self) -> PyResult<String> {
-        Ok(self.inner()?.id().to_string())
+    fn id(&self) -> &str {
+        &self.id
     }
 
     /// Where the session is stored (its file, or its database row).
@@ -503,21 +505,22 @@ impl PySession {
 
     /// Starts an operation for `input` (a `str` user message, or message
     /// data), appended at the leaf first.
-    fn start_operation(&self, py: Python<'_>, input: &Bound<'_, PyAny>) -> PyResult<PyOperation> {
+    fn start_operation(slf: &Bound<'_, Self>, input: &Bound<'_, PyAny>) -> PyResult<PyOperation> {
+        let py = slf.py();
         let m = message(input, Role::User)?;
-        let s = self.inner()?;
+        let s = slf.get().inner()?;
         let id = py
             .detach(|| s.start_operation(m).map(|op| op.id().to_owned()))
             .py()?;
-        Ok(PyOperation::new(s, id))
+        Ok(PyOperation::new(slf.clone().unbind(), id))
     }
 
     /// The open operation, to continue it (resolve the verdict first), or
     /// `None`.
-    fn resume_operation(&self) -> PyResult<Option<PyOperation>> {
-        let s = self.inner()?;
+    fn resume_operation(slf: &Bound<'_, Self>) -> PyResult<Option<PyOperation>> {
+        let s = slf.get().inner()?;
         let id = s.resume_operation().map(|op| op.id().to_owned());
-        Ok(id.map(|id| PyOperation::new(s, id)))
+        Ok(id.map(|id| PyOperation::new(slf.clone().unbind(), id)))
     }
 
     /// Makes every appended record durable (for `"buffered"`).
@@ -526,9 +529,9 @@ impl PySession {
         py.detach(|| s.sync()).py()
     }
 
-    /// Closes the handle (a writer releases the session). Later calls raise
-    /// `ClosedError`. Operations and tickets of this handle keep it open
-    /// until they are dropped.
+    /// Closes the handle (a writer releases the session). Later calls, and
+    /// calls on its operations and tickets, raise `ClosedError`. A call
+    /// running in another thread finishes first.
     fn close(&self) {
         self.inner
             .write()
