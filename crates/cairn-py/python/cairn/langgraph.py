@@ -540,15 +540,17 @@ class CairnSaver(BaseCheckpointSaver[str]):
             if th.session.leaf is None:
                 return
             with self._lock:
+                sid = thread_session_id(dst)
+                exists = cairn.SessionExists(
+                    f"cannot copy thread {src!r} to {dst!r}: the target thread already exists "
+                    "(delete_thread it first)"
+                )
+                if dst in self._threads or self.store.exists(sid):
+                    raise exists
                 try:
-                    fork = self.store.fork(
-                        th.session, title=TITLE_PREFIX + dst, id=thread_session_id(dst)
-                    )
-                except cairn.SessionExists as e:
-                    raise cairn.SessionExists(
-                        f"cannot copy thread {src!r} to {dst!r}: the target thread already exists "
-                        "(delete_thread it first)"
-                    ) from e
+                    fork = self.store.fork(th.session, title=TITLE_PREFIX + dst, id=sid)
+                except (cairn.SessionExists, cairn.SessionInUse) as e:
+                    raise exists from e
                 self._threads[dst] = self._load(dst, fork)
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
