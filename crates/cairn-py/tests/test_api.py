@@ -10,7 +10,7 @@ import pytest
 import cairn
 
 
-def call(call_id: str, name: str = "echo", **arguments: Any) -> dict:
+def call(call_id: str, name: str = "echo", **arguments: Any) -> dict[str, Any]:
     return {
         "role": "assistant",
         "content": [{"type": "tool_call", "call_id": call_id, "name": name, "arguments": arguments}],
@@ -48,7 +48,7 @@ def test_records_read_back_as_written(store: cairn.Store) -> None:
     rec = s.record(e.seq)
     assert rec["kind"] == "custom" and rec["id"] == e.id
     assert rec["data"] == {"namespace": "myapp.notes", "visible": False, "content": {"k": [1, 2.5, "x", None]}}
-    assert s.entry(e.id[:4]) == rec
+    assert e.id is not None and s.entry(e.id[:4]) == rec
     assert [r["seq"] for r in s.records()] == [0, 1]
 
 

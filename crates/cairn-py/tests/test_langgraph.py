@@ -28,7 +28,7 @@ class Chat(TypedDict):
     turns: int
 
 
-def reply(state: Dict[str, Any]) -> Dict[str, Any]:
+def reply(state: Any) -> Dict[str, Any]:
     return {"messages": [AIMessage(content=f"answer {len(state['messages'])}")], "turns": 1}
 
 
@@ -154,3 +154,26 @@ def test_copy_thread_is_a_fork_and_delete_thread_removes_the_session(store: cair
     assert not store.exists(thread_session_id("t1"))
     assert app.get_state(cfg("t1")).values == {}
     assert saver.get_tuple(cfg("t2")) is not None
+
+
+def test_a_restarted_saver_keeps_storing_only_the_new_messages(home: str) -> None:
+    # Regression: the first put after a restart stored the whole list again
+    # (one full copy per process start: quadratic for one process per turn).
+    for i in range(3):
+        saver = CairnSaver(home)
+        say(chat(saver), f"turn {i}")
+        saver.close()
+    saver = CairnSaver(home)
+    th = saver._thread("t1", create=False)
+    assert th is not None
+    stored = [
+        r["data"]["content"]["values"]["messages"]
+        for r in th.session.records(1)
+        if r["kind"] == "custom"
+        and r["data"]["namespace"] == NS_CHECKPOINT
+        and "messages" in r["data"]["content"]["values"]
+    ]
+    assert "full" in stored[0] and all("append" in m for m in stored[1:])
+    assert [m.content for m in chat(saver).get_state(cfg()).values["messages"]] == [
+        "turn 0", "answer 1", "turn 1", "answer 3", "turn 2", "answer 5",
+    ]

@@ -133,6 +133,8 @@ class _Thread:
         self.writes: Dict[Tuple[str, str], Dict[Tuple[str, int], Tuple[str, str, Typed, str]]] = {}
         # (ns, channel) -> (version, value as last stored): the base of the next delta
         self.latest: Dict[Tuple[str, str], Tuple[str, Any]] = {}
+        # (ns, channel) -> the version stored last (its value is read on demand)
+        self.last_version: Dict[Tuple[str, str], str] = {}
 
     def fold(self, content: Dict[str, Any], namespace: str) -> None:
         if namespace == NS_CHECKPOINT:
@@ -147,6 +149,10 @@ class _Thread:
                     blob = _Blob(full=b["full"])
                 self.blobs[(ns, ch, version)] = blob
                 self.latest.pop((ns, ch), None)
+                if blob.empty:
+                    self.last_version.pop((ns, ch), None)
+                else:
+                    self.last_version[(ns, ch)] = version
             self.checkpoints.setdefault(ns, {})[content["id"]] = _Checkpoint(
                 content["checkpoint"], content["metadata"], content["parent"]
             )
@@ -223,6 +229,12 @@ class CairnSaver(BaseCheckpointSaver[str]):
             th = self._load(thread_id, session)
             self._threads[thread_id] = th
             return th
+
+    def _writer(self, thread_id: str) -> _Thread:
+        th = self._thread(thread_id, create=True)
+        if th is None:  # create=True always gives a thread
+            raise cairn.CairnError(f"LangGraph thread {thread_id!r} could not be created")
+        return th
 
     def _open_writer(self, thread_id: str, sid: str) -> cairn.Session:
         try:
@@ -311,7 +323,22 @@ class CairnSaver(BaseCheckpointSaver[str]):
         value = self._load_typed(root.full) if root.full is not None else []
         for blob in reversed(chain[:-1]):
             value = list(value) + [self._load_typed(t) for t in blob.append or []]
+        if th.last_version.get((ns, channel)) == version:
+            # The next delta's base: read once, kept (a list as a copy).
+            th.latest[(ns, channel)] = (version, list(value) if isinstance(value, list) else value)
+            if isinstance(value, list):
+                return True, list(value)
+            return True, self._copy(value)
         return True, value
+
+    def _base(self, th: _Thread, ns: str, channel: str) -> Optional[Tuple[str, Any]]:
+        """The version stored last for a channel and its value: what the next
+        value of the channel is compared with."""
+        base = th.latest.get((ns, channel))
+        if base is None and (ns, channel) in th.last_version:
+            self._value(th, ns, channel, th.last_version[(ns, channel)])
+            base = th.latest.get((ns, channel))
+        return base
 
     def _copy(self, v: Any) -> Any:
         # Non-list values are handed out fresh each time, as if read from disk.
@@ -421,9 +448,8 @@ class CairnSaver(BaseCheckpointSaver[str]):
         conf = config["configurable"]
         thread_id = str(conf["thread_id"])
         ns = conf.get("checkpoint_ns", "")
-        th = self._thread(thread_id, create=True)
-        assert th is not None
-        c = dict(checkpoint)
+        th = self._writer(thread_id)
+        c: Dict[str, Any] = dict(checkpoint)
         values: Dict[str, Any] = c.pop("channel_values")
         with th.lock:
             stored: Dict[str, Dict[str, Any]] = {}
@@ -434,7 +460,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
                     stored[ch] = {"v": version, "empty": True}
                     continue
                 value = values[ch]
-                base = th.latest.get((ns, ch))
+                base = self._base(th, ns, ch)
                 if (
                     isinstance(value, list)
                     and base is not None
@@ -475,8 +501,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
         thread_id = str(conf["thread_id"])
         ns = conf.get("checkpoint_ns", "")
         cid = conf["checkpoint_id"]
-        th = self._thread(thread_id, create=True)
-        assert th is not None
+        th = self._writer(thread_id)
         with th.lock:
             have = th.writes.get((ns, cid), {})
             new = []
