@@ -264,3 +264,17 @@ def test_removed_sessions_are_gone(store: cairn.Store) -> None:
     assert store.exists(sid)
     store.remove(sid)
     assert not store.exists(sid)
+
+
+def test_the_readme_python_example_runs(tmp_path: Any) -> None:
+    from pathlib import Path
+
+    readme = (Path(__file__).parents[3] / "README.md").read_text()
+    section = readme[readme.index("## Python and LangGraph") :]
+    code = section[section.index("```python\n") + len("```python\n") :]
+    code = code[: code.index("```")].replace("/tmp/cairn-home", str(tmp_path / "home"))
+    scope: dict[str, Any] = {}
+    exec(compile(code, "README.md", "exec"), scope)
+    s = scope["s"]
+    assert s.verdict()["verdict"] == "finished"
+    assert "refunded (key " in s.context()["messages"][-1]["message"]["content"][0]["content"][0]["text"]
