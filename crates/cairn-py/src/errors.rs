@@ -111,6 +111,25 @@ fn msg(e: &dyn std::error::Error) -> String {
     with_causes(e)
 }
 
+/// Errors that are one Python exception whatever their variant.
+macro_rules! one_class {
+    ($($core:ty => $exc:ident),* $(,)?) => {$(
+        impl ToPy for $core {
+            fn to_py(&self) -> PyErr {
+                $exc::new_err(msg(self))
+            }
+        }
+    )*};
+}
+
+one_class! {
+    cairn::ReadError => ReadError,
+    LookupError => EntryNotFound,
+    cairn::InputError => InputError,
+    DecodeError => InputError,
+    cairn::InvalidId => InputError,
+}
+
 impl ToPy for cairn::OpenError {
     fn to_py(&self) -> PyErr {
         let m = msg(self);
@@ -138,18 +157,6 @@ impl ToPy for cairn::AppendError {
     }
 }
 
-impl ToPy for cairn::ReadError {
-    fn to_py(&self) -> PyErr {
-        ReadError::new_err(msg(self))
-    }
-}
-
-impl ToPy for LookupError {
-    fn to_py(&self) -> PyErr {
-        EntryNotFound::new_err(msg(self))
-    }
-}
-
 impl ToPy for StoreError {
     fn to_py(&self) -> PyErr {
         match self {
@@ -171,24 +178,6 @@ impl ToPy for cairn::RecoveryError {
             cairn::RecoveryError::Append(e) => e.to_py(),
             _ => RecoveryError::new_err(msg(self)),
         }
-    }
-}
-
-impl ToPy for cairn::InputError {
-    fn to_py(&self) -> PyErr {
-        InputError::new_err(msg(self))
-    }
-}
-
-impl ToPy for DecodeError {
-    fn to_py(&self) -> PyErr {
-        InputError::new_err(msg(self))
-    }
-}
-
-impl ToPy for cairn::InvalidId {
-    fn to_py(&self) -> PyErr {
-        InputError::new_err(msg(self))
     }
 }
 
