@@ -177,3 +177,38 @@ def test_a_restarted_saver_keeps_storing_only_the_new_messages(home: str) -> Non
     assert [m.content for m in chat(saver).get_state(cfg()).values["messages"]] == [
         "turn 0", "answer 1", "turn 1", "answer 3", "turn 2", "answer 5",
     ]
+
+
+def test_a_write_based_on_a_stale_read_is_refused_not_forked(home: str) -> None:
+    # langgraph #8796/#8810: a worker that read the thread before another
+    # worker ran it must not append a checkpoint on top of what it read.
+    from langgraph.checkpoint.base.id import uuid6
+
+    first = CairnSaver(home)
+    say(chat(first), "one")
+    first.close()
+    late = CairnSaver(home)
+    read = late.get_tuple(cfg())
+    assert read is not None
+    other = CairnSaver(home)
+    say(chat(other), "two")
+    other.close()
+    stale = read.checkpoint.copy()
+    stale["id"] = str(uuid6())
+    with pytest.raises(ThreadBusy, match="changed since this saver read it"):
+        late.put(read.config, stale, read.metadata, {})
+    # Reading again and running the graph continues from the latest state.
+    say(chat(late), "three")
+    assert [m.content for m in chat(late).get_state(cfg()).values["messages"]][-2:] == ["three", "answer 5"]
+
+
+def test_maintenance_calls_hold_a_thread_only_while_they_run(home: str) -> None:
+    worker = CairnSaver(home)
+    say(chat(worker), "hi")
+    worker.close()
+    admin = CairnSaver(home)
+    admin.delete_for_runs(["no-such-run"])
+    admin.prune(["t1"])
+    admin.copy_thread("t1", "t1-copy")
+    assert len(list(admin.list(None))) > 0
+    say(chat(CairnSaver(home)), "again")  # nobody holds t1

@@ -29,10 +29,15 @@ the session-id alphabet), so two processes resolve a thread to the same
 session without a shared index, and creating it is atomic (the second
 creator finds it). Its title is ``langgraph thread T``.
 
-One writer per thread: the first saver to touch a thread opens its session
+One writer per thread: the first saver to write a thread opens its session
 for writing and keeps it until ``close()``; another saver (in this process
 or another) gets :class:`ThreadBusy` on a write instead of forking the
-history, and reads a snapshot of what is durable. ``delete_thread`` removes
+history. Reading takes no lock: a saver that does not write a thread reads
+a snapshot of what is durable, and if the thread changes between that read
+and its first write (another worker ran it meanwhile: the stale write of a
+cancelled or duplicated run), the write is refused with :class:`ThreadBusy`
+too. Maintenance calls (``delete_for_runs``, ``prune``, ``copy_thread``)
+hold a thread only while they run. ``delete_thread`` removes
 the session; ``copy_thread`` forks it whole (``Store.fork``, atomic);
 ``prune`` and ``delete_for_runs`` append ``langgraph.deleted`` records
 (the log is append-only: the bytes stay until the thread is deleted).
@@ -51,6 +56,7 @@ import os
 import random
 import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 from langchain_core.runnables import RunnableConfig
@@ -190,6 +196,9 @@ class CairnSaver(BaseCheckpointSaver[str]):
         super().__init__(serde=serde)
         self.store = store if isinstance(store, cairn.Store) else cairn.Store(store)
         self._threads: Dict[str, _Thread] = {}
+        # thread id -> records its session had when this saver last read it
+        # without holding it (1: no session yet, as a new one has its header)
+        self._seen: Dict[str, int] = {}
         self._lock = threading.Lock()
 
     # -- threads -----------------------------------------------------------
@@ -203,10 +212,12 @@ class CairnSaver(BaseCheckpointSaver[str]):
             th.fold(data["content"], data["namespace"])
         return th
 
-    def _thread(self, thread_id: str, *, create: bool) -> Optional[_Thread]:
+    def _thread(self, thread_id: str, *, create: bool, fresh: bool = True) -> Optional[_Thread]:
         """The thread's fold with its session open for writing (created when
         ``create``), or ``None`` when it does not exist. Raises ThreadBusy
-        when another writer holds it."""
+        when another writer holds it, or (with ``fresh``) when another
+        writer changed it since this saver read it: a write based on that
+        read would fork the history."""
         with self._lock:
             th = self._threads.get(thread_id)
             if th is not None:
@@ -226,6 +237,16 @@ class CairnSaver(BaseCheckpointSaver[str]):
                     session = self._open_writer(thread_id, sid)
             except cairn.SessionInUse as e:
                 raise self._busy(thread_id, e) from e
+            seen = self._seen.pop(thread_id, None)
+            now = len(session)
+            if fresh and seen is not None and now != seen:
+                session.close()
+                raise ThreadBusy(
+                    f"LangGraph thread {thread_id!r} changed since this saver read it (another "
+                    f"worker wrote {now - seen} records): one writer per thread, so a write "
+                    "based on that read is refused instead of forking the history; read the thread "
+                    "again (run the graph again) to continue from its latest state"
+                )
             th = self._load(thread_id, session)
             self._threads[thread_id] = th
             return th
@@ -250,19 +271,39 @@ class CairnSaver(BaseCheckpointSaver[str]):
         )
 
     def _reader(self, thread_id: str) -> Optional[_Thread]:
-        """The thread for reading: this saver's own, or, when another writer
-        holds it, a snapshot of what that writer made durable."""
-        try:
-            return self._thread(thread_id, create=False)
-        except ThreadBusy:
+        """The thread for reading: this saver's own when it writes it, else a
+        snapshot of what is durable (taking no lock, so reading a thread
+        never keeps another worker from writing it)."""
+        with self._lock:
+            th = self._threads.get(thread_id)
+            if th is not None:
+                return th
             try:
                 session = self.store.open(thread_session_id(thread_id), write=False)
             except cairn.SessionNotFound:
+                self._seen[thread_id] = 1
                 return None
             try:
-                return self._load(thread_id, session)
+                th = self._load(thread_id, session)
+                self._seen[thread_id] = len(session)
+                return th
             finally:
                 session.close()
+
+    @contextmanager
+    def _borrowed(self, thread_id: str) -> Iterator[Optional[_Thread]]:
+        """The thread opened for writing for one maintenance call, released
+        after it unless this saver already held it."""
+        with self._lock:
+            held = thread_id in self._threads
+        th = self._thread(thread_id, create=False, fresh=False)
+        try:
+            yield th
+        finally:
+            if th is not None and not held:
+                with self._lock:
+                    self._threads.pop(thread_id, None)
+                th.session.close()
 
     def _thread_ids(self) -> List[str]:
         ids = []
@@ -523,6 +564,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
         sid = thread_session_id(tid)
         with self._lock:
             th = self._threads.pop(tid, None)
+            self._seen.pop(tid, None)
             if th is not None:
                 th.session.close()
             try:
@@ -544,23 +586,25 @@ class CairnSaver(BaseCheckpointSaver[str]):
         if not runs:
             return
         for tid in self._thread_ids():
-            th = self._thread(tid, create=False)
-            if th is None:
-                continue
-            with th.lock:
-                doomed = [
-                    [ns, cid]
-                    for ns, cps in th.checkpoints.items()
-                    for cid, cp in cps.items()
-                    if self._metadata(cp).get("run_id") in runs
-                ]
-                self._delete(th, doomed, "delete_for_runs")
+            with self._borrowed(tid) as th:
+                if th is None:
+                    continue
+                with th.lock:
+                    doomed = [
+                        [ns, cid]
+                        for ns, cps in th.checkpoints.items()
+                        for cid, cp in cps.items()
+                        if self._metadata(cp).get("run_id") in runs
+                    ]
+                    self._delete(th, doomed, "delete_for_runs")
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         src, dst = str(source_thread_id), str(target_thread_id)
-        th = self._thread(src, create=False)
-        if th is None:
-            return
+        with self._borrowed(src) as th:
+            if th is not None:
+                self._copy_thread(th, src, dst)
+
+    def _copy_thread(self, th: _Thread, src: str, dst: str) -> None:
         with th.lock:
             if th.session.leaf is None:
                 return
@@ -576,7 +620,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
                     fork = self.store.fork(th.session, title=TITLE_PREFIX + dst, id=sid)
                 except (cairn.SessionExists, cairn.SessionInUse) as e:
                     raise exists from e
-                self._threads[dst] = self._load(dst, fork)
+                fork.close()
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         if strategy not in ("keep_latest", "delete"):
@@ -585,14 +629,17 @@ class CairnSaver(BaseCheckpointSaver[str]):
             if strategy == "delete":
                 self.delete_thread(tid)
                 continue
-            th = self._thread(str(tid), create=False)
-            if th is None:
-                continue
-            with th.lock:
-                doomed = [
-                    [ns, cid] for ns, cps in th.checkpoints.items() for cid in cps if cps and cid != max(cps)
-                ]
-                self._delete(th, doomed, "prune")
+            with self._borrowed(str(tid)) as th:
+                if th is None:
+                    continue
+                with th.lock:
+                    doomed = [
+                        [ns, cid]
+                        for ns, cps in th.checkpoints.items()
+                        for cid in cps
+                        if cid != max(cps)
+                    ]
+                    self._delete(th, doomed, "prune")
 
     def get_next_version(self, current: Optional[str], channel: None) -> str:
         if current is None:
