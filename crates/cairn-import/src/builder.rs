@@ -60,8 +60,11 @@ pub struct Item {
 pub struct Builder<'s> {
     session: &'s Session,
     file: String,
-    /// When replaying: the kinds of the entries the session holds.
+    /// The kinds of the entries the session held when the import began
+    /// (`None` for a new session): those are checked, not written.
     replay: Option<HashMap<EntryId, &'static str>>,
+    /// Whether the source part being read was read by an earlier import.
+    replaying: bool,
     ids: HashMap<String, EntryId>,
     used: HashSet<EntryId>,
     /// Tool calls without a result on the branch ending at an entry (only
@@ -88,6 +91,7 @@ impl<'s> Builder<'s> {
         Builder {
             session,
             file: file.to_owned(),
+            replaying: replay.is_some(),
             replay,
             ids: HashMap::new(),
             used: HashSet::new(),
@@ -99,22 +103,14 @@ impl<'s> Builder<'s> {
         }
     }
 
-    /// Ends a replay: from now on entries are written. Fails when the
-    /// session's leaf is not where the replay ended (it was changed since).
-    pub fn end_replay(&mut self) -> Result<(), Error> {
-        if self.replay.take().is_some() && self.session.leaf() != self.leaf {
-            return Err(Error::Diverged {
-                session: self.session.id().to_string(),
-                problem: format!(
-                    "its leaf is {} where the import left {}",
-                    show(self.session.leaf().as_ref()),
-                    show(self.leaf.as_ref())
-                ),
-            });
-        }
+    /// Ends the replay of what the earlier import read: from now on
+    /// entries are written, except those the session already holds (an
+    /// earlier import of the new part that was interrupted before it
+    /// recorded its progress), which are checked and skipped.
+    pub fn end_replay(&mut self) {
         // Notes of the replayed part were reported by the earlier import.
         self.notes.clear();
-        Ok(())
+        self.replaying = false;
     }
 
     /// The notes so far.
@@ -154,11 +150,10 @@ impl<'s> Builder<'s> {
     }
 
     /// Keeps a source line that is no entry as an ignorable log-only record.
-    pub fn log_only(&mut self, line: u64, kind: &str, data: Value) -> Result<(), Error> {
-        if self.replay.is_some() {
+    pub fn log_only(&mut self, kind: &str, data: Value) -> Result<(), Error> {
+        if self.replaying {
             return Ok(());
         }
-        let _ = line;
         self.session
             .append_op(OpRecord::Ignored(Unknown {
                 kind: kind.to_owned(),
@@ -278,19 +273,18 @@ impl<'s> Builder<'s> {
         if !source.is_empty() {
             source_member.insert("source".into(), Value::Object(source.clone()));
         }
-        let kept = match &self.replay {
-            Some(stored) => match stored.get(&id) {
-                Some(k) if *k == kind_or_ignored(&body) => true,
-                Some(&"ignored") => false,
-                Some(k) => {
-                    return Err(self.diverged(format!(
-                        "entry {id} is a {k} where the import writes a {kind}"
-                    )));
-                }
-                None => {
-                    return Err(self.diverged(format!("entry {id} (line {line}) is missing")));
-                }
-            },
+        let stored = self.replay.as_ref().and_then(|r| r.get(&id)).copied();
+        let kept = match stored {
+            Some(k) if k == kind_or_ignored(&body) => true,
+            Some("ignored") => false,
+            Some(k) => {
+                return Err(self.diverged(format!(
+                    "entry {id} is a {k} where the import writes a {kind}"
+                )));
+            }
+            None if self.replaying => {
+                return Err(self.diverged(format!("entry {id} (line {line}) is missing")));
+            }
             None => match self
                 .session
                 .append_imported(new, ts.clone(), &source_member)
@@ -367,13 +361,13 @@ impl<'s> Builder<'s> {
         );
         let mut member = Map::new();
         member.insert("source".into(), Value::Object(source));
-        match &self.replay {
-            Some(stored) => {
-                if !stored.contains_key(&id) {
-                    return Err(self.diverged(format!("repair entry {id} is missing")));
-                }
+        let stored = self.replay.as_ref().is_some_and(|r| r.contains_key(&id));
+        match (stored, self.replaying) {
+            (true, _) => {}
+            (false, true) => {
+                return Err(self.diverged(format!("repair entry {id} is missing")));
             }
-            None => {
+            (false, false) => {
                 let new = NewEntry {
                     id: Some(id.clone()),
                     parent: Parent::Entry(at.clone()),
@@ -460,10 +454,6 @@ impl<'s> Builder<'s> {
             source: e,
         }
     }
-}
-
-fn show(id: Option<&EntryId>) -> String {
-    id.map_or_else(|| "(none)".to_owned(), ToString::to_string)
 }
 
 fn kind_or_ignored(body: &EntryBody) -> &str {

@@ -338,7 +338,7 @@ pub fn import_file(
             if k.finished {
                 conv.finish(&mut b, old_last)?;
             }
-            b.end_replay()?;
+            b.end_replay();
             for (line, v) in new.lines {
                 conv.line(&mut b, line, v)?;
             }

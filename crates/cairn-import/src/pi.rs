@@ -83,7 +83,7 @@ impl Convert for Pi {
                     NoteKind::Kept,
                     "a second session header: kept as an ignorable record".into(),
                 );
-                b.log_only(line, "pi.session", Value::Object(o))?;
+                b.log_only("pi.session", Value::Object(o))?;
             } else {
                 self.header_seen = true;
                 self.v1_ids.push(String::new());
