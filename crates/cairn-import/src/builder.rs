@@ -133,6 +133,12 @@ impl<'s> Builder<'s> {
         self.ids.get(source_id)
     }
 
+    /// Makes a source id name an entry already imported (a record the
+    /// import folded into another entry).
+    pub fn alias(&mut self, source_id: &str, entry: &EntryId) {
+        self.ids.insert(source_id.to_owned(), entry.clone());
+    }
+
     /// Adds a note.
     pub fn note(&mut self, line: Option<u64>, kind: NoteKind, message: String) {
         self.notes.push(Note {
@@ -140,13 +146,6 @@ impl<'s> Builder<'s> {
             kind,
             message,
         });
-    }
-
-    /// Whether the branch ending at the leaf has tool calls without a result.
-    pub fn leaf_has_open_calls(&self) -> bool {
-        self.leaf
-            .as_ref()
-            .is_some_and(|l| self.pending.contains_key(l))
     }
 
     /// Keeps a source line that is no entry as an ignorable log-only record.
@@ -215,14 +214,6 @@ impl<'s> Builder<'s> {
             if !open.is_some_and(|o| answers.iter().any(|a| o.contains(a))) {
                 parent = Some(r.clone());
             }
-        }
-        // A branch starts elsewhere: the calls left open at the old tip
-        // will never be answered there.
-        if parent != self.leaf
-            && let Some(leaf) = self.leaf.clone()
-            && self.pending.contains_key(&leaf)
-        {
-            self.repair(&leaf, line)?;
         }
         let mut open = parent
             .as_ref()

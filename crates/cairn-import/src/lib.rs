@@ -31,6 +31,8 @@
 //! ```
 
 mod builder;
+mod claude;
+mod codex;
 mod detect;
 mod ledger;
 pub mod pi;
@@ -175,7 +177,8 @@ pub(crate) trait Convert {
 fn converter(format: Format) -> Box<dyn Convert> {
     match format {
         Format::Pi => Box::new(pi::Pi::default()),
-        Format::ClaudeCode | Format::Codex => Box::new(pi::Pi::default()),
+        Format::ClaudeCode => Box::new(claude::Claude::default()),
+        Format::Codex => Box::new(codex::Codex::default()),
     }
 }
 
