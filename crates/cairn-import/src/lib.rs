@@ -13,20 +13,24 @@
 //!
 //! ```
 //! use cairn::{MemoryBackend, Store};
-//! use cairn_import::{Ledger, Options, import_file};
-//! //!
+//! use cairn_import::{Ledger, Options, Outcome, import_file};
+//! use serde_json::json;
+//! use std::sync::Arc;
+//!
 //! let dir = tempfile::tempdir()?;
 //! let path = dir.path().join("s.jsonl");
-//! std::fs::write(&path, concat!(
-//!     r#"{"type":"session","version":3,"id":"s1","timestamp":"2025-01-01T00:00:00.000Z","cwd":"/w"}"#, "\n",
-//!     r#"{"type":"message","id":"a1b2c3d4","parentId":null,"timestamp":"2025-01-01T00:00:01.000Z","message":{"role":"user","content":"hi","timestamp":1}}"#, "\n",
-//! ))?;
+//! let header = json!({"type": "session", "version": 3, "id": "s1",
+//!     "timestamp": "2025-01-01T00:00:00.000Z", "cwd": "/w"});
+//! let hello = json!({"type": "message", "id": "a1b2c3d4", "parentId": null,
+//!     "timestamp": "2025-01-01T00:00:01.000Z",
+//!     "message": {"role": "user", "content": "hi", "timestamp": 1}});
+//! std::fs::write(&path, format!("{header}\n{hello}\n"))?;
 //! let store = Store::with_backend(Arc::new(MemoryBackend::new()));
 //! let mut ledger = Ledger::in_memory();
 //! let report = import_file(&store, &mut ledger, &path, &Options::default())?;
 //! assert_eq!(report.format, "pi");
 //! let again = import_file(&store, &mut ledger, &path, &Options::default())?;
-//! assert_eq!(again.outcome, cairn_import::Outcome::Unchanged);
+//! assert_eq!(again.outcome, Outcome::Unchanged);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
