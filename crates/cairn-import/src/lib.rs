@@ -371,12 +371,12 @@ pub fn import_file(
                     cwd: start.cwd.clone(),
                     app_state: None,
                     lineage: Lineage {
-                        imported_from: Some(ImportOrigin {
+                        imported_from: Some(Box::new(ImportOrigin {
                             format: format.name().to_owned(),
                             path: key.clone(),
                             sha256: file_sha256.clone(),
                             source_id: start.source_id.clone(),
-                        }),
+                        })),
                         ..Lineage::default()
                     },
                 },

@@ -418,17 +418,15 @@ pub fn encode_entry_with(
     encode_parts(seq, ts, e.body.kind(), ignorable, ids, |out| {
         let mut data = Vec::new();
         entry_data(&mut data, &e.body)?;
-        match serde_json::from_slice::<serde_json::Value>(&data)? {
-            serde_json::Value::Object(mut members) => {
-                for (k, v) in extra {
-                    if !members.contains_key(k) {
-                        members.insert(k.clone(), v.clone());
-                    }
+        let mut value = serde_json::from_slice::<serde_json::Value>(&data)?;
+        if let Some(members) = value.as_object_mut() {
+            for (k, v) in extra {
+                if !members.contains_key(k) {
+                    members.insert(k.clone(), v.clone());
                 }
-                serde_json::to_writer(&mut *out, &members)
             }
-            other => serde_json::to_writer(&mut *out, &other),
         }
+        serde_json::to_writer(&mut *out, &value)
     })
 }
 

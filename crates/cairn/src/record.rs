@@ -79,7 +79,7 @@ pub struct Lineage {
     pub parent: Option<SpawnOrigin>,
     /// Set when the session was imported from another tool's session file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub imported_from: Option<ImportOrigin>,
+    pub imported_from: Option<Box<ImportOrigin>>,
 }
 
 /// The source of an imported session: another tool's session file.
