@@ -338,13 +338,7 @@ impl<'s> Builder<'s> {
             .iter()
             .map(|c| unknown_result(c, &self.file, line))
             .collect();
-        let body = EntryBody::Message(Message {
-            role: Role::Tool,
-            content,
-            usage: None,
-            model: None,
-            stop_reason: None,
-        });
+        let body = message(Role::Tool, content);
         let mut source = Map::new();
         source.insert(
             "repair".into(),
@@ -466,6 +460,18 @@ fn passes_calls_through(body: &EntryBody) -> bool {
         EntryBody::Custom(c) => !c.visible,
         EntryBody::Message(_) | EntryBody::Compaction(_) | EntryBody::Checkout(_) => false,
     }
+}
+
+/// A message entry of `role` holding `content`, with no usage, model or
+/// stop reason.
+pub fn message(role: Role, content: Vec<Block>) -> EntryBody {
+    EntryBody::Message(Message {
+        role,
+        content,
+        usage: None,
+        model: None,
+        stop_reason: None,
+    })
 }
 
 /// The result the import writes for a call the source never answered.

@@ -35,7 +35,7 @@
 use cairn::{Block, Checkout, Compaction, EntryBody, Message, Role, SessionInfo, Unknown, Usage};
 use serde_json::{Map, Value, json};
 
-use crate::builder::{At, Builder, Item};
+use crate::builder::{At, Builder, Item, message};
 use crate::report::NoteKind;
 use crate::{Convert, Error, Start, rest, str_of, ts_of};
 
@@ -216,13 +216,7 @@ impl Convert for Claude {
                     line,
                     id: Some(uuid),
                     at: parent,
-                    body: EntryBody::Message(Message {
-                        role,
-                        content: blocks,
-                        usage: None,
-                        model: None,
-                        stop_reason: None,
-                    }),
+                    body: message(role, blocks),
                     ts,
                     source,
                 })?;

@@ -23,7 +23,7 @@
 use cairn::{Block, Checkout, Compaction, EntryBody, EntryId, Message, Role, Settings, Unknown};
 use serde_json::{Map, Value, json};
 
-use crate::builder::{At, Builder, Item};
+use crate::builder::{At, Builder, Item, message};
 use crate::report::NoteKind;
 use crate::{Convert, Error, Start, rest, str_of, ts_of};
 
@@ -317,13 +317,7 @@ impl Codex {
             line,
             id: None,
             at: At::Leaf,
-            body: EntryBody::Message(Message {
-                role,
-                content: blocks,
-                usage: None,
-                model: None,
-                stop_reason: None,
-            }),
+            body: message(role, blocks),
             ts,
             source,
         })?;

@@ -39,6 +39,7 @@ mod claude;
 mod codex;
 mod detect;
 mod ledger;
+pub mod oracle;
 pub mod pi;
 mod pi_export;
 mod report;

@@ -21,7 +21,7 @@ use cairn::{
 };
 use serde_json::{Map, Value, json};
 
-use crate::builder::{At, Builder, Item};
+use crate::builder::{At, Builder, Item, message};
 use crate::report::NoteKind;
 use crate::{Convert, Error, Start, rest, str_of, ts_of};
 
@@ -161,7 +161,7 @@ impl Pi {
             "message" => match o.get("message") {
                 Some(Value::Object(m)) => {
                     source.remove("message");
-                    let (body, kept) = message(b, line, m);
+                    let (body, kept) = pi_message(b, line, m);
                     source.insert("message".into(), Value::Object(kept));
                     body
                 }
@@ -230,13 +230,10 @@ impl Pi {
             }
             "custom_message" => {
                 source.remove("content");
-                EntryBody::Message(Message {
-                    role: Role::User,
-                    content: content_blocks(b, line, o.get("content"), &mut source),
-                    usage: None,
-                    model: None,
-                    stop_reason: None,
-                })
+                message(
+                    Role::User,
+                    content_blocks(b, line, o.get("content"), &mut source),
+                )
             }
             "label" => self.label(b, line, o, &mut source),
             "session_info" => {
@@ -406,7 +403,7 @@ fn ignored(
 }
 
 /// A pi message: the cairn body, and the message's fields kept in `source`.
-fn message(
+fn pi_message(
     b: &mut Builder<'_>,
     line: u64,
     m: &Map<String, Value>,

@@ -46,6 +46,15 @@ impl PiWriter {
         }
     }
 
+    /// A session of up to `steps` random steps.
+    fn random(rng: &mut Rng, version: u64, steps: u64) -> PiWriter {
+        let mut w = PiWriter::new(version);
+        for _ in 0..rng.range(1, steps) {
+            w.step(rng);
+        }
+        w
+    }
+
     fn open_calls(&self) -> Vec<String> {
         self.leaf
             .map(|l| self.entries[l].1.clone())
@@ -324,10 +333,7 @@ fn imported_context_equals_pis_own_for_random_trees() {
     let scratch = tempfile::tempdir().unwrap();
     let mut files: Vec<PathBuf> = Vec::new();
     for case in 0..150 {
-        let mut w = PiWriter::new(if case % 10 == 0 { 2 } else { 3 });
-        for _ in 0..rng.range(1, 60) {
-            w.step(&mut rng);
-        }
+        let w = PiWriter::random(&mut rng, if case % 10 == 0 { 2 } else { 3 }, 60);
         let path = scratch.path().join(format!("case-{case:03}.jsonl"));
         std::fs::write(&path, w.text_of()).unwrap();
         files.push(path);
@@ -377,10 +383,7 @@ fn exported_pi_file_opens_in_pi_with_the_same_context() {
     let mut exported = Vec::new();
     let mut imported = Vec::new();
     for case in 0..40 {
-        let mut w = PiWriter::new(3);
-        for _ in 0..rng.range(1, 40) {
-            w.step(&mut rng);
-        }
+        let w = PiWriter::random(&mut rng, 3, 40);
         let path = scratch.path().join(format!("src-{case:02}.jsonl"));
         std::fs::write(&path, w.text_of()).unwrap();
         let (store, id) = import(&path);

@@ -6,7 +6,7 @@
 //! set), where that is an error.
 
 use std::io::{BufWriter, Write as _};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use anyhow::{Context as _, Result, bail};
@@ -22,7 +22,7 @@ use crate::workload;
 
 pub fn run(b: &Bench) -> Result<Vec<Figure>> {
     let s = &b.sizes;
-    let Some(oracle) = oracle()? else {
+    let Some(oracle) = cairn_import::oracle::prepare().map_err(anyhow::Error::msg)? else {
         return Ok(Vec::new());
     };
     let dir = b.sub("import")?;
@@ -74,41 +74,6 @@ pub fn run(b: &Bench) -> Result<Vec<Figure>> {
             s.import_repeats
         )),
     ])
-}
-
-/// The oracle's directory, with its package installed; `None` (after a
-/// notice) when node or npm is missing outside CI.
-fn oracle() -> Result<Option<PathBuf>> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../cairn-import/tests/pi-oracle");
-    let have = |tool: &str| {
-        Command::new(tool)
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success())
-    };
-    if !have("node") || !have("npm") {
-        if std::env::var_os("CI").is_some() {
-            bail!("node and npm are needed for the import figure in CI");
-        }
-        eprintln!(
-            "NOTICE: node or npm is missing: the import figure (vs pi's own SessionManager) is skipped"
-        );
-        return Ok(None);
-    }
-    if !dir
-        .join("node_modules/@mariozechner/pi-coding-agent/package.json")
-        .exists()
-    {
-        let status = Command::new("npm")
-            .args(["ci", "--no-audit", "--no-fund", "--ignore-scripts"])
-            .current_dir(&dir)
-            .status()
-            .context("run npm ci for the pi oracle")?;
-        if !status.success() {
-            bail!("npm ci failed in {}", dir.display());
-        }
-    }
-    Ok(Some(dir))
 }
 
 /// pi's best time (ms) over `rounds` opens, and the messages of its context.

@@ -13,40 +13,9 @@ use cairn_import::pi::{
 };
 use serde_json::{Value, json};
 
-/// The directory holding the oracle's package.json, lockfile and script.
-pub fn oracle_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/pi-oracle")
-}
-
-/// Makes sure node can run pi's SessionManager: installs the locked
-/// package with npm when it is missing. `None` (with a notice) when node or
-/// npm is absent outside CI; in CI (`CI` set) their absence fails the test.
+/// pi's oracle, ready to run (`None`, with a notice, without node outside CI).
 pub fn oracle() -> Option<PathBuf> {
-    let dir = oracle_dir();
-    let have = |tool: &str| {
-        Command::new(tool)
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success())
-    };
-    if !have("node") || !have("npm") {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "node and npm are needed for the pi oracle tests in CI (install Node.js 20 or newer)"
-        );
-        eprintln!("NOTICE: node or npm is missing: the pi oracle test is skipped");
-        return None;
-    }
-    let installed = dir.join("node_modules/@mariozechner/pi-coding-agent/package.json");
-    if !installed.exists() {
-        let status = Command::new("npm")
-            .args(["ci", "--no-audit", "--no-fund", "--ignore-scripts"])
-            .current_dir(&dir)
-            .status()
-            .expect("run npm ci");
-        assert!(status.success(), "npm ci failed in {}", dir.display());
-    }
-    Some(dir)
+    cairn_import::oracle::prepare().unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// pi's context for each file: one JSON value per file, in order.
