@@ -85,6 +85,21 @@ pub enum Format {
     Json,
     /// A self-contained HTML page: the conversation and the tree as SVG.
     Html,
+    /// A pi session file (version 3) that pi opens with the same context.
+    Pi,
+}
+
+/// Source formats of `cairn import`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ImportFrom {
+    /// Tell each file's format from its first records.
+    Auto,
+    /// pi session files (`~/.pi/agent/sessions`), versions 1–3.
+    Pi,
+    /// Claude Code transcripts (`~/.claude/projects`).
+    ClaudeCode,
+    /// Codex rollouts (`~/.codex/sessions`).
+    Codex,
 }
 
 /// The subcommands.
@@ -294,9 +309,10 @@ Example:
         json: bool,
     },
 
-    /// Export a session as Markdown, JSON or a self-contained HTML page.
+    /// Export a session as Markdown, JSON, a self-contained HTML page or a
+    /// pi session file.
     #[command(
-        after_help = "Examples:\n  cairn export 01jx --format md\n  cairn export 01jx --format html -o storyboard.html"
+        after_help = "Examples:\n  cairn export 01jx --format md\n  cairn export 01jx --format html -o storyboard.html\n  cairn export 01jx --format pi -o ~/.pi/agent/sessions/--work--/from-cairn.jsonl"
     )]
     Export {
         #[command(flatten)]
@@ -307,6 +323,39 @@ Example:
         /// Write to this file instead of stdout.
         #[arg(long, short = 'o', value_name = "FILE")]
         output: Option<PathBuf>,
+    },
+
+    /// Import sessions of pi, Claude Code or Codex: verified, repaired,
+    /// rewindable.
+    ///
+    /// Each file becomes one session (its header names the source, path and
+    /// SHA-256). Tool calls the source never answered get a
+    /// TOOL_OUTCOME_UNKNOWN result, records cairn has no kind for are kept
+    /// as ignorable records, damaged lines are reported with file and line
+    /// and skipped (fatal with --strict). Re-importing an unchanged file does
+    /// nothing; a grown file appends only its new part. Without PATH, the
+    /// tools' default locations: ~/.pi/agent/sessions, ~/.claude/projects,
+    /// ~/.codex/sessions.
+    #[command(
+        after_help = "Examples:\n  cairn import\n  cairn import --from pi ~/.pi/agent/sessions\n  cairn import --strict session.jsonl\n  cairn import --watch ~/.codex/sessions/2025/06/01/rollout-x.jsonl"
+    )]
+    Import {
+        /// The source format.
+        #[arg(long, value_enum, default_value = "auto")]
+        from: ImportFrom,
+        /// A damaged line fails that file's import (nothing of it is written).
+        #[arg(long)]
+        strict: bool,
+        /// Keep following the sources: import what they append, until
+        /// interrupted (a tool's last calls stay open while it runs).
+        #[arg(long)]
+        watch: bool,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Files or directories (every *.jsonl below) to import.
+        #[arg(value_name = "PATH")]
+        paths: Vec<PathBuf>,
     },
 
     /// The tour: a comic-storyboard agent on cairn, crashes included.

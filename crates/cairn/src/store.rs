@@ -232,6 +232,7 @@ impl Store {
                 call_id: call_id.to_owned(),
                 depth,
             }),
+            imported_from: None,
         };
         Ok(self.create(NewSession {
             title,
@@ -315,6 +316,7 @@ impl Store {
                         entry: at.cloned(),
                     }),
                     parent: h.lineage.parent.clone(),
+                    imported_from: None,
                 },
             },
         )?;

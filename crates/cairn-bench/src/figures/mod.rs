@@ -8,6 +8,7 @@
 //! sides, so a disk still busy affects each side alike.
 
 mod append;
+mod import;
 mod leaf;
 mod list;
 mod memory;
@@ -91,6 +92,11 @@ pub const GROUPS: &[Group] = &[
         name: "memory",
         about: "peak memory of opening a large session vs its size",
         run: memory::run,
+    },
+    Group {
+        name: "import",
+        about: "import a long pi session vs pi's own open + context of it (node)",
+        run: import::run,
     },
     Group {
         name: "sqlite",

@@ -7,6 +7,7 @@ mod demo;
 mod edit;
 mod export;
 mod fsck;
+mod import;
 mod list;
 mod log;
 mod ops;
@@ -83,6 +84,13 @@ pub fn run(cli: Cli) -> Result<Status> {
             format,
             output,
         } => export::run(&ctx, &target, format, output.as_deref()),
+        Command::Import {
+            from,
+            strict,
+            watch,
+            json,
+            paths,
+        } => import::run(&ctx, from, strict, watch, json, &paths),
         Command::Demo { journal: true } => demo::run(&ctx),
         Command::Demo { journal: false } => demo::agent(&ctx),
         Command::Agent(a) => {
