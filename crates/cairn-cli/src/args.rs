@@ -339,16 +339,31 @@ Example:
 
     /// The numbered steps: user inputs, model calls and tool calls.
     ///
-    /// Derived from the operation journal, so numbers are stable across
-    /// restarts. A tool step is shown under the model call that requested it.
-    #[command(after_help = "Examples:\n  cairn steps --last\n  cairn steps 01jx -n 20 --json")]
+    /// Each step shows its input (the user's text, the tool's arguments),
+    /// an excerpt of its output, status, duration and tokens; `cairn steps
+    /// SESSION s0005` shows one step whole. Derived from the records
+    /// (operation records where there are, the messages otherwise), so
+    /// numbers are stable. A tool step is shown under the model call that
+    /// requested it, and a subagent's steps under the call that spawned it.
+    /// `cairn checkout` and `cairn fork` take a step (`s0005`) for the
+    /// state right after it.
+    #[command(
+        override_usage = "cairn steps [OPTIONS] <SESSION|--last> [STEP]",
+        after_help = "Examples:\n  cairn steps --last\n  cairn steps 01jx s0005\n  cairn steps 01jx -n 20 --depth 2 --json"
+    )]
     Steps {
         #[command(flatten)]
         target: SessionArg,
+        /// One step to show whole (s0005).
+        #[arg(value_name = "STEP")]
+        rest: Vec<String>,
         /// Only the last N steps.
         #[arg(short = 'n', value_name = "N")]
         count: Option<usize>,
-        /// Print JSON (an array of steps).
+        /// How many levels of subagent sessions to nest under their calls (0: none).
+        #[arg(long, value_name = "N", default_value_t = 1)]
+        depth: usize,
+        /// Print JSON (an array of steps; one step alone with STEP).
         #[arg(long)]
         json: bool,
     },

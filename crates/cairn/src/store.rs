@@ -241,6 +241,32 @@ impl Store {
         })?)
     }
 
+    /// The subagent sessions `parent` spawned, oldest first, each with the
+    /// spawn origin its header records (the call that spawned it). Reads the
+    /// listing, then the header of each child it names.
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::list`]; a child that cannot be opened is left out (its
+    /// listing row says to run `cairn fsck`).
+    pub fn children(
+        &self,
+        parent: &SessionId,
+    ) -> Result<Vec<(SessionSummary, crate::record::SpawnOrigin)>, StoreError> {
+        let mut out: Vec<_> = self
+            .list()?
+            .into_iter()
+            .filter(|s| s.parent.as_ref() == Some(parent))
+            .filter_map(|s| {
+                let child = Session::open(&*self.backend, &s.id, Access::Read).ok()?;
+                let origin = child.header().lineage.parent.clone()?;
+                Some((s, origin))
+            })
+            .collect();
+        out.sort_by(|a, b| a.0.created.cmp(&b.0.created).then(a.0.id.cmp(&b.0.id)));
+        Ok(out)
+    }
+
     /// Removes a session.
     ///
     /// # Errors

@@ -12,6 +12,7 @@ mod log;
 mod ops;
 mod rm;
 mod show;
+mod steps;
 mod tree;
 
 use anyhow::Result;
@@ -93,9 +94,20 @@ pub fn run(cli: Cli) -> Result<Status> {
         }
         Command::Steps {
             target,
+            rest,
             count,
+            depth,
             json,
-        } => ops::steps(&ctx, &target, count, json),
+        } => steps::run(
+            &ctx,
+            &steps::Request {
+                target: &target,
+                rest: &rest,
+                last: count,
+                depth,
+                json,
+            },
+        ),
         Command::Recover {
             target,
             policy,
