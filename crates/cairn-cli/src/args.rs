@@ -132,12 +132,17 @@ Example:
         durability: DurabilityArg,
     },
 
-    /// List sessions, most recently updated first.
-    #[command(after_help = "Examples:\n  cairn ls\n  cairn ls --all --json | jq -r '.[].id'")]
+    /// List sessions, most recently updated first; subagents under their parent.
+    #[command(
+        after_help = "Examples:\n  cairn ls\n  cairn ls --flat\n  cairn ls --all --json | jq -r '.[].id'"
+    )]
     Ls {
-        /// Show every session (default: the 20 most recent).
+        /// Show every session (default: the 20 most recent, with their subagents).
         #[arg(long)]
         all: bool,
+        /// One row per session, most recent first, subagents not nested.
+        #[arg(long)]
+        flat: bool,
         /// Print JSON (an array; see the README for the shape).
         #[arg(long)]
         json: bool,
@@ -181,6 +186,9 @@ Example:
         /// Draw with ASCII instead of box-drawing characters.
         #[arg(long)]
         ascii: bool,
+        /// How many levels of subagent sessions to draw under the tool results naming them (0: none).
+        #[arg(long, value_name = "N", default_value_t = 1)]
+        depth: usize,
         /// Print JSON.
         #[arg(long)]
         json: bool,

@@ -202,9 +202,7 @@ fn result_output(content: &[Block]) -> (String, Option<SessionId>) {
         match b {
             Block::Text { text } => parts.push(text.clone()),
             Block::Blob { uri, .. } => {
-                if let Some(id) = uri.strip_prefix("cairn:session/") {
-                    child = child.or_else(|| SessionId::parse(id).ok());
-                }
+                child = child.or_else(|| crate::store::referenced_session(b));
                 parts.push(format!("[{uri}]"));
             }
             Block::Image { media_type, .. } => parts.push(format!("[image {media_type}]")),

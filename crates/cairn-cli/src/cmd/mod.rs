@@ -43,7 +43,7 @@ pub fn run(cli: Cli) -> Result<Status> {
     match cli.command {
         Command::New { title, state } => edit::new(&ctx, title, state.as_deref()),
         Command::Append { target, durability } => append::run(&ctx, &target, durability),
-        Command::Ls { all, json } => list::run(&ctx, all, json),
+        Command::Ls { all, flat, json } => list::run(&ctx, all, flat, json),
         Command::Show {
             target,
             json,
@@ -53,8 +53,9 @@ pub fn run(cli: Cli) -> Result<Status> {
         Command::Tree {
             target,
             ascii,
+            depth,
             json,
-        } => tree::run(&ctx, &target, ascii, json),
+        } => tree::run(&ctx, &target, ascii, depth, json),
         Command::Log { target, from, json } => log::run(&ctx, &target, from, json),
         Command::Checkout {
             target,
