@@ -26,11 +26,12 @@ fn agent_demo_runs_from_the_cli_and_its_key_claims_hold() {
     assert!(text.contains("killed with SIGKILL"), "{text}");
     assert!(text.contains("One charge for panel 3."), "{text}");
     assert!(text.contains("TOOL_OUTCOME_UNKNOWN"), "{text}");
-    // Checked through the library: the storyboard and its fork, both healthy,
-    // and every tool call in the storyboard's context answered.
+    assert!(text.contains("A subagent letters panel 3"), "{text}");
+    // Checked through the library: the storyboard, its subagent and its
+    // fork, all healthy, and every tool call in their contexts answered.
     let store = home.store();
     let list = store.list().unwrap();
-    assert_eq!(list.len(), 2, "{list:?}");
+    assert_eq!(list.len(), 3, "{list:?}");
     for s in &list {
         let session = store.open(&s.id, Access::Read).unwrap();
         let ctx = session.context();
