@@ -95,6 +95,16 @@ pub struct AgentArgs {
     /// Do not inject session memory into the model's view.
     #[arg(long)]
     pub no_memory: bool,
+    /// Record each exchange with the model server (request and response
+    /// bodies, headers, timings, retries) in the session as log-only trace
+    /// records, which never enter the context; keys and credential headers
+    /// are redacted. `cairn log --trace` shows them.
+    #[arg(long)]
+    pub trace: bool,
+    /// With --trace, bytes of a body kept in a trace record; a longer body is
+    /// cut there and kept whole as a blob.
+    #[arg(long, value_name = "BYTES", default_value_t = crate::trace::DEFAULT_BODY_LIMIT, requires = "trace")]
+    pub trace_body_limit: usize,
     /// How deep subagents (the `delegate` tool) may nest; 0 offers no `delegate` tool.
     #[arg(long, value_name = "N", default_value_t = crate::tools::delegate::DEFAULT_MAX_DEPTH)]
     pub max_depth: u32,
@@ -122,6 +132,9 @@ impl AgentArgs {
             system_prompt: self.system_prompt,
             memory: !self.no_memory,
             max_depth: self.max_depth,
+            trace: self.trace.then_some(crate::trace::TraceConfig {
+                body_limit: self.trace_body_limit,
+            }),
             tree_printer: None,
         }
     }
@@ -168,6 +181,8 @@ pub struct AgentOptions {
     pub memory: bool,
     /// How deep subagents may nest (0: no `delegate` tool).
     pub max_depth: u32,
+    /// Trace the exchanges with the model server (`None`: off).
+    pub trace: Option<crate::trace::TraceConfig>,
     /// Draws `/tree` (the built-in drawing when `None`).
     pub tree_printer: Option<TreePrinter>,
 }
@@ -193,6 +208,7 @@ impl AgentOptions {
             compact_at: 100_000,
             tool_timeout: 120,
             max_depth: crate::tools::delegate::DEFAULT_MAX_DEPTH,
+            trace_body_limit: crate::trace::DEFAULT_BODY_LIMIT,
             ..AgentArgs::default()
         }
         .into_options(home.into())
@@ -232,6 +248,7 @@ pub fn run(opts: AgentOptions) -> Result<()> {
             keep_recent_tokens: opts.compact_at.map_or(20_000, |b| (b / 5).max(1)),
         },
         memory: opts.memory,
+        trace: opts.trace,
         ..AgentConfig::default()
     };
     let acks = std::env::var(ACKS_ENV).is_ok_and(|v| v == "1");

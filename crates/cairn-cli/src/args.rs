@@ -196,7 +196,7 @@ Example:
 
     /// Print the raw records, pretty or as the stored JSON lines.
     #[command(
-        after_help = "Examples:\n  cairn log 01jx --from 10\n  cairn log 01jx --json | head -1"
+        after_help = "Examples:\n  cairn log 01jx --from 10\n  cairn log 01jx --trace\n  cairn log 01jx --json | head -1"
     )]
     Log {
         #[command(flatten)]
@@ -204,6 +204,9 @@ Example:
         /// Start at this record (0 is the header).
         #[arg(long, value_name = "SEQ", default_value_t = 0)]
         from: u64,
+        /// Show each trace record (`cairn agent --trace`) whole: headers and bodies.
+        #[arg(long)]
+        trace: bool,
         /// Print the stored JSON lines verbatim.
         #[arg(long)]
         json: bool,

@@ -56,7 +56,12 @@ pub fn run(cli: Cli) -> Result<Status> {
             depth,
             json,
         } => tree::run(&ctx, &target, ascii, depth, json),
-        Command::Log { target, from, json } => log::run(&ctx, &target, from, json),
+        Command::Log {
+            target,
+            from,
+            trace,
+            json,
+        } => log::run(&ctx, &target, from, trace, json),
         Command::Checkout {
             target,
             rest,
