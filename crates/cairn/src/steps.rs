@@ -546,6 +546,66 @@ mod tests {
     }
 
     #[test]
+    fn step_labels_are_s_and_at_least_four_digits() {
+        assert_eq!(parse_label("s0005"), Some(5));
+        assert_eq!(parse_label("s12345"), Some(12345));
+        assert_eq!(label(5), "s0005");
+        for not in ["s5", "s000", "S0005", "s0000", "0005", "s00x5", "s-001", ""] {
+            assert_eq!(parse_label(not), None, "{not}");
+        }
+    }
+
+    #[test]
+    fn messages_no_operation_accounts_for_are_steps_numbered_in_log_order() {
+        let entry = |seq: u64, id: &str, m: Message| Record {
+            seq,
+            ts: "2026-12-01T00:00:00.000Z".into(),
+            body: Body::Entry(Entry {
+                id: EntryId::parse(id).unwrap(),
+                parent: None,
+                body: EntryBody::Message(m),
+            }),
+        };
+        let mut ask = Message::text(Role::Assistant, "");
+        ask.content = vec![Block::ToolCall {
+            call_id: "c1".into(),
+            name: "grep".into(),
+            arguments: serde_json::json!({"q": "x"}),
+        }];
+        let mut answer = Message::text(Role::Tool, "");
+        answer.content = vec![Block::ToolResult {
+            call_id: "c1".into(),
+            content: vec![Block::Text {
+                text: "no match".into(),
+            }],
+            is_error: true,
+            code: None,
+        }];
+        let records = [
+            entry(1, "u1", Message::text(Role::User, "find x")),
+            entry(2, "a1", ask),
+            entry(3, "t1", answer),
+        ];
+        let steps = derive(&records);
+        let got: Vec<_> = steps
+            .iter()
+            .map(|s| (s.number, s.kind, s.status, s.op.clone(), s.parent))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (1, StepKind::Input, StepStatus::Ok, None, None),
+                (2, StepKind::Model, StepStatus::Ok, None, None),
+                (3, StepKind::Tool, StepStatus::Error, None, Some(2)),
+            ]
+        );
+        assert_eq!(steps[1].output.as_deref(), Some("asked for grep"));
+        assert_eq!(steps[2].input.as_deref(), Some(r#"{"q":"x"}"#));
+        assert_eq!(steps[2].output.as_deref(), Some("no match"));
+        assert_eq!(steps[2].duration_ms, None, "no operation: no timing");
+    }
+
+    #[test]
     fn times_with_an_offset_are_compared_as_instants() {
         let s = model_step("2026-12-01T01:00:00+01:00", "2026-12-01T00:00:00.500Z");
         assert_eq!(s.duration_ms, Some(500));

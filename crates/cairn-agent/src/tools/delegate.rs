@@ -17,7 +17,10 @@
 use std::sync::Arc;
 
 use cairn::TOOL_OUTCOME_UNKNOWN;
-use cairn::{Access, Block, EffectClass, Outcome, Role, Session, Store, ToolOutput, Verdict};
+use cairn::{
+    Access, Block, EffectClass, EntryBody, Outcome, Role, Session, Settings, Store, ToolOutput,
+    Verdict,
+};
 use serde_json::{Value, json};
 
 use super::{Registry, Tool, ToolCall, ToolEnv};
@@ -126,7 +129,23 @@ impl Delegate {
             .str("title")
             .map_or_else(|| cairn::excerpt(task, 60), str::to_owned);
         match store.spawn_child(parent, call.call_id, Some(title), self.sub.max_depth) {
-            Ok(child) => Ok((child, true)),
+            Ok(child) => {
+                // The parent's settings (provider, model, script, working
+                // directory), so `cairn agent --resume CHILD` talks to the
+                // same model in the same place.
+                let settings = parent.context().settings().clone();
+                if !settings.is_empty() {
+                    child
+                        .append(EntryBody::Settings(Settings { values: settings }))
+                        .map_err(|e| {
+                            ToolOutput::error(format!(
+                                "Not run: the subagent session could not be set up: {}",
+                                cairn::with_causes(&e)
+                            ))
+                        })?;
+                }
+                Ok((child, true))
+            }
             Err(cairn::StoreError::Append(cairn::AppendError::Invalid(
                 cairn::Invalid::TooDeep { depth, max, .. },
             ))) => Err(ToolOutput::error(format!(
