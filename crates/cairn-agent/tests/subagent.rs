@@ -137,7 +137,10 @@ fn a_child_killed_mid_tool_is_recovered_first_and_the_parent_call_ends_honestly(
     }
     // The child carries the parent's settings: it can be resumed on its own.
     assert_eq!(c.context().settings()["provider"], "scripted");
-    assert_eq!(c.context().settings()["workdir"], work.display().to_string());
+    assert_eq!(
+        c.context().settings()["workdir"],
+        work.display().to_string()
+    );
     // Inside first: the child's side effect is of unknown outcome, not re-run.
     assert_eq!(std::fs::read_to_string(&tally).unwrap(), "ordered\n");
     assert_eq!(dispatches(&c, "bash").len(), 1, "never re-run");
