@@ -58,7 +58,7 @@ pub fn run(ctx: &Ctx, req: &Request<'_>) -> Result<Status> {
                 all.len()
             );
         };
-        let children = children_by_call(&store, session.id())?;
+        let children = children_by_call(&store, session.id(), &all)?;
         if req.json {
             out.json(&step_json(&store, step, &children, req.depth)?)?;
         } else {
@@ -69,7 +69,7 @@ pub fn run(ctx: &Ctx, req: &Request<'_>) -> Result<Status> {
     }
     let skip = req.last.map_or(0, |n| all.len().saturating_sub(n));
     let shown = &all[skip..];
-    let children = children_by_call(&store, session.id())?;
+    let children = children_by_call(&store, session.id(), &all)?;
     if req.json {
         let rows = shown
             .iter()
@@ -93,17 +93,31 @@ pub fn run(ctx: &Ctx, req: &Request<'_>) -> Result<Status> {
     Ok(Status::Ok)
 }
 
-/// The subagent sessions a session spawned, by the call that spawned them.
-fn children_by_call(store: &Store, id: &SessionId) -> Result<HashMap<String, SessionId>> {
+/// The subagent sessions a session spawned, by the call that spawned them,
+/// for the calls none of whose `steps` has a result naming its child (a
+/// call still running, or closed without the child's answer): the others
+/// show their child under the step whose result names it, and nowhere else
+/// (not under a dispatch that a crash cut short, for one).
+fn children_by_call(
+    store: &Store,
+    id: &SessionId,
+    steps: &[Step],
+) -> Result<HashMap<String, SessionId>> {
+    let named: std::collections::HashSet<&str> = steps
+        .iter()
+        .filter(|s| s.child.is_some())
+        .filter_map(|s| s.call_id.as_deref())
+        .collect();
     Ok(store
         .children(id)?
         .into_iter()
+        .filter(|(_, origin)| !named.contains(origin.call_id.as_str()))
         .map(|(s, origin)| (origin.call_id, s.id))
         .collect())
 }
 
-/// The child of a tool step: named in its result, or (while it runs) by the
-/// child's own header.
+/// The child of a tool step: named in its result, or by the child's own
+/// header (see [`children_by_call`]).
 fn child_of(step: &Step, children: &HashMap<String, SessionId>) -> Option<SessionId> {
     step.child.clone().or_else(|| {
         let call = step.call_id.as_ref()?;
@@ -162,11 +176,12 @@ fn list(
             &fit(&format!("{nested}subagent {child}{title}"), width),
         )?;
         out.nl()?;
-        let grandchildren = children_by_call(store, &child)?;
+        let steps = session.steps()?;
+        let grandchildren = children_by_call(store, &child, &steps)?;
         list(
             out,
             store,
-            &session.steps()?,
+            &steps,
             &grandchildren,
             &nested,
             depth - 1,
@@ -283,9 +298,9 @@ fn step_json(
         if let Some(child) = child.filter(|_| depth > 0)
             && let Ok(session) = store.open(&child, Access::Read)
         {
-            let grandchildren = children_by_call(store, &child)?;
-            let nested = session
-                .steps()?
+            let steps = session.steps()?;
+            let grandchildren = children_by_call(store, &child, &steps)?;
+            let nested = steps
                 .iter()
                 .map(|c| step_json(store, c, &grandchildren, depth - 1))
                 .collect::<Result<Vec<_>>>()?;
