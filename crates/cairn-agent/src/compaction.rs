@@ -22,7 +22,7 @@ use cairn::{
 use crate::agent::{Backoff, Runtime, backoff};
 use crate::observer::Event;
 use crate::provider::{ChatRequest, Purpose, result_text};
-use crate::stream::{Streamed, stream};
+use crate::stream::{Streamed, stream_traced};
 
 /// When and how much to compact.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -141,7 +141,23 @@ fn compact_keeping(session: &Session, rt: &mut Runtime, keep: usize) -> Result<O
     };
     let mut retry = 0u32;
     let summary = loop {
-        match stream(&rt.provider, request.clone(), &rt.interrupt, &mut |_| {}) {
+        let (streamed, exchange) = stream_traced(
+            &rt.provider,
+            request.clone(),
+            &rt.interrupt,
+            &mut |_| {},
+            rt.config.trace.is_some(),
+        );
+        let op = session.resume_operation().map(|o| o.id().to_owned());
+        let request = crate::trace::Request {
+            op: op.as_deref(),
+            purpose: Purpose::Summary,
+            attempt: None,
+            entry: None,
+            retry,
+        };
+        crate::trace::record_streamed(session, rt, request, &streamed, exchange.as_ref())?;
+        match streamed {
             Streamed::Done(Ok(reply)) if !reply.text.trim().is_empty() => break reply.text,
             Streamed::Done(Ok(_)) => {
                 rt.observer.event(&Event::Notice(

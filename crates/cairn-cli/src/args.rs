@@ -147,12 +147,17 @@ Example:
         durability: DurabilityArg,
     },
 
-    /// List sessions, most recently updated first.
-    #[command(after_help = "Examples:\n  cairn ls\n  cairn ls --all --json | jq -r '.[].id'")]
+    /// List sessions, most recently updated first; subagents under their parent.
+    #[command(
+        after_help = "Examples:\n  cairn ls\n  cairn ls --flat\n  cairn ls --all --json | jq -r '.[].id'"
+    )]
     Ls {
-        /// Show every session (default: the 20 most recent).
+        /// Show every session (default: the 20 most recent, with their subagents).
         #[arg(long)]
         all: bool,
+        /// One row per session, most recent first, subagents not nested.
+        #[arg(long)]
+        flat: bool,
         /// Print JSON (an array; see the README for the shape).
         #[arg(long)]
         json: bool,
@@ -196,6 +201,9 @@ Example:
         /// Draw with ASCII instead of box-drawing characters.
         #[arg(long)]
         ascii: bool,
+        /// How many levels of subagent sessions to draw under the tool results naming them (0: none).
+        #[arg(long, value_name = "N", default_value_t = 1)]
+        depth: usize,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -203,7 +211,7 @@ Example:
 
     /// Print the raw records, pretty or as the stored JSON lines.
     #[command(
-        after_help = "Examples:\n  cairn log 01jx --from 10\n  cairn log 01jx --json | head -1"
+        after_help = "Examples:\n  cairn log 01jx --from 10\n  cairn log 01jx --trace\n  cairn log 01jx --json | head -1"
     )]
     Log {
         #[command(flatten)]
@@ -211,6 +219,9 @@ Example:
         /// Start at this record (0 is the header).
         #[arg(long, value_name = "SEQ", default_value_t = 0)]
         from: u64,
+        /// Show each trace record (`cairn agent --trace`) whole: headers and bodies.
+        #[arg(long)]
+        trace: bool,
         /// Print the stored JSON lines verbatim.
         #[arg(long)]
         json: bool,
@@ -388,16 +399,31 @@ Example:
 
     /// The numbered steps: user inputs, model calls and tool calls.
     ///
-    /// Derived from the operation journal, so numbers are stable across
-    /// restarts. A tool step is shown under the model call that requested it.
-    #[command(after_help = "Examples:\n  cairn steps --last\n  cairn steps 01jx -n 20 --json")]
+    /// Each step shows its input (the user's text, the tool's arguments),
+    /// an excerpt of its output, status, duration and tokens; `cairn steps
+    /// SESSION s0005` shows one step whole. Derived from the records
+    /// (operation records where there are, the messages otherwise), so
+    /// numbers are stable. A tool step is shown under the model call that
+    /// requested it, and a subagent's steps under the call that spawned it.
+    /// `cairn checkout` and `cairn fork` take a step (`s0005`) for the
+    /// state right after it.
+    #[command(
+        override_usage = "cairn steps [OPTIONS] <SESSION|--last> [STEP]",
+        after_help = "Examples:\n  cairn steps --last\n  cairn steps 01jx s0005\n  cairn steps 01jx -n 20 --depth 2 --json"
+    )]
     Steps {
         #[command(flatten)]
         target: SessionArg,
+        /// One step to show whole (s0005).
+        #[arg(value_name = "STEP")]
+        rest: Vec<String>,
         /// Only the last N steps.
         #[arg(short = 'n', value_name = "N")]
         count: Option<usize>,
-        /// Print JSON (an array of steps).
+        /// How many levels of subagent sessions to nest under their calls (0: none).
+        #[arg(long, value_name = "N", default_value_t = 1)]
+        depth: usize,
+        /// Print JSON (an array of steps; one step alone with STEP).
         #[arg(long)]
         json: bool,
     },

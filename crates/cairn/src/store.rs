@@ -242,6 +242,32 @@ impl Store {
         })?)
     }
 
+    /// The subagent sessions `parent` spawned, oldest first, each with the
+    /// spawn origin its header records (the call that spawned it). Reads the
+    /// listing, then the header of each child it names.
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::list`]; a child that cannot be opened is left out (its
+    /// listing row says to run `cairn fsck`).
+    pub fn children(
+        &self,
+        parent: &SessionId,
+    ) -> Result<Vec<(SessionSummary, crate::record::SpawnOrigin)>, StoreError> {
+        let mut out: Vec<_> = self
+            .list()?
+            .into_iter()
+            .filter(|s| s.parent.as_ref() == Some(parent))
+            .filter_map(|s| {
+                let child = Session::open(&*self.backend, &s.id, Access::Read).ok()?;
+                let origin = child.header().lineage.parent.clone()?;
+                Some((s, origin))
+            })
+            .collect();
+        out.sort_by(|a, b| a.0.created.cmp(&b.0.created).then(a.0.id.cmp(&b.0.id)));
+        Ok(out)
+    }
+
     /// Removes a session.
     ///
     /// # Errors
@@ -385,13 +411,30 @@ impl Store {
     }
 }
 
+/// The URI scheme of a reference to a session (`cairn:session/<id>`).
+const SESSION_URI: &str = "cairn:session/";
+
 /// The block a parent's tool result carries to reference a child session.
 pub fn child_reference(child: &SessionId) -> crate::record::Block {
     crate::record::Block::Blob {
-        uri: format!("cairn:session/{child}"),
+        uri: format!("{SESSION_URI}{child}"),
         media_type: Some("application/vnd.cairn.session".into()),
         size: None,
         sha256: None,
+    }
+}
+
+/// The session a block references, if it is a [`child_reference`].
+pub fn referenced_session(block: &crate::record::Block) -> Option<SessionId> {
+    match block {
+        crate::record::Block::Blob { uri, .. } => {
+            SessionId::parse(uri.strip_prefix(SESSION_URI)?).ok()
+        }
+        crate::record::Block::Text { .. }
+        | crate::record::Block::Thinking { .. }
+        | crate::record::Block::ToolCall { .. }
+        | crate::record::Block::ToolResult { .. }
+        | crate::record::Block::Image { .. } => None,
     }
 }
 

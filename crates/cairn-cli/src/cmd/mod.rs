@@ -13,6 +13,7 @@ mod log;
 mod ops;
 mod rm;
 mod show;
+mod steps;
 mod tree;
 
 use anyhow::Result;
@@ -43,7 +44,7 @@ pub fn run(cli: Cli) -> Result<Status> {
     match cli.command {
         Command::New { title, state } => edit::new(&ctx, title, state.as_deref()),
         Command::Append { target, durability } => append::run(&ctx, &target, durability),
-        Command::Ls { all, json } => list::run(&ctx, all, json),
+        Command::Ls { all, flat, json } => list::run(&ctx, all, flat, json),
         Command::Show {
             target,
             json,
@@ -53,9 +54,15 @@ pub fn run(cli: Cli) -> Result<Status> {
         Command::Tree {
             target,
             ascii,
+            depth,
             json,
-        } => tree::run(&ctx, &target, ascii, json),
-        Command::Log { target, from, json } => log::run(&ctx, &target, from, json),
+        } => tree::run(&ctx, &target, ascii, depth, json),
+        Command::Log {
+            target,
+            from,
+            trace,
+            json,
+        } => log::run(&ctx, &target, from, trace, json),
         Command::Checkout {
             target,
             rest,
@@ -101,9 +108,20 @@ pub fn run(cli: Cli) -> Result<Status> {
         }
         Command::Steps {
             target,
+            rest,
             count,
+            depth,
             json,
-        } => ops::steps(&ctx, &target, count, json),
+        } => steps::run(
+            &ctx,
+            &steps::Request {
+                target: &target,
+                rest: &rest,
+                last: count,
+                depth,
+                json,
+            },
+        ),
         Command::Recover {
             target,
             policy,

@@ -1,91 +1,17 @@
-//! The operation-journal commands: `cairn steps` (the numbered steps),
-//! `cairn recover` (the recovery verdict, and its resolution by policy or by
-//! asking), and `cairn memory` (the session memory derived from the branch).
+//! The operation-journal commands: `cairn recover` (the recovery verdict,
+//! and its resolution by policy or by asking), and `cairn memory` (the session memory derived from the branch).
 
 use std::io::{BufRead, IsTerminal, Write};
 
 use anyhow::{Result, bail};
 use cairn::memory::MemoryConfig;
-use cairn::steps::{Step, StepKind, StepStatus};
 use cairn::{Access, Decision, Pending, Policy, Resolver, ToolOutput, Verdict, recover_with};
 use serde_json::json;
 
 use super::Status;
 use crate::args::{RecoverPolicy, SessionArg};
 use crate::target::{self, Ctx};
-use crate::term::{Lines, Out, Style, clean, fit, pad};
-
-/// Runs `cairn steps`.
-///
-/// # Errors
-///
-/// Opening or reading the session, or writing output.
-pub fn steps(ctx: &Ctx, arg: &SessionArg, last: Option<usize>, json: bool) -> Result<Status> {
-    let (_, session) = target::open(ctx, &target::spec(arg)?, Access::Read)?;
-    let all = session.steps()?;
-    let skip = last.map_or(0, |n| all.len().saturating_sub(n));
-    let shown = &all[skip..];
-    let mut out = ctx.out();
-    if json {
-        out.json(&serde_json::to_value(shown)?)?;
-        return Ok(Status::Ok);
-    }
-    if shown.is_empty() {
-        out.line("no steps yet: steps come from operations (`cairn agent`, or op_* records)")?;
-        return Ok(Status::Ok);
-    }
-    out.put(
-        Style::Dim,
-        "STEP   TYPE   NAME                         STATUS       TIME    TOKENS",
-    )?;
-    out.nl()?;
-    for s in shown {
-        step_line(&mut out, s)?;
-    }
-    out.flush()?;
-    Ok(Status::Ok)
-}
-
-fn step_line(out: &mut Out<'_>, s: &Step) -> Result<()> {
-    let kind = match s.kind {
-        StepKind::Input => "input",
-        StepKind::Model => "model",
-        StepKind::Tool => "tool",
-    };
-    let indent = if s.parent.is_some() { "└ " } else { "" };
-    let name = format!("{indent}{}", clean(&s.name, Lines::Flatten));
-    let (status, style) = match s.status {
-        StepStatus::Ok => ("ok", Style::Plain),
-        StepStatus::Error => ("error", Style::Warn),
-        StepStatus::Running => ("running", Style::Bold),
-        StepStatus::Interrupted => ("interrupted", Style::Warn),
-        StepStatus::Unknown => ("unknown", Style::Warn),
-        StepStatus::NotStarted => ("not started", Style::Dim),
-        StepStatus::Denied => ("denied", Style::Dim),
-    };
-    let time = s.duration_ms.map_or_else(|| "-".to_owned(), duration);
-    let tokens = s
-        .usage
-        .as_ref()
-        .map_or_else(|| "-".to_owned(), |u| format!("{}/{}", u.input, u.output));
-    out.spans(&[
-        (Style::Bold, &format!("{}  ", s.label())),
-        (Style::Plain, &pad(kind, 7)),
-        (Style::Plain, &pad(&fit(&name, 28), 29)),
-        (style, &pad(status, 13)),
-        (Style::Dim, &pad(&time, 8)),
-        (Style::Dim, &tokens),
-    ])?;
-    Ok(())
-}
-
-fn duration(ms: u64) -> String {
-    if ms < 1000 {
-        format!("{ms}ms")
-    } else {
-        format!("{:.1}s", ms as f64 / 1000.0)
-    }
-}
+use crate::term::{Lines, Out, Style, clean};
 
 /// Runs `cairn recover`.
 ///

@@ -8,6 +8,7 @@
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 
 use super::{Access, Backend, Catalog, Log, Opened, Opening, Stamp, TornTail, Visitor};
 use crate::error::{IoFailure, OpenError, StoreError};
@@ -20,6 +21,9 @@ pub struct FileBackend {
     dir: PathBuf,
     catalog: PathBuf,
     vfs: Arc<dyn Vfs>,
+    /// Whether this backend has removed the temporaries of crashed creates
+    /// (once, at its first write: `sweep_stale_creates`).
+    swept: Arc<AtomicBool>,
 }
 
 mod lock;
@@ -45,7 +49,12 @@ impl FileBackend {
         let catalog = dir
             .parent()
             .map_or_else(|| dir.join("catalog.json"), |p| p.join("catalog.json"));
-        FileBackend { dir, catalog, vfs }
+        FileBackend {
+            dir,
+            catalog,
+            vfs,
+            swept: Arc::new(AtomicBool::new(false)),
+        }
     }
 
     /// Creates the sessions directory (and missing parents) durably: each
@@ -138,6 +147,7 @@ impl Backend for FileBackend {
         }
         self.ensure_dir()
             .map_err(|e| io_err("create the directory of", e))?;
+        self.sweep_stale_creates();
         let (lock, _) = self.lock(id)?;
         let exists = || OpenError::AlreadyExists {
             session: id.to_string(),
@@ -210,6 +220,7 @@ impl Backend for FileBackend {
         let io_err = |action, source| OpenError::Io(IoFailure::new(action, &location, source));
         let (lock, unsynced) = match access {
             Access::Write => {
+                self.sweep_stale_creates();
                 let (f, unsynced) = self.lock(id)?;
                 (Some(f), unsynced)
             }
