@@ -583,6 +583,7 @@ pub fn delegation(home: &Home) {
                     call_id: "call-5".into(),
                     depth: 1,
                 }),
+                ..cairn::Lineage::default()
             },
             ..NewSession::default()
         })
