@@ -53,7 +53,7 @@ pub fn run(b: &Bench) -> Result<Vec<Figure>> {
         best(base_ms),
         Some(Target::AtMost(3.0)),
     )
-    .scaled(scaled.clone())
+    .scaled(scaled)
     .note(format!(
         "{:.1} MiB, no compaction (the context holds all {} messages); writer open; warm page cache; best of {}",
         w.bytes as f64 / 1048576.0,
@@ -81,8 +81,20 @@ pub fn run(b: &Bench) -> Result<Vec<Figure>> {
         crate::report::thousands(w.bytes),
         crate::report::thousands(allocated(&w.path).unwrap_or(0))
     ));
-    let cli = cli_figure(&home, &w, s.open_repeats)?.scaled(scaled);
-    Ok(vec![open, size, cli])
+    Ok(vec![open, size])
+}
+
+/// The CLI figure, on a fixture like figure 4's (same plan, seed and size).
+pub fn run_cli(b: &Bench) -> Result<Vec<Figure>> {
+    let s = &b.sizes;
+    let home = b.sub("cli")?;
+    let w = fixture::write_session(&home, &Plan::linear(s.open_entries, 11), true)?;
+    count_lines(&w.path)?;
+    // Untimed: warms the page cache and writes the persisted index, as the
+    // session's writer would have.
+    open_context(&home, &w.id)?;
+    let scaled = s.scaled("entries", s.open_entries as u64, issue::OPEN_ENTRIES as u64);
+    Ok(vec![cli_figure(&home, &w, s.open_repeats)?.scaled(scaled)])
 }
 
 /// `cairn context --json > /dev/null` as a whole process vs the library's
@@ -94,7 +106,7 @@ fn cli_figure(home: &Path, w: &fixture::Written, repeats: usize) -> Result<Figur
     let mut lib_ms = Vec::new();
     let mut peak_kib = Vec::new();
     for _ in 0..repeats {
-        let (t, kib) = timed(|| run_cli(&cairn, home, &w.id))?;
+        let (t, kib) = timed(|| run_cairn(&cairn, home, &w.id))?;
         cli_ms.push(t * 1e3);
         peak_kib.extend(kib);
         let (t, _) = timed(|| {
@@ -147,7 +159,7 @@ fn cairn_binary() -> Result<std::path::PathBuf> {
 
 /// Runs `cairn context --json` on session `id` of store `home`, output to
 /// /dev/null; returns its peak RSS in KiB when GNU time is there to say.
-fn run_cli(cairn: &Path, home: &Path, id: &SessionId) -> Result<Option<u64>> {
+fn run_cairn(cairn: &Path, home: &Path, id: &SessionId) -> Result<Option<u64>> {
     use std::process::{Command, Stdio};
     let gnu_time = Path::new("/usr/bin/time");
     let report = tempfile::NamedTempFile::new()?;
