@@ -66,6 +66,19 @@ impl Fixture {
         Fixture { home, id }
     }
 
+    /// A fixture opened once by a writer (which writes the index), then
+    /// given five more messages the index does not cover.
+    fn indexed_then_five_more() -> Fixture {
+        let f = Fixture::new();
+        drop(f.open(Access::Write).expect("index"));
+        let s = f.open(Access::Write).expect("open");
+        for i in 0..5 {
+            s.append(user(&format!("more {i}"))).expect("append");
+        }
+        drop(s);
+        f
+    }
+
     fn store(&self) -> Store {
         Store::open_dir(self.home.path())
     }
@@ -137,6 +150,23 @@ fn note(s: &Session) -> String {
     s.open_report().index.clone().unwrap_or_default()
 }
 
+/// Opens the fixture; its open report's index line must contain `says`.
+fn open_saying(f: &Fixture, access: Access, says: &str) -> Session {
+    let s = f.open(access).expect("open");
+    assert!(note(&s).contains(says), "expected {says:?}: {}", note(&s));
+    s
+}
+
+/// The byte offset after every newline of `bytes`.
+fn line_ends(bytes: &[u8]) -> Vec<usize> {
+    bytes
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| **b == b'\n')
+        .map(|(i, _)| i + 1)
+        .collect()
+}
+
 fn flip(path: &Path, at: usize) {
     let mut b = fs::read(path).expect("read");
     b[at] ^= 0x20;
@@ -157,8 +187,7 @@ fn a_long_open_writes_the_index_and_the_next_open_uses_it() {
     drop(first);
     assert!(f.index().exists());
     for access in [Access::Read, Access::Write] {
-        let s = f.open(access).expect("open");
-        assert!(note(&s).starts_with("index used"), "{}", note(&s));
+        let s = open_saying(&f, access, "index used");
         assert_eq!(View::of(&s), want);
     }
     assert_eq!(f.reference(), want);
@@ -166,19 +195,8 @@ fn a_long_open_writes_the_index_and_the_next_open_uses_it() {
 
 #[test]
 fn appends_after_the_index_are_verified_and_reindexed_only_when_many() {
-    let f = Fixture::new();
-    drop(f.open(Access::Write).expect("index"));
-    let s = f.open(Access::Write).expect("open");
-    for i in 0..5 {
-        s.append(user(&format!("more {i}"))).expect("append");
-    }
-    drop(s);
-    let s = f.open(Access::Read).expect("open");
-    assert!(
-        note(&s).contains("5 verified after it"),
-        "the new records are parsed: {}",
-        note(&s)
-    );
+    let f = Fixture::indexed_then_five_more();
+    let s = open_saying(&f, Access::Read, "5 verified after it");
     assert_eq!(View::of(&s), f.reference());
 }
 
@@ -193,8 +211,7 @@ fn deleting_the_index_is_safe() {
     assert_eq!(View::of(&s), want);
     drop(s);
     assert!(!f.index().exists());
-    let s = f.open(Access::Write).expect("open");
-    assert!(note(&s).starts_with("index written"), "{}", note(&s));
+    let s = open_saying(&f, Access::Write, "index written");
     assert_eq!(View::of(&s), want);
 }
 
@@ -244,16 +261,9 @@ fn an_index_longer_than_the_log_is_stale_and_never_shows_records_the_log_lost() 
     drop(f.open(Access::Write).expect("index"));
     // The log loses its last records (as if restored from an older copy).
     let bytes = fs::read(f.log()).expect("read");
-    let cut: usize = bytes
-        .iter()
-        .enumerate()
-        .filter(|(_, b)| **b == b'\n')
-        .map(|(i, _)| i + 1)
-        .nth(600)
-        .expect("600 lines");
+    let cut = line_ends(&bytes)[600];
     fs::write(f.log(), &bytes[..cut]).expect("cut");
-    let s = f.open(Access::Read).expect("open");
-    assert!(note(&s).contains("shorter than"), "{}", note(&s));
+    let s = open_saying(&f, Access::Read, "shorter than");
     assert_eq!(s.len(), 601);
     assert_eq!(View::of(&s), f.reference());
 }
@@ -280,46 +290,27 @@ fn an_index_of_other_lines_is_stale() {
     }
     drop(s);
     fs::write(f.index(), idx).expect("put the old index back");
-    let s = f.open(Access::Read).expect("open");
-    assert!(
-        note(&s).contains("is not the one it indexed"),
-        "{}",
-        note(&s)
-    );
+    let s = open_saying(&f, Access::Read, "is not the one it indexed");
     assert_eq!(View::of(&s), f.reference());
 
     // An index of another session is not used either.
     let other = Fixture::new();
     drop(other.open(Access::Write).expect("index"));
     fs::copy(other.index(), f.index()).expect("copy");
-    let s = f.open(Access::Read).expect("open");
-    assert!(note(&s).contains("another session"), "{}", note(&s));
+    open_saying(&f, Access::Read, "another session");
 }
 
 #[test]
 fn damage_after_the_index_refuses_to_open() {
-    let f = Fixture::new();
-    drop(f.open(Access::Write).expect("index"));
-    let s = f.open(Access::Write).expect("open");
-    for i in 0..5 {
-        s.append(user(&format!("more {i}"))).expect("append");
-    }
-    drop(s);
+    let f = Fixture::indexed_then_five_more();
     let bytes = fs::read(f.log()).expect("read");
-    let len = bytes.len();
     // A flipped bit in the second of the five new lines (not the tail).
-    let starts: Vec<usize> = bytes
-        .iter()
-        .enumerate()
-        .filter(|(_, b)| **b == b'\n')
-        .map(|(i, _)| i + 1)
-        .filter(|&i| i < len)
-        .collect();
-    let second_new = starts[starts.len() - 4];
+    let ends = line_ends(&bytes);
+    let second_new = ends[ends.len() - 5];
     flip(&f.log(), second_new + 30);
     for access in [Access::Read, Access::Write] {
         match f.open(access) {
-            Err(OpenError::Damaged(d)) => assert_eq!(d.line as usize, starts.len() - 2),
+            Err(OpenError::Damaged(d)) => assert_eq!(d.line as usize, ends.len() - 3),
             other => panic!("expected damage, got {other:?}"),
         }
     }
@@ -331,13 +322,8 @@ fn damage_in_an_indexed_record_of_the_context_refuses_to_open_and_fsck_finds_it(
     drop(f.open(Access::Write).expect("index"));
     let bytes = fs::read(f.log()).expect("read");
     // A message in the kept range: its line is 20 from the end.
-    let starts: Vec<usize> = bytes
-        .iter()
-        .enumerate()
-        .filter(|(_, b)| **b == b'\n')
-        .map(|(i, _)| i + 1)
-        .collect();
-    let at = starts[starts.len() - 20] + 40;
+    let ends = line_ends(&bytes);
+    let at = ends[ends.len() - 20] + 40;
     flip(&f.log(), at);
     match f.open(Access::Read) {
         Err(OpenError::Damaged(_)) => {}
