@@ -16,7 +16,7 @@ use std::collections::HashSet;
 use anyhow::Result;
 use cairn::view::{ViewBuilder, estimate_message};
 use cairn::{
-    Block, Compaction, ContextMessage, EntryBody, EntryId, Message, Role, Session, Source,
+    Block, Compaction, ContextMessage, EntryBody, EntryId, Message, Messages, Role, Session, Source,
 };
 
 use crate::agent::{Backoff, Runtime, backoff};
@@ -75,7 +75,7 @@ pub fn maybe_compact(session: &Session, rt: &mut Runtime) -> Result<Option<Entry
 
 /// The index of the first context message to keep, or `None` when no cut
 /// is possible (nothing before a valid cut point).
-pub fn choose_first_kept(messages: &[ContextMessage], keep_recent_tokens: usize) -> Option<usize> {
+pub fn choose_first_kept(messages: &Messages, keep_recent_tokens: usize) -> Option<usize> {
     let mut open: HashSet<&str> = HashSet::new();
     let mut valid = Vec::new();
     for (i, m) in messages.iter().enumerate() {
@@ -126,7 +126,7 @@ fn compact_keeping(session: &Session, rt: &mut Runtime, keep: usize) -> Result<O
         return Ok(None);
     };
     let tokens_before: usize = messages.iter().map(|m| estimate_message(m.message())).sum();
-    let transcript = transcript(&messages[..cut]);
+    let transcript = transcript(messages.iter().take(cut));
     let request = ChatRequest {
         messages: vec![
             Message::text(Role::System, SUMMARY_PROMPT),
@@ -195,7 +195,7 @@ fn compact_keeping(session: &Session, rt: &mut Runtime, keep: usize) -> Result<O
 }
 
 /// The messages as plain text for the summariser.
-fn transcript(messages: &[ContextMessage]) -> String {
+fn transcript<'a>(messages: impl Iterator<Item = &'a ContextMessage>) -> String {
     let mut out = String::new();
     for m in messages {
         let msg = m.message();

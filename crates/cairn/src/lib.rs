@@ -34,6 +34,7 @@ pub mod frame;
 pub mod fsck;
 mod id;
 mod ijson;
+mod index;
 mod input;
 mod journal;
 mod kind;
@@ -55,8 +56,8 @@ pub mod vfs;
 pub mod view;
 
 pub use backend::{
-    Access, Backend, Catalog, CatalogEntry, FileBackend, Log, MemoryBackend, Opened, Opening,
-    RawLine, Stamp, TornTail, Visitor,
+    Access, Backend, Catalog, CatalogEntry, FileBackend, IndexedOpen, IndexedPrefix, Log,
+    MemoryBackend, Opened, Opening, RawLine, Stamp, TornTail, Visitor,
 };
 pub use commit::Durability;
 pub use error::{
@@ -71,7 +72,10 @@ pub use journal::{
 };
 pub use kind::{DecodeError, EntryKind, OpKind, Payload, RecordKind, decode_data};
 pub use operation::{ModelTicket, Operation, ToolOutput, ToolTicket};
-pub use projection::{ActiveCompaction, Context, ContextMessage, Source, apply_state, merge_patch};
+pub use projection::{
+    ActiveCompaction, Context, ContextMessage, Messages, MessagesIter, Source, apply_state,
+    merge_patch,
+};
 pub use record::{
     AppStateChange, ApprovalRequested, ApprovalResolved, Block, Body, Checkout, Compaction, Custom,
     EffectClass, Entry, EntryBody, FORMAT_VERSION, ForkOrigin, Header, ImportOrigin, InputQueued,

@@ -5,7 +5,8 @@
 //! fixture is written, so no write-back competes with their syncs. The SQLite
 //! group runs last, so figures 1–12 keep their numbers; every large fixture
 //! before it is synced or deleted, and its append rounds rotate all three
-//! sides, so a disk still busy affects each side alike.
+//! sides, so a disk still busy affects each side alike. The CLI figure (17)
+//! comes after it, so figures 1–16 keep their numbers.
 
 mod append;
 mod import;
@@ -94,13 +95,18 @@ pub const GROUPS: &[Group] = &[
         run: memory::run,
     },
     Group {
-        name: "import",
-        about: "import a long pi session vs pi's own open + context of it (node)",
-        run: import::run,
-    },
-    Group {
         name: "sqlite",
         about: "SQLite backend: durable append and open + context vs the file backend and raw SQLite",
         run: sqlite::run,
+    },
+    Group {
+        name: "cli",
+        about: "`cairn context --json` as a whole process vs the library's open + context; its peak memory",
+        run: open::run_cli,
+    },
+    Group {
+        name: "import",
+        about: "import a long pi session vs pi's own open + context of it (node)",
+        run: import::run,
     },
 ];

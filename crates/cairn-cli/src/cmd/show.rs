@@ -67,7 +67,10 @@ pub fn context(ctx: &Ctx, arg: &SessionArg, json: bool) -> Result<Status> {
     let context = session.context();
     let mut out = ctx.out();
     if json {
-        out.json(&shapes::context(&session, &context))?;
+        out.json_stream(&shapes::ContextShape {
+            session: &session,
+            ctx: &context,
+        })?;
     } else {
         render_context(&mut out, &context)?;
     }
