@@ -85,8 +85,11 @@ impl Convert for Pi {
                 );
                 b.log_only("pi.session", Value::Object(o))?;
             } else {
+                // Its fields beyond the id and cwd (time, version, the
+                // session it was branched from) are kept as they are.
                 self.header_seen = true;
                 self.v1_ids.push(String::new());
+                b.log_only("pi.session", Value::Object(o))?;
             }
             return Ok(());
         }

@@ -84,7 +84,7 @@ fn pi_fixture_keeps_labels_titles_and_unknown_types() {
     let ctx = s.context();
     assert_eq!(ctx.settings().get("thinking_level"), Some(&json!("medium")));
     assert_eq!(ctx.settings().get("model"), Some(&json!("claude-sonnet-4")));
-    let raw = String::from_utf8(s.raw_record(7).unwrap()).unwrap();
+    let raw = String::from_utf8(s.raw_record(8).unwrap()).unwrap();
     assert!(
         raw.contains(r#""label":"after ls""#),
         "the label's text is kept: {raw}"

@@ -342,7 +342,8 @@ fn source_fields_and_times_are_kept_in_the_entry() {
     let mut env = Env::new(&lines);
     let r = env.import(&Options::default()).unwrap();
     let s = env.session(&r.session);
-    let raw = String::from_utf8(s.raw_record(1).unwrap()).unwrap();
+    let seq = s.nodes()[0].seq;
+    let raw = String::from_utf8(s.raw_record(seq).unwrap()).unwrap();
     assert!(raw.contains(r#""ts":"2025-01-01T00:00:01.500Z""#), "{raw}");
     let data: Value = serde_json::from_str(
         cairn::frame::Frame::parse(raw.as_bytes())
