@@ -86,6 +86,15 @@ impl Env {
     }
 }
 
+/// The text of each message of the session's context.
+fn texts(s: &cairn::Session) -> Vec<String> {
+    s.context()
+        .messages()
+        .iter()
+        .map(|m| m.message().plain_text())
+        .collect()
+}
+
 fn kinds(notes: &[cairn_import::Note], kind: NoteKind) -> Vec<u64> {
     notes
         .iter()
@@ -260,11 +269,7 @@ fn a_result_after_the_import_answered_its_call_is_kept_not_lost() {
     // The late result starts a branch at the call, answering it for real.
     let ctx = s.context();
     assert!(unanswered_calls(&ctx).is_empty());
-    let texts: Vec<String> = ctx
-        .messages()
-        .iter()
-        .map(|m| m.message().plain_text())
-        .collect();
+    let texts = texts(&s);
     assert_eq!(texts.last().unwrap(), "thanks");
     let results: Vec<bool> = ctx
         .messages()
@@ -293,12 +298,7 @@ fn duplicate_ids_get_new_ids_and_children_follow_the_latest() {
     assert_eq!(kinds(&r.notes, NoteKind::Repaired), vec![3]);
     assert!(r.notes[0].message.contains("used twice"));
     let s = env.session(&r.session);
-    let texts: Vec<String> = s
-        .context()
-        .messages()
-        .iter()
-        .map(|m| m.message().plain_text())
-        .collect();
+    let texts = texts(&s);
     assert_eq!(texts, vec!["first", "second, same id", "child"]);
 }
 
@@ -327,12 +327,7 @@ fn unknown_types_and_refused_records_are_kept_as_ignorable_records() {
     };
     assert_eq!(u.kind, REFUSED_KIND);
     assert!(u.data["refused"].as_str().unwrap().contains("nobody-asked"));
-    let texts: Vec<String> = s
-        .context()
-        .messages()
-        .iter()
-        .map(|m| m.message().plain_text())
-        .collect();
+    let texts = texts(&s);
     assert_eq!(texts, vec!["hi", "after"]);
 }
 
