@@ -410,7 +410,11 @@ pub fn import_file(
             format: format.name().to_owned(),
             session: session_id.to_string(),
             consumed: complete as u64,
-            consumed_sha256: sha256_hex(&bytes[..complete]),
+            consumed_sha256: if complete == bytes.len() {
+                file_sha256.clone()
+            } else {
+                sha256_hex(&bytes[..complete])
+            },
             file_sha256,
             lines: last_line.saturating_sub(1),
             finished: !opts.live,

@@ -85,8 +85,11 @@ impl Convert for Pi {
                 );
                 b.log_only("pi.session", Value::Object(o))?;
             } else {
+                // Its fields beyond the id and cwd (time, version, the
+                // session it was branched from) are kept as they are.
                 self.header_seen = true;
                 self.v1_ids.push(String::new());
+                b.log_only("pi.session", Value::Object(o))?;
             }
             return Ok(());
         }
@@ -151,16 +154,21 @@ impl Pi {
         o: &Map<String, Value>,
         at: &At,
     ) -> (EntryBody, Map<String, Value>) {
-        const ENTRY: &[&str] = &["type", "id", "parentId", "timestamp"];
+        // The message is converted on its own (never copied whole here).
+        const ENTRY: &[&str] = &["type", "id", "parentId", "timestamp", "message"];
         let mut source = rest(o, ENTRY);
         source.insert("type".into(), json!(ty));
+        if ty != "message"
+            && let Some(m) = o.get("message")
+        {
+            source.insert("message".into(), m.clone());
+        }
         if let Some(t) = o.get("timestamp") {
             source.insert("timestamp".into(), t.clone());
         }
         let body = match ty {
             "message" => match o.get("message") {
                 Some(Value::Object(m)) => {
-                    source.remove("message");
                     let (body, kept) = pi_message(b, line, m);
                     source.insert("message".into(), Value::Object(kept));
                     body

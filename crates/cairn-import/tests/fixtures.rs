@@ -43,6 +43,11 @@ fn open(store: &Store, r: &FileReport) -> Session {
         .unwrap()
 }
 
+/// The source's own session id, from the header's lineage.
+fn source_id(s: &Session) -> Option<String> {
+    s.header().lineage.imported_from.as_ref()?.source_id.clone()
+}
+
 fn notes(r: &FileReport, kind: NoteKind) -> Vec<u64> {
     r.notes
         .iter()
@@ -84,7 +89,7 @@ fn pi_fixture_keeps_labels_titles_and_unknown_types() {
     let ctx = s.context();
     assert_eq!(ctx.settings().get("thinking_level"), Some(&json!("medium")));
     assert_eq!(ctx.settings().get("model"), Some(&json!("claude-sonnet-4")));
-    let raw = String::from_utf8(s.raw_record(7).unwrap()).unwrap();
+    let raw = String::from_utf8(s.raw_record(8).unwrap()).unwrap();
     assert!(
         raw.contains(r#""label":"after ls""#),
         "the label's text is kept: {raw}"
@@ -123,16 +128,7 @@ fn claude_code_fixture_resolves_the_live_leaf_and_merges_split_responses() {
     let (store, r) = import(&fixture(CLAUDE), &Options::default());
     assert_eq!(r.format, "claude-code");
     let s = open(&store, &r);
-    assert_eq!(
-        s.header()
-            .lineage
-            .imported_from
-            .as_ref()
-            .unwrap()
-            .source_id
-            .as_deref(),
-        Some("5b1c2f3e-cc-fixture")
-    );
+    assert_eq!(source_id(&s).as_deref(), Some("5b1c2f3e-cc-fixture"));
     assert_eq!(s.header().cwd.as_deref(), Some("/home/dev/app"));
     assert_eq!(
         s.title().as_deref(),
@@ -184,16 +180,7 @@ fn codex_fixture_joins_calls_and_turns_a_rollback_into_a_checkout() {
     let (store, r) = import(&fixture(CODEX), &Options::default());
     assert_eq!(r.format, "codex");
     let s = open(&store, &r);
-    assert_eq!(
-        s.header()
-            .lineage
-            .imported_from
-            .as_ref()
-            .unwrap()
-            .source_id
-            .as_deref(),
-        Some("0198c0de-codex-fixture")
-    );
+    assert_eq!(source_id(&s).as_deref(), Some("0198c0de-codex-fixture"));
     let ctx = s.context();
     assert_eq!(ctx.settings().get("model"), Some(&json!("gpt-5-codex")));
     assert_eq!(
