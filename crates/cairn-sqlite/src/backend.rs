@@ -278,7 +278,7 @@ impl Backend for SqliteBackend {
         tx.execute(
             "INSERT INTO records (session, seq, kind, id, parent, crc, payload)
              VALUES (?1, 0, 'header', NULL, NULL, ?2, ?3)",
-            params![sid, crate::log::crc_of(header), header],
+            params![sid, summary::crc_of(header), header],
         )
         .map_err(&err)?;
         let token = lease::acquire(&tx, sid).map_err(&err)?;

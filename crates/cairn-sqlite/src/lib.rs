@@ -47,7 +47,7 @@ pub mod lease;
 mod log;
 mod queries;
 mod schema;
-mod summary;
+pub mod summary;
 
 pub use backend::SqliteBackend;
 pub use copy::{Copied, CopyError, CopyOutcome, CopyReport, copy_session, copy_store};

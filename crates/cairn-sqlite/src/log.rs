@@ -137,7 +137,7 @@ impl SqliteLog {
                         .as_ref()
                         .and_then(|p| p.as_ref())
                         .map(|p| p.as_str()),
-                    crc_of(line),
+                    summary::crc_of(line),
                     line,
                 ])?;
                 summary.apply(&f, line.len());
@@ -168,17 +168,6 @@ impl SqliteLog {
         tx.commit()?;
         Ok(())
     }
-}
-
-/// The CRC-32C in a line's trailer (the line was checked).
-pub(crate) fn crc_of(line: &[u8]) -> i64 {
-    let hex = line
-        .len()
-        .checked_sub(11)
-        .and_then(|start| line.get(start..start + 8))
-        .and_then(|h| std::str::from_utf8(h).ok())
-        .and_then(|h| u32::from_str_radix(h, 16).ok());
-    i64::from(hex.unwrap_or(0))
 }
 
 impl Log for SqliteLog {
