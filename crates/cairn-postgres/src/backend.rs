@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use cairn::OpPhase;
 use cairn::frame;
-use cairn::{Access, Backend, Catalog, CatalogEntry, Log, Opened, RawLine, Stamp, Visitor};
+use cairn::{Access, Backend, Catalog, CatalogEntry, Claim, Log, Opened, RawLine, Stamp, Visitor};
 use cairn::{Damage, ListingFold, OpenError, SessionId, StoreError};
 use cairn_sqlite::Holder;
 use cairn_sqlite::summary::{self, HeaderInfo, Summary};
@@ -632,4 +632,12 @@ impl Backend for PostgresBackend {
     /// Nothing to save: the `sessions` table is the catalog, kept current by
     /// every append.
     fn save_catalog(&self, _catalog: &Catalog) {}
+
+    /// [`PostgresBackend::claim`]: `FOR UPDATE SKIP LOCKED`, lease taken.
+    fn claim_interrupted(&self, skip: &[SessionId]) -> Result<Claim, StoreError> {
+        Ok(match self.claim(skip)? {
+            Some(id) => Claim::Claimed(id),
+            None => Claim::NoneLeft,
+        })
+    }
 }

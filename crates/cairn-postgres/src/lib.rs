@@ -28,7 +28,8 @@
 //! - **Faults.** A dropped connection or a server restart mid-append gives
 //!   an error naming it and a poisoned handle; nothing acknowledged is lost
 //!   (an append either committed or did not); the next open connects anew.
-//! - **Fleets.** [`PostgresBackend::claim_interrupted`] hands each worker a
+//! - **Fleets.** [`PostgresBackend::claim`] (the core's
+//!   [`cairn::Backend::claim_interrupted`]) hands each worker a
 //!   different interrupted session (`FOR UPDATE SKIP LOCKED`) with its lease
 //!   taken; readers follow new records by polling one indexed range
 //!   ([`PostgresBackend::records_since`]).
@@ -64,6 +65,7 @@ mod schema;
 pub mod scratch;
 
 pub use backend::PostgresBackend;
+pub use postgres::config::Host;
 pub use config::{DEFAULT_LEASE, DEFAULT_SCHEMA, PgUrl, hide_password, is_postgres_url};
 pub use error::PgError;
 pub use lease::Lease;

@@ -147,7 +147,7 @@ impl PostgresBackend {
     /// # Errors
     ///
     /// Database errors.
-    pub fn claim_interrupted(&self, skip: &[SessionId]) -> Result<Option<SessionId>, StoreError> {
+    pub fn claim(&self, skip: &[SessionId]) -> Result<Option<SessionId>, StoreError> {
         let schema = self.schema();
         let err = store_err("claim a session of", &self.describe());
         let me = Holder::me();

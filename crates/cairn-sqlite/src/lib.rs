@@ -41,7 +41,6 @@
 //! `README.md`.
 
 mod backend;
-mod copy;
 mod error;
 pub mod lease;
 mod log;
@@ -50,7 +49,6 @@ mod schema;
 pub mod summary;
 
 pub use backend::SqliteBackend;
-pub use copy::{Copied, CopyError, CopyOutcome, CopyReport, copy_session, copy_store};
 pub use error::SqliteError;
 pub use lease::{Holder, Lease, Liveness, Takeover};
 pub use schema::{APPLICATION_ID, BUSY_TIMEOUT, SCHEMA_VERSION};

@@ -55,7 +55,8 @@ pub mod vfs;
 pub mod view;
 
 pub use backend::{
-    Access, Backend, Catalog, CatalogEntry, FileBackend, Log, MemoryBackend, Opened, Opening,
+    Access, Backend, Catalog, CatalogEntry, Claim, FileBackend, Log, MemoryBackend, Opened,
+    Opening,
     RawLine, Stamp, TornTail, Visitor,
 };
 pub use commit::Durability;

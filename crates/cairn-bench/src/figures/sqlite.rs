@@ -16,7 +16,7 @@
 //!   and its figure the median of its rounds' rates.
 //! - **Open + context.** The open figure's linear session (same plan and
 //!   seed as `open.rs`) is written as a file, copied line for line into the
-//!   SQLite store (`cairn_sqlite::copy_session`), and its lines inserted
+//!   SQLite store (`cairn_stores::copy_session`), and its lines inserted
 //!   into the raw table (this runs first, and also brings both WALs to their
 //!   working size). Both databases are checkpointed, the page cache is
 //!   warmed, then each repeat opens the session for writing and takes its
@@ -29,7 +29,8 @@ use std::sync::Arc;
 
 use anyhow::{Context as _, Result, bail};
 use cairn::{Access, Durability, EntryBody, FileBackend, Session, SessionId, Store};
-use cairn_sqlite::{CopyOutcome, SqliteBackend, copy_session};
+use cairn_sqlite::SqliteBackend;
+use cairn_stores::{CopyOutcome, copy_session};
 use rusqlite::{Connection, TransactionBehavior, params};
 
 use super::Bench;
