@@ -156,18 +156,19 @@ impl PostgresBackend {
         let mut conn = self.pool().get().map_err(&err)?;
         let mut tx = conn.transaction().map_err(&err)?;
         // Expired or released leases, and (judged below) holders on this
-        // machine that may be dead.
+        // machine that may be dead. Only the keys: the rows' values are
+        // read again below, once locked (a locking query with ORDER BY may
+        // hand back values from before a concurrent update).
         let rows = tx
             .query_typed(
                 &format!(
-                    "SELECT sid, id, {} FROM {schema}.sessions
+                    "SELECT sid FROM {schema}.sessions
                       WHERE phase = $1 AND id <> ALL($2)
                         AND (lease_expires IS NULL OR lease_expires <= now()
                              OR holder_machine = $3)
                       ORDER BY updated
                       LIMIT 64
-                      FOR UPDATE SKIP LOCKED",
-                    lease::COLUMNS
+                      FOR UPDATE SKIP LOCKED"
                 ),
                 &[
                     (&open, Type::TEXT),
@@ -177,12 +178,22 @@ impl PostgresBackend {
             )
             .map_err(&err)?;
         for row in &rows {
-            let held = lease::from_row(row, 2).map_err(&err)?;
-            if held.is_some_and(|l| l.holds()) {
+            let sid: i64 = row.try_get(0).map_err(&err)?;
+            let now = tx
+                .query_typed_one(
+                    &format!(
+                        "SELECT id, phase, {} FROM {schema}.sessions WHERE sid = $1",
+                        lease::COLUMNS
+                    ),
+                    &[(&sid, Type::INT8)],
+                )
+                .map_err(&err)?;
+            let phase: String = now.try_get(1).map_err(&err)?;
+            let held = lease::from_row(&now, 2).map_err(&err)?;
+            if phase != open || held.as_ref().is_some_and(Lease::holds) {
                 continue;
             }
-            let sid: i64 = row.try_get(0).map_err(&err)?;
-            let id: String = row.try_get(1).map_err(&err)?;
+            let id: String = now.try_get(0).map_err(&err)?;
             let Ok(id) = SessionId::parse(&id) else {
                 continue;
             };
