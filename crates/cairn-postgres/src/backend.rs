@@ -52,8 +52,8 @@ impl Sql {
                        AND records = $12
                  RETURNING sid
                  ), ins AS (
-                    INSERT INTO {s}.records (session, seq, kind, id, parent, crc, payload)
-                    SELECT fence.sid, u.seq, u.kind, u.id, u.parent, u.crc, u.payload
+                    INSERT INTO {s}.records (session, seq, kind, id, parent, crc, payload, writer)
+                    SELECT fence.sid, u.seq, u.kind, u.id, u.parent, u.crc, u.payload, $2
                       FROM fence,
                            unnest($13::int8[], $14::text[], $15::text[], $16::text[],
                                   $17::int8[], $18::bytea[])
@@ -158,7 +158,7 @@ impl PostgresBackend {
     ///
     /// The server cannot be reached.
     pub fn schema_version(&self) -> Result<i32, PgError> {
-        let mut conn = self.shared.pool.get().map_err(|source| PgError::Connect {
+        let mut conn = self.shared.pool.live().map_err(|source| PgError::Connect {
             url: self.shared.url.shown.clone(),
             source,
         })?;
@@ -216,7 +216,7 @@ impl PostgresBackend {
         let claimed = lock(&self.claimed).remove(id);
         let err = open_err("lock", location);
         let schema = self.schema();
-        let mut conn = self.shared.pool.get().map_err(&err)?;
+        let mut conn = self.shared.pool.live().map_err(&err)?;
         let mut tx = conn.transaction().map_err(&err)?;
         let row = tx
             .query_typed_opt(
@@ -398,7 +398,7 @@ impl Backend for PostgresBackend {
             })?;
         let err = open_err("create", &location);
         let schema = self.schema();
-        let mut conn = self.shared.pool.get().map_err(&err)?;
+        let mut conn = self.shared.pool.live().map_err(&err)?;
         let mut tx = conn.transaction().map_err(&err)?;
         let phase = summary::phase_json(OpPhase::None);
         let op_state = summary::op_state_json(&summary.fold.op);
@@ -436,19 +436,20 @@ impl Backend for PostgresBackend {
                 location: self.describe(),
             });
         };
+        let token = lease::acquire(&mut tx, schema, sid, self.shared.url.lease).map_err(&err)?;
         tx.query_typed(
             &format!(
-                "INSERT INTO {schema}.records (session, seq, kind, id, parent, crc, payload)
-                 VALUES ($1, 0, 'header', NULL, NULL, $2, $3)"
+                "INSERT INTO {schema}.records (session, seq, kind, id, parent, crc, payload, writer)
+                 VALUES ($1, 0, 'header', NULL, NULL, $2, $3, $4)"
             ),
             &[
                 (&sid, Type::INT8),
                 (&summary::crc_of(header), Type::INT8),
                 (&header, Type::BYTEA),
+                (&token, Type::INT8),
             ],
         )
         .map_err(&err)?;
-        let token = lease::acquire(&mut tx, schema, sid, self.shared.url.lease).map_err(&err)?;
         tx.commit().map_err(&err)?;
         drop(conn);
         Ok(Box::new(PgLog::new(
@@ -585,7 +586,7 @@ impl Backend for PostgresBackend {
         let location = self.location(id);
         let err = store_err("remove", &location);
         let schema = self.schema();
-        let mut conn = self.shared.pool.get().map_err(&err)?;
+        let mut conn = self.shared.pool.live().map_err(&err)?;
         let mut tx = conn.transaction().map_err(&err)?;
         let row = tx
             .query_typed_opt(

@@ -20,6 +20,9 @@ use postgres::{Client, NoTls};
 /// How many idle connections are kept.
 const MAX_IDLE: usize = 32;
 
+/// How long [`Pool::live`] waits for a reused connection to answer.
+const VALID_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Connections to one database.
 pub(crate) struct Pool {
     config: postgres::Config,
@@ -89,6 +92,21 @@ impl Pool {
             client: Some(client),
             fresh,
         })
+    }
+
+    /// A connection known to be alive: a reused one is checked with an
+    /// empty query first (one round trip) and replaced if it died while
+    /// idle. For the transactions of open, create, claim and remove, which
+    /// must not fail just because the server restarted since the pool's
+    /// connections were made (appends are not retried: see the module docs).
+    pub(crate) fn live(&self) -> Result<Conn<'_>, postgres::Error> {
+        let mut conn = self.get()?;
+        if conn.fresh || conn.is_valid(VALID_TIMEOUT).is_ok() {
+            return Ok(conn);
+        }
+        conn.discard();
+        lock(&self.idle).clear();
+        self.get()
     }
 
     /// Runs a read (or an idempotent write) on a pooled connection, once

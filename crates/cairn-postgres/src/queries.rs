@@ -153,7 +153,7 @@ impl PostgresBackend {
         let me = Holder::me();
         let open = summary::phase_json(OpPhase::Open);
         let skip: Vec<&str> = skip.iter().map(SessionId::as_str).collect();
-        let mut conn = self.pool().get().map_err(&err)?;
+        let mut conn = self.pool().live().map_err(&err)?;
         let mut tx = conn.transaction().map_err(&err)?;
         // Expired or released leases, and (judged below) holders on this
         // machine that may be dead. Only the keys: the rows' values are

@@ -58,6 +58,7 @@ const MIGRATIONS: &[&str] = &[
         parent  text,
         crc     bigint NOT NULL,
         payload bytea  NOT NULL,
+        writer  bigint NOT NULL,
         PRIMARY KEY (session, seq)
     );
     CREATE UNIQUE INDEX records_by_id ON {s}.records (session, id) WHERE id IS NOT NULL;

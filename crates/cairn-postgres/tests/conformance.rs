@@ -86,8 +86,8 @@ impl Fixture for PgFixture {
             .get(0);
         tx.execute(
             &format!(
-                "INSERT INTO {s}.records (session, seq, kind, crc, payload)
-                 VALUES ($1, $2, 'message', 0, $3)"
+                "INSERT INTO {s}.records (session, seq, kind, crc, payload, writer)
+                 VALUES ($1, $2, 'message', 0, $3, 0)"
             ),
             &[&sid, &seq, &line],
         )

@@ -4,7 +4,7 @@
 //! schema of its own; connection faults are made with
 //! `pg_terminate_backend` on this test's own connections only, so the tests
 //! run in parallel. The server restart test is `#[ignore]`d (it restarts
-//! the shared server): `scripts/pg-fleet.sh` runs it.
+//! the shared server): `crates/cairn-postgres/fleet.sh` runs it.
 
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -365,9 +365,9 @@ fn a_reader_follows_new_records_without_rescanning() {
 /// Restarts the shared server (`pg_ctlcluster 15 main restart`) while a
 /// writer is open: the next append fails with a poisoned handle, nothing
 /// acknowledged is lost, and the next open reconnects. Run by
-/// `scripts/pg-fleet.sh` (it disturbs every other test on the server).
+/// `crates/cairn-postgres/fleet.sh` (it disturbs every other test on the server).
 #[test]
-#[ignore = "restarts the shared Postgres server; run by scripts/pg-fleet.sh"]
+#[ignore = "restarts the shared Postgres server; run by crates/cairn-postgres/fleet.sh"]
 fn a_server_restart_poisons_open_writers_and_the_next_open_reconnects() {
     let Some((_scratch, store, b)) = store("restart", "") else {
         return;
