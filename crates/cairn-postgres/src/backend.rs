@@ -26,7 +26,7 @@ use crate::schema;
 #[derive(Debug)]
 pub(crate) struct Sql {
     pub append: String,
-    pub read: String,
+    pub read_ahead: String,
     pub scan: String,
     pub renew: String,
     pub release: String,
@@ -62,7 +62,16 @@ impl Sql {
                  )
                  SELECT (SELECT count(*) FROM fence), (SELECT count(*) FROM ins)"
             ),
-            read: format!("SELECT payload FROM {s}.records WHERE session = $1 AND seq = $2"),
+            // Records $2 ≤ seq < $3, stopping after the one that reaches $4
+            // bytes (at least one).
+            read_ahead: format!(
+                "SELECT seq, payload FROM (
+                    SELECT seq, payload,
+                           sum(octet_length(payload)) OVER (ORDER BY seq)
+                               - octet_length(payload) AS before
+                      FROM {s}.records WHERE session = $1 AND seq >= $2 AND seq < $3
+                 ) w WHERE before < $4 ORDER BY seq"
+            ),
             scan: format!("SELECT seq, payload FROM {s}.records WHERE session = $1 ORDER BY seq"),
             renew: lease::renew_sql(s),
             release: lease::release_sql(s),
@@ -77,6 +86,19 @@ impl Sql {
             ),
         }
     }
+}
+
+/// How many bytes of a session's last records an open keeps for the reads
+/// that follow it (see `PgLog`'s read-ahead).
+const RETAIN_BYTES: u64 = 32 << 20;
+
+/// What an open's scan found.
+struct Scanned {
+    offsets: Vec<u64>,
+    end: u64,
+    /// Records `first_kept..` as read.
+    first_kept: u64,
+    tail: Vec<Vec<u8>>,
 }
 
 /// What the backend and its open logs share.
@@ -273,13 +295,16 @@ impl PostgresBackend {
     }
 
     /// Streams a session's records in `seq` order to `visit`, checking each
-    /// line's checksum and that `seq`s have no gap. Returns the offsets.
+    /// line's checksum and that `seq`s have no gap. Returns the offsets, and
+    /// the last records up to [`RETAIN_BYTES`] (the first read-ahead window:
+    /// the records an open reads back for the context are the branch's,
+    /// mostly at the end).
     fn scan(
         &self,
         sid: i64,
         location: &str,
         visit: &mut Visitor<'_>,
-    ) -> Result<(Vec<u64>, u64), OpenError> {
+    ) -> Result<Scanned, OpenError> {
         let err = open_err("read", location);
         let rows = self
             .shared
@@ -315,7 +340,27 @@ impl PostgresBackend {
                 problem: "the session has no records".into(),
             });
         }
-        Ok((offsets, end))
+        let mut kept = 0;
+        let mut bytes = 0u64;
+        for row in rows.iter().rev() {
+            let len = row.try_get::<_, &[u8]>(1).map_or(0, |b| b.len() as u64);
+            if bytes + len > RETAIN_BYTES {
+                break;
+            }
+            bytes += len;
+            kept += 1;
+        }
+        let tail = rows[rows.len() - kept..]
+            .iter()
+            .map(|r| r.try_get::<_, Vec<u8>>(1))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(&err)?;
+        Ok(Scanned {
+            first_kept: (offsets.len() - kept) as u64,
+            offsets,
+            end,
+            tail,
+        })
     }
 
     /// Every session's row: key, id, header facts, summary, lease.
@@ -484,7 +529,7 @@ impl Backend for PostgresBackend {
         };
         // From here on a failure must give the lease back.
         let scanned = (|| {
-            let (offsets, end) = self.scan(sid, &location, visit)?;
+            let scanned = self.scan(sid, &location, visit)?;
             let writer = match token {
                 Some(token) => Some(Writer {
                     token,
@@ -494,20 +539,24 @@ impl Backend for PostgresBackend {
                 }),
                 None => None,
             };
-            Ok((offsets, end, writer))
+            Ok((scanned, writer))
         })();
         match scanned {
-            Ok((offsets, end, writer)) => Ok(Opened {
-                log: Box::new(PgLog::new(
+            Ok((scanned, writer)) => {
+                let log = PgLog::new(
                     location,
                     sid,
                     Arc::clone(&self.shared),
-                    offsets,
-                    end,
+                    scanned.offsets,
+                    scanned.end,
                     writer,
-                )),
-                torn: None,
-            }),
+                );
+                log.keep(scanned.first_kept, scanned.tail);
+                Ok(Opened {
+                    log: Box::new(log),
+                    torn: None,
+                })
+            }
             Err(e) => {
                 if let Some(token) = token {
                     self.release(sid, token);

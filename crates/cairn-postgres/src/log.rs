@@ -4,6 +4,13 @@
 //! only if the fence passed. It is durable when it returns
 //! (`synchronous_commit = on`), so [`Log::sync`] has nothing left to do.
 //!
+//! Reads go through a read-ahead window: first the last records the open's
+//! scan read (up to 32 MiB, dropped at the first append or the first read
+//! outside them), then, at each miss, the next records fetched in one query
+//! (16 at first, doubling up to 1024 while reads stay sequential, and never
+//! much more than 4 MiB). So opening a session whose context needs every
+//! message costs no round trip per record.
+//!
 //! A writer also runs a heartbeat thread that renews its lease every third
 //! of the lease while it is idle; when a renewal finds the lease gone, the
 //! handle is poisoned at once.
@@ -37,6 +44,22 @@ struct State {
     poisoned: Option<String>,
 }
 
+/// Records read ahead: `lines[i]` is record `first + i`.
+#[derive(Debug, Default)]
+struct Window {
+    first: u64,
+    lines: Vec<Vec<u8>>,
+    /// How many records the next sequential miss fetches.
+    next: usize,
+}
+
+/// The first read-ahead of a miss that does not continue the window.
+const READ_AHEAD_MIN: usize = 16;
+/// The largest read-ahead, in records.
+const READ_AHEAD_MAX: usize = 1024;
+/// A read-ahead stops after the record that reaches this many bytes.
+const READ_AHEAD_BYTES: i64 = 4 << 20;
+
 /// An open session of a Postgres store.
 #[derive(Debug)]
 pub(crate) struct PgLog {
@@ -44,6 +67,7 @@ pub(crate) struct PgLog {
     sid: i64,
     shared: Arc<Shared>,
     state: Arc<Mutex<State>>,
+    window: Mutex<Window>,
     /// Dropping it stops the heartbeat thread.
     heartbeat: Option<Sender<()>>,
 }
@@ -108,6 +132,7 @@ impl PgLog {
             sid,
             shared,
             state,
+            window: Mutex::new(Window::default()),
             heartbeat,
         }
     }
@@ -206,6 +231,66 @@ impl PgLog {
             ours: token,
             why: self.why_fenced(token, before),
         }))
+    }
+
+    /// Makes `lines` (records `first..`) the read-ahead window: the open's
+    /// scan hands over what it read. The window is dropped at the first
+    /// append or the first read outside it.
+    pub(crate) fn keep(&self, first: u64, lines: Vec<Vec<u8>>) {
+        *lock(&self.window) = Window {
+            first,
+            lines,
+            next: READ_AHEAD_MIN,
+        };
+    }
+
+    /// Record `seq` from the read-ahead window, refilled on a miss (see the
+    /// module docs); `None` if the database no longer has it.
+    fn read_ahead(&self, seq: u64) -> Result<Option<Vec<u8>>, postgres::Error> {
+        let mut w = lock(&self.window);
+        if let Some(line) = seq
+            .checked_sub(w.first)
+            .and_then(|i| usize::try_from(i).ok())
+            .and_then(|i| w.lines.get(i))
+        {
+            return Ok(Some(line.clone()));
+        }
+        let sequential = seq == w.first + w.lines.len() as u64 && !w.lines.is_empty();
+        let want = if sequential {
+            w.next
+        } else {
+            READ_AHEAD_MIN
+        };
+        let (from, to) = (
+            i64::try_from(seq).unwrap_or(i64::MAX),
+            i64::try_from(seq.saturating_add(want as u64)).unwrap_or(i64::MAX),
+        );
+        let rows = self.shared.pool.run(|c| {
+            c.query_typed(
+                &self.shared.sql.read_ahead,
+                &[
+                    (&self.sid, Type::INT8),
+                    (&from, Type::INT8),
+                    (&to, Type::INT8),
+                    (&READ_AHEAD_BYTES, Type::INT8),
+                ],
+            )
+        })?;
+        let mut lines = Vec::with_capacity(rows.len());
+        for (i, row) in rows.iter().enumerate() {
+            let at: i64 = row.try_get(0)?;
+            if at != from + i as i64 {
+                break;
+            }
+            lines.push(row.try_get::<_, Vec<u8>>(1)?);
+        }
+        let first = lines.first().cloned();
+        *w = Window {
+            first: seq,
+            lines,
+            next: (want * 2).min(READ_AHEAD_MAX),
+        };
+        Ok(first)
     }
 
     /// Why the fence refused an append (read after the fact, for the message).
@@ -312,20 +397,6 @@ impl Log for PgLog {
             let i = usize::try_from(seq).map_err(|_| ReadError::NoSuchRecord(seq))?;
             *st.offsets.get(i).ok_or(ReadError::NoSuchRecord(seq))?
         };
-        let at = i64::try_from(seq).unwrap_or(-1);
-        let row = self
-            .shared
-            .pool
-            .run(|c| {
-                c.query_typed_opt(
-                    &self.shared.sql.read,
-                    &[(&self.sid, Type::INT8), (&at, Type::INT8)],
-                )
-            })
-            .map_err(|e| ReadError::Io {
-                location: self.location.clone(),
-                source: io(e),
-            })?;
         let damaged = |problem: String| {
             ReadError::Damaged(Box::new(Damage {
                 location: self.location.clone(),
@@ -334,15 +405,15 @@ impl Log for PgLog {
                 problem,
             }))
         };
-        let Some(row) = row else {
+        let line = self.read_ahead(seq).map_err(|e| ReadError::Io {
+            location: self.location.clone(),
+            source: io(e),
+        })?;
+        let Some(line) = line else {
             return Err(damaged(
                 "the record vanished after the session was opened".into(),
             ));
         };
-        let line: Vec<u8> = row.try_get(0).map_err(|e| ReadError::Io {
-            location: self.location.clone(),
-            source: io(e),
-        })?;
         frame::check(&line).map_err(|d| {
             damaged(format!(
                 "{d} (it verified when the session was opened: the database changed underneath)"
@@ -352,6 +423,13 @@ impl Log for PgLog {
     }
 
     fn append(&self, lines: &[Vec<u8>]) -> Result<(), AppendError> {
+        // The open is over: what it kept to read is no longer needed.
+        {
+            let mut w = lock(&self.window);
+            if w.lines.len() > READ_AHEAD_MAX {
+                *w = Window::default();
+            }
+        }
         let mut st = lock(&self.state);
         let first_seq = st.offsets.len() as u64;
         let writer = self.writable(&mut st)?;

@@ -12,6 +12,7 @@ mod leaf;
 mod list;
 mod memory;
 mod open;
+mod postgres;
 mod resume;
 mod sqlite;
 
@@ -96,5 +97,10 @@ pub const GROUPS: &[Group] = &[
         name: "sqlite",
         about: "SQLite backend: durable append and open + context vs the file backend and raw SQLite",
         run: sqlite::run,
+    },
+    Group {
+        name: "postgres",
+        about: "Postgres backend: durable append vs raw INSERTs, 16 workers vs 1, open + context vs the file backend",
+        run: postgres::run,
     },
 ];

@@ -284,7 +284,7 @@ fn open_figures(
 }
 
 /// Appends `bodies`, one `Session::append` each; seconds taken.
-fn append_chunk(session: &Session, bodies: Vec<EntryBody>) -> Result<f64> {
+pub(super) fn append_chunk(session: &Session, bodies: Vec<EntryBody>) -> Result<f64> {
     let (t, ()) = timed(|| {
         for body in bodies {
             session.append(body)?;
@@ -294,19 +294,23 @@ fn append_chunk(session: &Session, bodies: Vec<EntryBody>) -> Result<f64> {
     Ok(t)
 }
 
-/// Opens a session of `store` and takes its context: the session (dropped by
-/// the caller after its clock stops: dropping a writer releases its lease,
-/// another transaction) and the number of messages.
-fn sqlite_open_context(store: &Store, id: &SessionId, access: Access) -> Result<(Session, usize)> {
+/// Opens a session of `store` (any backend) and takes its context: the
+/// session (dropped by the caller after its clock stops: dropping a writer
+/// releases its lease, another transaction) and the number of messages.
+pub(super) fn sqlite_open_context(
+    store: &Store,
+    id: &SessionId,
+    access: Access,
+) -> Result<(Session, usize)> {
     let session = store
         .open(id, access)
-        .with_context(|| format!("opening session {id} in SQLite"))?;
+        .with_context(|| format!("opening session {id} in {}", store.backend().describe()))?;
     let n = session.context().messages().len();
     Ok((session, n))
 }
 
 /// The lines of a session file, newlines included (as cairn stores them).
-fn split_lines(bytes: &[u8]) -> Vec<Vec<u8>> {
+pub(super) fn split_lines(bytes: &[u8]) -> Vec<Vec<u8>> {
     bytes
         .split_inclusive(|&c| c == b'\n')
         .map(<[u8]>::to_vec)
