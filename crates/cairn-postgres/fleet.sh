@@ -2,7 +2,7 @@
 # The long Postgres fleet run: 8 worker processes on 32 sessions, with
 # SIGKILLs, a worker SIGSTOPped past its lease and a server restart, then
 # the restart test of a single writer. Both restart the shared server
-# (pg_ctlcluster 15 main restart), so nothing else should be using it.
+# (pg_ctlcluster … main restart), so nothing else should be using it.
 #
 #   crates/cairn-postgres/fleet.sh            # from the repository root
 #   CAIRN_TEST_POSTGRES_URL=postgres://... crates/cairn-postgres/fleet.sh

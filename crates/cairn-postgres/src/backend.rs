@@ -569,7 +569,10 @@ impl Backend for PostgresBackend {
     fn stored_lines(&self, id: &SessionId) -> Result<Vec<Vec<u8>>, OpenError> {
         let location = self.location(id);
         let err = open_err("read", &location);
-        let sid = self.sid(id).map_err(&err)?.ok_or_else(|| self.not_found(id))?;
+        let sid = self
+            .sid(id)
+            .map_err(&err)?
+            .ok_or_else(|| self.not_found(id))?;
         let rows = self
             .shared
             .pool

@@ -76,13 +76,23 @@ pub(crate) fn from_row(row: &Row, at: usize) -> Result<Option<Lease>, postgres::
     Ok(Some(Lease {
         token: row.try_get(at)?,
         expired: row.try_get::<_, Option<bool>>(at + 2)?.unwrap_or(true),
-        acquired: row.try_get::<_, Option<String>>(at + 3)?.unwrap_or_default(),
-        expires: row.try_get::<_, Option<String>>(at + 4)?.unwrap_or_default(),
+        acquired: row
+            .try_get::<_, Option<String>>(at + 3)?
+            .unwrap_or_default(),
+        expires: row
+            .try_get::<_, Option<String>>(at + 4)?
+            .unwrap_or_default(),
         holder: Holder {
             pid: pid.and_then(|p| u32::try_from(p).ok()).unwrap_or(0),
-            machine: row.try_get::<_, Option<String>>(at + 6)?.unwrap_or_default(),
-            boot: row.try_get::<_, Option<String>>(at + 7)?.unwrap_or_default(),
-            pid_ns: row.try_get::<_, Option<String>>(at + 8)?.unwrap_or_default(),
+            machine: row
+                .try_get::<_, Option<String>>(at + 6)?
+                .unwrap_or_default(),
+            boot: row
+                .try_get::<_, Option<String>>(at + 7)?
+                .unwrap_or_default(),
+            pid_ns: row
+                .try_get::<_, Option<String>>(at + 8)?
+                .unwrap_or_default(),
             started: started.and_then(|s| u64::try_from(s).ok()).unwrap_or(0),
         },
     }))

@@ -65,9 +65,9 @@ mod schema;
 pub mod scratch;
 
 pub use backend::PostgresBackend;
-pub use postgres::config::Host;
 pub use config::{DEFAULT_LEASE, DEFAULT_SCHEMA, PgUrl, hide_password, is_postgres_url};
 pub use error::PgError;
 pub use lease::Lease;
+pub use postgres::config::Host;
 pub use queries::Takeover;
 pub use schema::SCHEMA_VERSION;

@@ -256,11 +256,7 @@ impl PgLog {
             return Ok(Some(line.clone()));
         }
         let sequential = seq == w.first + w.lines.len() as u64 && !w.lines.is_empty();
-        let want = if sequential {
-            w.next
-        } else {
-            READ_AHEAD_MIN
-        };
+        let want = if sequential { w.next } else { READ_AHEAD_MIN };
         let (from, to) = (
             i64::try_from(seq).unwrap_or(i64::MAX),
             i64::try_from(seq.saturating_add(want as u64)).unwrap_or(i64::MAX),
@@ -295,12 +291,10 @@ impl PgLog {
 
     /// Why the fence refused an append (read after the fact, for the message).
     fn why_fenced(&self, token: i64, records: i64) -> String {
-        let row = self.shared.pool.run(|c| {
-            c.query_typed_opt(
-                &self.shared.sql.lease_of,
-                &[(&self.sid, Type::INT8)],
-            )
-        });
+        let row = self
+            .shared
+            .pool
+            .run(|c| c.query_typed_opt(&self.shared.sql.lease_of, &[(&self.sid, Type::INT8)]));
         let Ok(Some(row)) = row else {
             return "could not be checked (the session is gone or unreachable)".into();
         };
@@ -452,10 +446,7 @@ impl Log for PgLog {
                     Failure::Pg(e) => io(e),
                     Failure::Refused(r) => std::io::Error::other(r),
                 };
-                st.poisoned = Some(format!(
-                    "an append failed: {}",
-                    cairn::with_causes(&source)
-                ));
+                st.poisoned = Some(format!("an append failed: {}", cairn::with_causes(&source)));
                 Err(AppendError::Io {
                     action: "append to",
                     location: self.location.clone(),

@@ -105,7 +105,10 @@ fn version(client: &mut Transaction<'_>, schema: &str) -> Result<i32, PgError> {
         });
     }
     let v: Option<i32> = client
-        .query_typed_one(&format!("SELECT max(version) FROM {schema}.migrations"), &[])
+        .query_typed_one(
+            &format!("SELECT max(version) FROM {schema}.migrations"),
+            &[],
+        )
         .map_err(&err)?
         .get(0);
     Ok(v.unwrap_or(0))

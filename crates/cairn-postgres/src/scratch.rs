@@ -99,3 +99,33 @@ impl Drop for Scratch {
         }
     }
 }
+
+/// Restarts the local Postgres cluster (`pg_ctlcluster
+/// --skip-systemctl-redirect VERSION main restart`, VERSION from
+/// `/etc/postgresql`): for the fault tests, which run it only where the
+/// server is the local one and this process may manage it (root, or the
+/// postgres user).
+///
+/// # Errors
+///
+/// Why it could not restart the server.
+pub fn restart_local_server() -> Result<(), String> {
+    let version = std::fs::read_dir("/etc/postgresql")
+        .map_err(|e| format!("no local cluster (/etc/postgresql: {e})"))?
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .max()
+        .ok_or("no cluster under /etc/postgresql")?;
+    let out = std::process::Command::new("pg_ctlcluster")
+        .args(["--skip-systemctl-redirect", &version, "main", "restart"])
+        .output()
+        .map_err(|e| format!("cannot run pg_ctlcluster: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "pg_ctlcluster {version} main restart failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}

@@ -73,7 +73,9 @@ impl Fixture for PgFixture {
 
     fn interrupt_append(&self, id: &SessionId, line: &[u8]) -> Interrupted {
         let PgFixture::Pg { scratch, .. } = self else {
-            let PgFixture::Skipped(m) = self else { unreachable!() };
+            let PgFixture::Skipped(m) = self else {
+                unreachable!()
+            };
             return m.interrupt_append(id, line);
         };
         let mut c = scratch.raw();
@@ -81,7 +83,10 @@ impl Fixture for PgFixture {
         let s = &scratch.schema;
         let mut tx = c.transaction().unwrap();
         let seq: i64 = tx
-            .query_one(&format!("SELECT records FROM {s}.sessions WHERE sid = $1"), &[&sid])
+            .query_one(
+                &format!("SELECT records FROM {s}.sessions WHERE sid = $1"),
+                &[&sid],
+            )
             .unwrap()
             .get(0);
         tx.execute(

@@ -140,7 +140,11 @@ fn a_writer_paused_past_its_lease_is_fenced_and_a_takeover_continues_the_log() {
     assert!(b.writer_active(&id));
     drop(b2);
     let lines = records(&*b, &id);
-    assert_eq!(lines.len(), 3, "header, one, three: nothing of the fenced writer");
+    assert_eq!(
+        lines.len(),
+        3,
+        "header, one, three: nothing of the fenced writer"
+    );
     let s = store.open(&id, Access::Read).unwrap();
     assert_eq!(s.context().messages().len(), 2);
 }
@@ -160,7 +164,10 @@ fn a_forced_takeover_fences_a_live_writer_with_a_message_naming_it() {
     let other = Store::with_backend(Arc::new(PostgresBackend::open(&scratch.url).unwrap()));
     let b2 = other.open(&id, Access::Write).unwrap();
     let now = b.lease(&id).unwrap().unwrap();
-    assert!(now.token > broken.token, "tokens increase at every takeover");
+    assert!(
+        now.token > broken.token,
+        "tokens increase at every takeover"
+    );
     let text = cairn::with_causes(&a.append(user("late")).unwrap_err());
     assert!(text.contains("taken over"), "{text}");
     b2.append(user("on time")).unwrap();
@@ -280,10 +287,15 @@ fn interrupted(store: &Store, n: usize) -> Vec<cairn::SessionId> {
     (0..n)
         .map(|i| {
             let s = store.create(NewSession::default()).unwrap();
-            let op = s.start_operation(cairn::Message::text(cairn::Role::User, "go")).unwrap();
-            let t = op.model_attempt(None, None).unwrap();
-            op.record_assistant(t, calls("", &[("c1", "charge", serde_json::json!({"n": i}))]))
+            let op = s
+                .start_operation(cairn::Message::text(cairn::Role::User, "go"))
                 .unwrap();
+            let t = op.model_attempt(None, None).unwrap();
+            op.record_assistant(
+                t,
+                calls("", &[("c1", "charge", serde_json::json!({"n": i}))]),
+            )
+            .unwrap();
             op.dispatch_tool("c1", EffectClass::SideEffect).unwrap();
             let id = s.id().clone();
             drop(op);
@@ -353,7 +365,12 @@ fn a_reader_follows_new_records_without_rescanning() {
             s.append(user("new")).unwrap();
         });
         let now = b
-            .wait_for_records(&id, seen, Duration::from_millis(10), Duration::from_secs(60))
+            .wait_for_records(
+                &id,
+                seen,
+                Duration::from_millis(10),
+                Duration::from_secs(60),
+            )
             .unwrap();
         assert_eq!(now, seen + 1);
     });
@@ -362,7 +379,7 @@ fn a_reader_follows_new_records_without_rescanning() {
     assert!(String::from_utf8_lossy(&new[0]).contains("\"new\""));
 }
 
-/// Restarts the shared server (`pg_ctlcluster 15 main restart`) while a
+/// Restarts the shared server (`pg_ctlcluster … main restart`) while a
 /// writer is open: the next append fails with a poisoned handle, nothing
 /// acknowledged is lost, and the next open reconnects. Run by
 /// `crates/cairn-postgres/fleet.sh` (it disturbs every other test on the server).
@@ -377,11 +394,7 @@ fn a_server_restart_poisons_open_writers_and_the_next_open_reconnects() {
         a.append(user(&format!("acknowledged {i}"))).unwrap();
     }
     let id = a.id().clone();
-    let status = std::process::Command::new("pg_ctlcluster")
-        .args(["15", "main", "restart"])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    cairn_postgres::scratch::restart_local_server().unwrap();
     let err = a.append(user("after the restart")).unwrap_err();
     assert!(cairn::with_causes(&err).contains("append to"), "{err}");
     assert!(matches!(

@@ -2,7 +2,7 @@
 //! database, with the same records and the same guarantees as session
 //! files. The log stays the truth: each record is stored as the exact line a
 //! session file would hold (JSON, `seq`, CRC-32C trailer, newline), so a
-//! session copies between files and SQLite byte for byte ([`copy_store`]).
+//! session copies between files and SQLite byte for byte (`cairn_stores::copy_store`).
 //!
 //! - **Durability.** WAL mode with `synchronous=FULL`: every append is one
 //!   transaction whose commit syncs the WAL before it returns (with

@@ -135,8 +135,7 @@ fn postgres_files_dir(url: &str) -> PathBuf {
             xdg.map(PathBuf::from).or(home).map(|d| d.join("cairn"))
         })
         .unwrap_or_else(|| PathBuf::from(".cairn"));
-    home.join("postgres")
-        .join(name)
+    home.join("postgres").join(name)
 }
 
 /// Where blobs (long tool output) are kept for the store at `spec`.
@@ -175,7 +174,9 @@ mod tests {
             files_dir(Path::new("postgres://h/db?cairn_files=/srv/tools")),
             Path::new("/srv/tools")
         );
-        let dir = files_dir(Path::new("postgresql://u:pw@db.example:6432/prod?cairn_schema=team1"));
+        let dir = files_dir(Path::new(
+            "postgresql://u:pw@db.example:6432/prod?cairn_schema=team1",
+        ));
         assert!(
             dir.ends_with("postgres/db.example_6432_prod_team1"),
             "{}",

@@ -270,7 +270,13 @@ fn files_sqlite_and_postgres_copy_into_each_other_byte_for_byte() {
     for (from, to) in chain {
         let report = copy_store(from, to).unwrap();
         assert!(report.failed.is_empty(), "{:?}", report.failed);
-        assert_eq!(report.copied.len(), ids.len(), "{} → {}", from.describe(), to.describe());
+        assert_eq!(
+            report.copied.len(),
+            ids.len(),
+            "{} → {}",
+            from.describe(),
+            to.describe()
+        );
         for id in &ids {
             assert!(
                 lines(to, id) == lines(&files, id),
@@ -284,7 +290,10 @@ fn files_sqlite_and_postgres_copy_into_each_other_byte_for_byte() {
     for id in &ids {
         let original = std::fs::read(files.path(id)).unwrap();
         let round_trip = std::fs::read(back.path(id)).unwrap();
-        assert!(original == round_trip, "session {id} comes back as the same file");
+        assert!(
+            original == round_trip,
+            "session {id} comes back as the same file"
+        );
     }
     let listing = |b: Arc<dyn Backend>| Store::with_backend(b).list().unwrap();
     let want = listing(Arc::new(files));

@@ -54,9 +54,8 @@ pub fn run(b: &Bench) -> Result<Vec<Figure>> {
         );
         return Ok(Vec::new());
     };
-    let backend = Arc::new(
-        PostgresBackend::open(&scratch.url).context("opening the cairn-postgres store")?,
-    );
+    let backend =
+        Arc::new(PostgresBackend::open(&scratch.url).context("opening the cairn-postgres store")?);
     let store = Store::with_backend(backend.clone());
     let mut raw = scratch.raw();
     raw.batch_execute(&format!(
@@ -79,7 +78,8 @@ fn raw_chunk(
     first_seq: i64,
     lines: &[Vec<u8>],
 ) -> Result<f64> {
-    let sql = format!("INSERT INTO {schema}.raw_records (session, seq, payload) VALUES ($1, $2, $3)");
+    let sql =
+        format!("INSERT INTO {schema}.raw_records (session, seq, payload) VALUES ($1, $2, $3)");
     let (t, ()) = timed(|| {
         for (i, line) in lines.iter().enumerate() {
             let seq = first_seq + i as i64;
@@ -181,7 +181,8 @@ fn workers_figure(b: &Bench, scratch: &Scratch) -> Result<Figure> {
                 })
                 .collect();
             for h in handles {
-                h.join().map_err(|_| anyhow::anyhow!("a worker panicked"))??;
+                h.join()
+                    .map_err(|_| anyhow::anyhow!("a worker panicked"))??;
             }
             Ok(())
         })?;
@@ -227,7 +228,10 @@ fn open_figure(b: &Bench, backend: &Arc<PostgresBackend>, store: &Store) -> Resu
     }
     for (name, n) in [
         ("file", open_context(&home, &w.id)?.1),
-        ("Postgres", sqlite_open_context(store, &w.id, Access::Write)?.1),
+        (
+            "Postgres",
+            sqlite_open_context(store, &w.id, Access::Write)?.1,
+        ),
     ] {
         if n != w.context_messages {
             bail!(
@@ -254,7 +258,11 @@ fn open_figure(b: &Bench, backend: &Arc<PostgresBackend>, store: &Store) -> Resu
             .collect::<Vec<_>>()
             .join(", ")
     };
-    let times = format!("runs (ms): Postgres {}; file {}", show(&pg_ms), show(&file_ms));
+    let times = format!(
+        "runs (ms): Postgres {}; file {}",
+        show(&pg_ms),
+        show(&file_ms)
+    );
     let scaled = s.scaled("entries", s.open_entries as u64, issue::OPEN_ENTRIES as u64);
     Ok(Figure::new(
         "pg_open_context_vs_file",

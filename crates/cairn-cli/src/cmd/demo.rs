@@ -159,13 +159,10 @@ pub fn run(ctx: &Ctx) -> Result<Status> {
 
     // 5. A crash.
     let id = s.id().clone();
-    let s = if matches!(
-        cairn_stores::Location::parse(&home),
-        cairn_stores::Location::Sqlite(_)
-    ) {
-        crash_on_sqlite(&mut tour, &store, s, &panel3)?
-    } else {
-        crash_on_file(&mut tour, &store, s, &panel3)?
+    let s = match cairn_stores::Location::parse(&home) {
+        cairn_stores::Location::Dir(_) => crash_on_file(&mut tour, &store, s, &panel3)?,
+        cairn_stores::Location::Sqlite(_) => crash_on_sqlite(&mut tour, &store, s, &panel3)?,
+        cairn_stores::Location::Postgres(_) => crash_on_postgres(&mut tour, &store, s, &panel3)?,
     };
 
     // 6. Fork.
@@ -260,6 +257,34 @@ fn crash_on_sqlite(
     ensure!(
         s.open_report().torn.is_none(),
         "a SQLite store has no torn tail"
+    );
+    nothing_lost(tour, s, records, panel3)
+}
+
+/// Step 5 on a Postgres store: an append is one statement, so one
+/// transaction; a crash (of the writer, or of the server) leaves a record
+/// whole or absent.
+fn crash_on_postgres(
+    tour: &mut Tour<'_, '_>,
+    store: &Store,
+    s: Session,
+    panel3: &EntryId,
+) -> Result<Session> {
+    tour.step(5, "A crash on Postgres")?;
+    let records = s.len();
+    let id = s.id().clone();
+    drop(s);
+    tour.say(
+        "On a Postgres store each append is one statement, so one transaction, committed with \
+         synchronous_commit on before it is acknowledged, and fenced by the writer's lease. A \
+         crash mid-append (of the worker, or of the server) rolls it back: a record is stored \
+         whole or not at all, so there is no torn line to cut. The demo closes the session \
+         and reopens it for writing.",
+    )?;
+    let s = store.open(&id, Access::Write)?;
+    ensure!(
+        s.open_report().torn.is_none(),
+        "a Postgres store has no torn tail"
     );
     nothing_lost(tour, s, records, panel3)
 }

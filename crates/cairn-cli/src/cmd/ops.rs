@@ -185,7 +185,10 @@ pub fn recover_all(ctx: &Ctx, policy: RecoverPolicy, json: bool) -> Result<Statu
     }
     out.flush()?;
     if !failed.is_empty() {
-        bail!("{} session(s) could not be recovered (listed above)", failed.len());
+        bail!(
+            "{} session(s) could not be recovered (listed above)",
+            failed.len()
+        );
     }
     Ok(Status::Ok)
 }
