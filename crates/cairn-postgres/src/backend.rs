@@ -9,7 +9,9 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use cairn::OpPhase;
 use cairn::frame;
-use cairn::{Access, Backend, Catalog, CatalogEntry, Claim, Log, Opened, RawLine, Stamp, Visitor};
+use cairn::{
+    Access, Backend, Catalog, CatalogEntry, Claim, Log, Opened, Opening, RawLine, Stamp, Visitor,
+};
 use cairn::{Damage, ListingFold, OpenError, SessionId, StoreError};
 use cairn_sqlite::Holder;
 use cairn_sqlite::summary::{self, HeaderInfo, Summary};
@@ -91,6 +93,9 @@ impl Sql {
 /// How many bytes of a session's last records an open keeps for the reads
 /// that follow it (see `PgLog`'s read-ahead).
 const RETAIN_BYTES: u64 = 32 << 20;
+
+/// One session's row: key, id, header facts, summary, lease.
+pub(crate) type Row = (i64, SessionId, HeaderInfo, Summary, Option<Lease>);
 
 /// What an open's scan found.
 struct Scanned {
@@ -366,7 +371,7 @@ impl PostgresBackend {
     /// Every session's row: key, id, header facts, summary, lease.
     pub(crate) fn rows(
         &self,
-    ) -> Result<Vec<(i64, SessionId, HeaderInfo, Summary, Option<Lease>)>, postgres::Error> {
+    ) -> Result<Vec<Row>, postgres::Error> {
         let schema = self.schema();
         let rows = self.shared.pool.run(|c| {
             c.query_typed(
@@ -507,12 +512,7 @@ impl Backend for PostgresBackend {
         )))
     }
 
-    fn open(
-        &self,
-        id: &SessionId,
-        access: Access,
-        visit: &mut Visitor<'_>,
-    ) -> Result<Opened, OpenError> {
+    fn open(&self, id: &SessionId, access: Access, visit: &mut Visitor<'_>) -> Opening {
         let location = self.location(id);
         let (sid, token) = match access {
             Access::Write => {
@@ -612,13 +612,9 @@ impl Backend for PostgresBackend {
             .map_err(store_err("inspect", &self.location(id)))?
             .ok_or_else(|| self.no_such(id))?;
         let get = |i: usize| {
-            row.try_get::<_, i64>(i)
-                .map(uncount)
-                .map_err(|e| StoreError::Io {
-                    action: "inspect",
-                    location: self.location(id),
-                    source: io(e),
-                })
+            row.try_get::<_, i64>(i).map(uncount).map_err(|e| {
+                StoreError::Io(cairn::IoFailure::new("inspect", self.location(id), io(e)))
+            })
         };
         Ok(Summary {
             bytes: get(0)?,

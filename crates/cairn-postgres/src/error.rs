@@ -81,11 +81,7 @@ pub(crate) fn open_err(
     location: &str,
 ) -> impl Fn(postgres::Error) -> cairn::OpenError + use<> {
     let location = location.to_owned();
-    move |e| cairn::OpenError::Io {
-        action,
-        location: location.clone(),
-        source: io(e),
-    }
+    move |e| cairn::OpenError::Io(cairn::IoFailure::new(action, location.clone(), io(e)))
 }
 
 /// The core's store error for a driver failure.
@@ -94,9 +90,5 @@ pub(crate) fn store_err(
     location: &str,
 ) -> impl Fn(postgres::Error) -> cairn::StoreError + use<> {
     let location = location.to_owned();
-    move |e| cairn::StoreError::Io {
-        action,
-        location: location.clone(),
-        source: io(e),
-    }
+    move |e| cairn::StoreError::Io(cairn::IoFailure::new(action, location.clone(), io(e)))
 }

@@ -56,8 +56,7 @@ pub mod view;
 
 pub use backend::{
     Access, Backend, Catalog, CatalogEntry, Claim, FileBackend, Log, MemoryBackend, Opened,
-    Opening,
-    RawLine, Stamp, TornTail, Visitor,
+    Opening, RawLine, Stamp, TornTail, Visitor,
 };
 pub use commit::Durability;
 pub use error::{
