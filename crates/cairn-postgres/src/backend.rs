@@ -8,19 +8,17 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use cairn::OpPhase;
-use cairn::frame;
-use cairn::{
-    Access, Backend, Catalog, CatalogEntry, Claim, Log, Opened, Opening, RawLine, Stamp, Visitor,
-};
-use cairn::{Damage, ListingFold, OpenError, SessionId, StoreError};
+use cairn::{Access, Backend, Catalog, CatalogEntry, Claim, Log, Opened, Opening, Stamp, Visitor};
+use cairn::{ListingFold, OpenError, SessionId, StoreError};
 use cairn_sqlite::Holder;
+use cairn_sqlite::rows::{Scan, Writer};
 use cairn_sqlite::summary::{self, HeaderInfo, Summary};
 use postgres::types::Type;
 
 use crate::config::PgUrl;
 use crate::error::{PgError, io, open_err, store_err};
 use crate::lease::{self, Lease};
-use crate::log::{PgLog, Writer};
+use crate::log::PgLog;
 use crate::pool::Pool;
 use crate::schema;
 
@@ -245,18 +243,11 @@ impl PostgresBackend {
         let schema = self.schema();
         let mut conn = self.shared.pool.live().map_err(&err)?;
         let mut tx = conn.transaction().map_err(&err)?;
-        let row = tx
-            .query_typed_opt(
-                &format!(
-                    "SELECT sid, {} FROM {schema}.sessions WHERE id = $1 FOR UPDATE",
-                    lease::COLUMNS
-                ),
-                &[(&id.as_str(), Type::TEXT)],
-            )
+        let (sid, held) = self
+            .lock_row(&mut tx, id)
             .map_err(&err)?
             .ok_or_else(|| self.not_found(id))?;
-        let sid: i64 = row.try_get(0).map_err(&err)?;
-        if let Some(held) = lease::from_row(&row, 1).map_err(&err)? {
+        if let Some(held) = held {
             let mine = claimed == Some(held.token) && &held.holder == Holder::me();
             if mine && !held.expired {
                 tx.commit().map_err(&err)?;
@@ -269,6 +260,27 @@ impl PostgresBackend {
         let token = lease::acquire(&mut tx, schema, sid, self.shared.url.lease).map_err(&err)?;
         tx.commit().map_err(&err)?;
         Ok((sid, token))
+    }
+
+    /// Locks session `id`'s row for the rest of `tx` (`FOR UPDATE`): its key
+    /// and lease, `None` if there is no such session.
+    fn lock_row(
+        &self,
+        tx: &mut postgres::Transaction<'_>,
+        id: &SessionId,
+    ) -> Result<Option<(i64, Option<Lease>)>, postgres::Error> {
+        let row = tx.query_typed_opt(
+            &format!(
+                "SELECT sid, {} FROM {}.sessions WHERE id = $1 FOR UPDATE",
+                lease::COLUMNS,
+                self.schema()
+            ),
+            &[(&id.as_str(), Type::TEXT)],
+        )?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        Ok(Some((row.try_get(0)?, lease::from_row(&row, 1)?)))
     }
 
     /// Reads the summary columns a writer continues from.
@@ -316,35 +328,13 @@ impl PostgresBackend {
             .pool
             .run(|c| c.query_typed(&self.shared.sql.scan, &[(&sid, Type::INT8)]))
             .map_err(&err)?;
-        let mut offsets = Vec::with_capacity(rows.len());
-        let mut end = 0u64;
+        let mut scan = Scan::new(location);
         for row in &rows {
-            let index = offsets.len() as u64;
             let seq: i64 = row.try_get(0).map_err(&err)?;
-            if u64::try_from(seq).ok() != Some(index) {
-                return Err(damaged(
-                    location,
-                    index,
-                    end,
-                    format!("record {index} is missing: the next stored record has seq {seq}"),
-                ));
-            }
             let bytes: &[u8] = row.try_get(1).map_err(&err)?;
-            frame::check(bytes).map_err(|d| damaged(location, index, end, d.to_string()))?;
-            visit(RawLine {
-                index,
-                offset: end,
-                bytes,
-            })?;
-            offsets.push(end);
-            end += bytes.len() as u64;
+            scan.row(seq, bytes, visit)?;
         }
-        if offsets.is_empty() {
-            return Err(OpenError::NotASession {
-                location: location.to_owned(),
-                problem: "the session has no records".into(),
-            });
-        }
+        let (offsets, end) = scan.finish()?;
         let mut kept = 0;
         let mut bytes = 0u64;
         for row in rows.iter().rev() {
@@ -369,9 +359,7 @@ impl PostgresBackend {
     }
 
     /// Every session's row: key, id, header facts, summary, lease.
-    pub(crate) fn rows(
-        &self,
-    ) -> Result<Vec<Row>, postgres::Error> {
+    pub(crate) fn rows(&self) -> Result<Vec<Row>, postgres::Error> {
         let schema = self.schema();
         let rows = self.shared.pool.run(|c| {
             c.query_typed(
@@ -419,15 +407,6 @@ pub(crate) fn in_use(id: &SessionId, held: &Lease) -> OpenError {
         session: id.to_string(),
         holder: Some(held.holder.pid),
     }
-}
-
-fn damaged(location: &str, index: u64, offset: u64, problem: String) -> OpenError {
-    OpenError::Damaged(Box::new(Damage {
-        location: location.to_owned(),
-        line: index + 1,
-        offset,
-        problem,
-    }))
 }
 
 impl Backend for PostgresBackend {
@@ -636,18 +615,11 @@ impl Backend for PostgresBackend {
         let schema = self.schema();
         let mut conn = self.shared.pool.live().map_err(&err)?;
         let mut tx = conn.transaction().map_err(&err)?;
-        let row = tx
-            .query_typed_opt(
-                &format!(
-                    "SELECT sid, {} FROM {schema}.sessions WHERE id = $1 FOR UPDATE",
-                    lease::COLUMNS
-                ),
-                &[(&id.as_str(), Type::TEXT)],
-            )
+        let (sid, held) = self
+            .lock_row(&mut tx, id)
             .map_err(&err)?
             .ok_or_else(|| self.no_such(id))?;
-        let sid: i64 = row.try_get(0).map_err(&err)?;
-        if let Some(held) = lease::from_row(&row, 1).map_err(&err)?
+        if let Some(held) = held
             && held.holds()
         {
             return Err(in_use(id, &held).into());

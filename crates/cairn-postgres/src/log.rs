@@ -22,27 +22,12 @@ use std::time::Duration;
 use cairn::Log;
 use cairn::frame::{self, Frame};
 use cairn::{AppendError, Damage, ReadError};
+use cairn_sqlite::rows::{LogState, Writer};
 use cairn_sqlite::summary::{self, Summary};
 use postgres::types::Type;
 
 use crate::backend::Shared;
 use crate::error::io;
-
-/// The writer's part of a log: its fencing token and the summary columns.
-#[derive(Debug)]
-pub(crate) struct Writer {
-    pub token: i64,
-    pub summary: Summary,
-}
-
-#[derive(Debug)]
-struct State {
-    /// Offset of every line, as if the lines were one file.
-    offsets: Vec<u64>,
-    end: u64,
-    writer: Option<Writer>,
-    poisoned: Option<String>,
-}
 
 /// Records read ahead: `lines[i]` is record `first + i`.
 #[derive(Debug, Default)]
@@ -66,7 +51,7 @@ pub(crate) struct PgLog {
     location: String,
     sid: i64,
     shared: Arc<Shared>,
-    state: Arc<Mutex<State>>,
+    state: Arc<Mutex<LogState>>,
     window: Mutex<Window>,
     /// Dropping it stops the heartbeat thread.
     heartbeat: Option<Sender<()>>,
@@ -120,12 +105,7 @@ impl PgLog {
         writer: Option<Writer>,
     ) -> PgLog {
         let token = writer.as_ref().map(|w| w.token);
-        let state = Arc::new(Mutex::new(State {
-            offsets,
-            end,
-            writer,
-            poisoned: None,
-        }));
+        let state = Arc::new(Mutex::new(LogState::new(offsets, end, writer)));
         let heartbeat = token.map(|token| spawn_heartbeat(&shared, &state, sid, token));
         PgLog {
             location,
@@ -135,18 +115,6 @@ impl PgLog {
             window: Mutex::new(Window::default()),
             heartbeat,
         }
-    }
-
-    fn writable<'a>(&self, st: &'a mut State) -> Result<&'a mut Writer, AppendError> {
-        if let Some(cause) = &st.poisoned {
-            return Err(AppendError::Poisoned {
-                session: self.location.clone(),
-                cause: cause.clone(),
-            });
-        }
-        st.writer.as_mut().ok_or_else(|| AppendError::ReadOnly {
-            session: self.location.clone(),
-        })
     }
 
     /// The append statement. Nothing of it is visible unless it commits.
@@ -324,7 +292,7 @@ impl PgLog {
 /// the returned sender is dropped, poisoning the log if the lease is lost.
 fn spawn_heartbeat(
     shared: &Arc<Shared>,
-    state: &Arc<Mutex<State>>,
+    state: &Arc<Mutex<LogState>>,
     sid: i64,
     token: i64,
 ) -> Sender<()> {
@@ -354,14 +322,10 @@ fn spawn_heartbeat(
                 match renewed {
                     Ok(Some(_)) => {}
                     Ok(None) => {
-                        let mut st = lock(&state);
-                        if st.poisoned.is_none() {
-                            st.poisoned = Some(format!(
-                                "the writer lease was lost (expired or taken over) while this \
-                                 handle was idle (its fencing token was {token}): reopen the \
-                                 session"
-                            ));
-                        }
+                        lock(&state).poison(format!(
+                            "the writer lease was lost (expired or taken over) while this handle \
+                             was idle (its fencing token was {token}): reopen the session"
+                        ));
                         return;
                     }
                     // Unreachable for now: the next append decides.
@@ -382,15 +346,11 @@ impl Log for PgLog {
     }
 
     fn len(&self) -> u64 {
-        lock(&self.state).offsets.len() as u64
+        lock(&self.state).len()
     }
 
     fn read(&self, seq: u64) -> Result<Vec<u8>, ReadError> {
-        let offset = {
-            let st = lock(&self.state);
-            let i = usize::try_from(seq).map_err(|_| ReadError::NoSuchRecord(seq))?;
-            *st.offsets.get(i).ok_or(ReadError::NoSuchRecord(seq))?
-        };
+        let offset = lock(&self.state).offset_of(seq)?;
         let damaged = |problem: String| {
             ReadError::Damaged(Box::new(Damage {
                 location: self.location.clone(),
@@ -425,20 +385,13 @@ impl Log for PgLog {
             }
         }
         let mut st = lock(&self.state);
-        let first_seq = st.offsets.len() as u64;
-        let writer = self.writable(&mut st)?;
+        let first_seq = st.len();
+        let writer = st.writable(&self.location)?;
         let token = writer.token;
         let mut summary = writer.summary.clone();
         match self.transact(token, first_seq, lines, &mut summary) {
             Ok(()) => {
-                if let Some(w) = st.writer.as_mut() {
-                    w.summary = summary;
-                }
-                for l in lines {
-                    let end = st.end;
-                    st.offsets.push(end);
-                    st.end += l.len() as u64;
-                }
+                st.appended(lines, summary);
                 Ok(())
             }
             Err(failure) => {
@@ -446,48 +399,37 @@ impl Log for PgLog {
                     Failure::Pg(e) => io(e),
                     Failure::Refused(r) => std::io::Error::other(r),
                 };
-                st.poisoned = Some(format!("an append failed: {}", cairn::with_causes(&source)));
-                Err(AppendError::Io {
-                    action: "append to",
-                    location: self.location.clone(),
-                    source,
-                })
+                Err(st.failed(&self.location, source))
             }
         }
     }
 
     fn sync(&self) -> Result<(), AppendError> {
         // Every append committed with synchronous_commit on: nothing pending.
-        let mut st = lock(&self.state);
-        self.writable(&mut st).map(drop)
+        lock(&self.state).writable(&self.location).map(drop)
     }
 
     fn is_writer(&self) -> bool {
-        lock(&self.state).writer.is_some()
+        lock(&self.state).token().is_some()
     }
 
     fn byte_len(&self) -> u64 {
-        lock(&self.state).end
+        lock(&self.state).byte_len()
     }
 
     fn offset(&self, seq: u64) -> u64 {
-        let st = lock(&self.state);
-        usize::try_from(seq)
-            .ok()
-            .and_then(|i| st.offsets.get(i))
-            .copied()
-            .unwrap_or(0)
+        lock(&self.state).offset(seq)
     }
 
     fn poisoned(&self) -> Option<String> {
-        lock(&self.state).poisoned.clone()
+        lock(&self.state).poisoned()
     }
 }
 
 impl Drop for PgLog {
     fn drop(&mut self) {
         drop(self.heartbeat.take());
-        let token = lock(&self.state).writer.as_ref().map(|w| w.token);
+        let token = lock(&self.state).token();
         if let Some(token) = token {
             // Best effort: a lease left behind expires, or is taken over
             // once its holder is known to be dead.
