@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use cairn::OpPhase;
-use cairn::{Access, Backend, Catalog, CatalogEntry, Claim, Log, Opened, Opening, Stamp, Visitor};
+use cairn::{Access, Backend, Catalog, Claim, Log, Opened, Opening, Stamp, Visitor};
 use cairn::{ListingFold, OpenError, SessionId, StoreError};
 use cairn_sqlite::Holder;
 use cairn_sqlite::rows::{Scan, Writer};
@@ -289,17 +289,7 @@ impl PostgresBackend {
             .shared
             .pool
             .run(|c| c.query_typed_one(&self.shared.sql.summary, &[(&sid, Type::INT8)]))?;
-        Ok(Summary {
-            fold: ListingFold {
-                updated: r.try_get(0)?,
-                title: r.try_get(1)?,
-                first_message: r.try_get(2)?,
-                op: summary::op_state_from(r.try_get(3)?),
-                entries: uncount(r.try_get(4)?),
-                records: uncount(r.try_get(5)?),
-            },
-            bytes: uncount(r.try_get(6)?),
-        })
+        summary_at(&r, 0)
     }
 
     fn release(&self, sid: i64, token: i64) {
@@ -385,21 +375,27 @@ impl PostgresBackend {
                 forked_from: r.try_get(4)?,
                 parent: r.try_get(5)?,
             };
-            let summary = Summary {
-                fold: ListingFold {
-                    updated: r.try_get(6)?,
-                    title: r.try_get(7)?,
-                    first_message: r.try_get(8)?,
-                    op: summary::op_state_from(r.try_get(9)?),
-                    entries: uncount(r.try_get(10)?),
-                    records: uncount(r.try_get(11)?),
-                },
-                bytes: uncount(r.try_get(12)?),
-            };
+            let summary = summary_at(r, 6)?;
             out.push((r.try_get(0)?, id, info, summary, lease::from_row(r, 13)?));
         }
         Ok(out)
     }
+}
+
+/// The summary columns `updated, title, first_message, op_state, entries,
+/// records, bytes` of a row, from column `at` on.
+fn summary_at(r: &postgres::Row, at: usize) -> Result<Summary, postgres::Error> {
+    Ok(Summary {
+        fold: ListingFold {
+            updated: r.try_get(at)?,
+            title: r.try_get(at + 1)?,
+            first_message: r.try_get(at + 2)?,
+            op: summary::op_state_from(r.try_get(at + 3)?),
+            entries: uncount(r.try_get(at + 4)?),
+            records: uncount(r.try_get(at + 5)?),
+        },
+        bytes: uncount(r.try_get(at + 6)?),
+    })
 }
 
 pub(crate) fn in_use(id: &SessionId, held: &Lease) -> OpenError {
@@ -637,17 +633,9 @@ impl Backend for PostgresBackend {
     /// reports, so the core's listing trusts every entry.
     fn load_catalog(&self) -> Option<Catalog> {
         let rows = self.rows().ok()?;
-        let sessions = rows
-            .into_iter()
-            .map(|(_, id, info, summary, _)| {
-                let entry = CatalogEntry {
-                    stamp: summary.stamp(),
-                    summary: summary.to_listing(id.clone(), &info),
-                };
-                (id, entry)
-            })
-            .collect();
-        Some(Catalog { sessions })
+        Some(summary::catalog(
+            rows.into_iter().map(|(_, id, info, s, _)| (id, info, s)),
+        ))
     }
 
     /// Nothing to save: the `sessions` table is the catalog, kept current by

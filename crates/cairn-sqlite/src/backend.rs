@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use cairn::OpPhase;
-use cairn::{Access, Backend, Catalog, CatalogEntry, Log, Opened, Opening, Stamp, Visitor};
+use cairn::{Access, Backend, Catalog, Log, Opened, Opening, Stamp, Visitor};
 use cairn::{IoFailure, ListingFold, OpenError, SessionId, StoreError};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
@@ -394,17 +394,9 @@ impl Backend for SqliteBackend {
     /// reports, so the core's listing trusts every entry.
     fn load_catalog(&self) -> Option<Catalog> {
         let rows = self.rows().ok()?;
-        let sessions = rows
-            .into_iter()
-            .map(|(_, id, info, summary)| {
-                let entry = CatalogEntry {
-                    stamp: summary.stamp(),
-                    summary: summary.to_listing(id.clone(), &info),
-                };
-                (id, entry)
-            })
-            .collect();
-        Some(Catalog { sessions })
+        Some(summary::catalog(
+            rows.into_iter().map(|(_, id, info, s)| (id, info, s)),
+        ))
     }
 
     /// Nothing to save: the `sessions` table is the catalog, kept current by

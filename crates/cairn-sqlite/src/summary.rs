@@ -93,6 +93,22 @@ impl Summary {
     }
 }
 
+/// The listing cache made from every session's row: the stamps
+/// [`Summary::stamp`] gives, so the core's listing trusts every entry.
+pub fn catalog(rows: impl IntoIterator<Item = (SessionId, HeaderInfo, Summary)>) -> cairn::Catalog {
+    let sessions = rows
+        .into_iter()
+        .map(|(id, info, summary)| {
+            let entry = cairn::CatalogEntry {
+                stamp: summary.stamp(),
+                summary: summary.to_listing(id.clone(), &info),
+            };
+            (id, entry)
+        })
+        .collect();
+    cairn::Catalog { sessions }
+}
+
 /// Encodes the operation state for its column.
 pub fn op_state_json(op: &LastOperation) -> String {
     serde_json::to_string(op).unwrap_or_else(|_| "{}".into())
