@@ -33,7 +33,7 @@ use postgres::types::Type;
 use super::Bench;
 use super::append::{mean_line, new_session_in, rounds_note};
 use super::open::open_context;
-use super::sqlite::{append_chunk, split_lines, sqlite_open_context};
+use super::sqlite::{append_chunk, show, split_lines, sqlite_open_context};
 use crate::config::issue;
 use crate::fixture::{self, Plan};
 use crate::measure::{best, median, timed};
@@ -252,12 +252,6 @@ fn open_figure(b: &Bench, backend: &Arc<PostgresBackend>, store: &Store) -> Resu
             }
         }
     }
-    let show = |v: &[f64]| {
-        v.iter()
-            .map(|t| format!("{t:.1}"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
     let times = format!(
         "runs (ms): Postgres {}; file {}",
         show(&pg_ms),

@@ -231,12 +231,6 @@ fn open_figures(
             }
         }
     }
-    let show = |v: &[f64]| {
-        v.iter()
-            .map(|t| format!("{t:.1}"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
     let times = format!(
         "runs (ms): SQLite {}; file {}; raw SQLite {}; SQLite reader open (no lease) {}, best {:.1}",
         show(&sqlite_ms),
@@ -281,6 +275,14 @@ fn open_figures(
         .note("the floor of any SQLite reader; cairn also parses every frame, checks the tree and decodes every message, as figure 4's file open does: informational")
         .note(times),
     ])
+}
+
+/// Times in milliseconds, as a list for a note.
+pub(super) fn show(v: &[f64]) -> String {
+    v.iter()
+        .map(|t| format!("{t:.1}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Appends `bodies`, one `Session::append` each; seconds taken.
