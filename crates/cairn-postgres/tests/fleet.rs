@@ -331,8 +331,19 @@ fn progress(scratch: &Scratch) -> i64 {
     .map_or(0, |r| r.get(0))
 }
 
-fn wait_for_progress(scratch: &Scratch, at_least: i64) {
+/// Waits until the tool ran `at_least` times; fails (instead of waiting
+/// forever) if no worker is left running.
+fn wait_for_progress(scratch: &Scratch, workers: &mut [Worker], at_least: i64) {
     while progress(scratch) < at_least {
+        let running = workers
+            .iter_mut()
+            .filter_map(|w| w.child.try_wait().ok())
+            .filter(Option::is_none)
+            .count();
+        assert!(
+            running > 0,
+            "every worker exited before the tool ran {at_least} times"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -375,13 +386,13 @@ fn a_fleet_with_kills_a_paused_worker_and_a_server_restart_keeps_every_invariant
     let (mut killed, mut stopped, mut restarts) = (0, 0, 0);
 
     // SIGKILL one worker mid-run, and start a replacement.
-    wait_for_progress(&scratch, total / 8);
+    wait_for_progress(&scratch, &mut workers, total / 8);
     signal(&workers[0].child, "-KILL");
     killed += 1;
     workers.push(spawn(&scratch, &url, size));
 
     // Restart the server once, mid-run.
-    wait_for_progress(&scratch, total / 4);
+    wait_for_progress(&scratch, &mut workers, total / 4);
     match cairn_postgres::scratch::restart_local_server() {
         Ok(()) => restarts += 1,
         Err(why) => {
@@ -393,13 +404,17 @@ fn a_fleet_with_kills_a_paused_worker_and_a_server_restart_keeps_every_invariant
         }
     }
 
-    // SIGSTOP another past its lease; others take its session over.
-    wait_for_progress(&scratch, total * 3 / 8);
+    // SIGSTOP a worker in the middle of a session, past its lease; others
+    // take its session over.
+    wait_for_progress(&scratch, &mut workers, total * 3 / 8);
     let paused = loop {
-        // A worker in the middle of a session (claimed, not yet done).
         if let Some(i) = (1..workers.len()).find(|&i| workers[i].busy()) {
             break i;
         }
+        assert!(
+            progress(&scratch) < total,
+            "every session finished before a worker could be paused mid-session"
+        );
         std::thread::sleep(Duration::from_millis(5));
     };
     signal(&workers[paused].child, "-STOP");
@@ -407,7 +422,7 @@ fn a_fleet_with_kills_a_paused_worker_and_a_server_restart_keeps_every_invariant
     let stopped_at = std::time::Instant::now();
 
     // One more SIGKILL while it is stopped.
-    wait_for_progress(&scratch, total / 2);
+    wait_for_progress(&scratch, &mut workers, total / 2);
     let victim = if paused == 2 { 3 } else { 2 };
     signal(&workers[victim].child, "-KILL");
     killed += 1;
