@@ -144,8 +144,8 @@ impl AgentArgs {
 #[derive(Clone)]
 pub struct AgentOptions {
     /// The store: a directory (sessions in `home/sessions`, blobs in
-    /// `home/blobs`), or `sqlite:PATH` (blobs in `PATH-files/blobs`; see
-    /// [`crate::store`]).
+    /// `home/blobs`), `sqlite:PATH` (blobs in `PATH-files/blobs`) or a
+    /// `postgres://` URL (see `cairn_stores::files_dir`; and [`crate::store`]).
     pub home: PathBuf,
     /// A session to resume.
     pub resume: Option<String>,

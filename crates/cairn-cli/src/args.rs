@@ -16,8 +16,8 @@ Examples:
 
 Sessions are named by full id, unique id prefix, path to a .jsonl file, or --last.
 Exit status: 0 ok, 1 the thing asked for is not so (fsck found damage),
-2 usage or I/O error. The store is --store DIR (or sqlite:PATH), else
-$CAIRN_HOME, else $XDG_DATA_HOME/cairn, else ~/.local/share/cairn.";
+2 usage or I/O error. The store is --store DIR (or sqlite:PATH, or a
+postgres://URL), else $CAIRN_HOME, else $XDG_DATA_HOME/cairn, else ~/.local/share/cairn.";
 
 /// cairn: a durable session engine for AI agents.
 ///
@@ -27,8 +27,9 @@ $CAIRN_HOME, else $XDG_DATA_HOME/cairn, else ~/.local/share/cairn.";
 #[derive(Debug, Parser)]
 #[command(name = "cairn", version, after_help = MAIN_EXAMPLES, max_term_width = 100)]
 pub struct Cli {
-    /// The store: a directory (sessions live in DIR/sessions), or
-    /// sqlite:PATH for a SQLite database.
+    /// The store: a directory (sessions live in DIR/sessions),
+    /// sqlite:PATH for a SQLite database, or a postgres://URL (options:
+    /// cairn_schema=NAME, cairn_lease_secs=N, cairn_files=DIR).
     #[arg(long, global = true, env = "CAIRN_HOME", value_name = "DIR")]
     pub store: Option<PathBuf>,
 
@@ -440,27 +441,34 @@ Example:
     /// records; while another process holds the session, its tools are
     /// reported as running.
     #[command(
-        after_help = "Examples:\n  cairn recover --last\n  cairn recover 01jx --policy unknown"
+        after_help = "Examples:\n  cairn recover --last\n  cairn recover 01jx --policy unknown\n  cairn recover --all --policy unknown     # every interrupted session (many workers may run it)"
     )]
     Recover {
         #[command(flatten)]
         target: SessionArg,
+        /// Every interrupted session of the store, one after another (needs
+        /// --policy). Safe to run from many workers at once: on Postgres each
+        /// claims different sessions (FOR UPDATE SKIP LOCKED); elsewhere a
+        /// session another writer holds is skipped.
+        #[arg(long, conflicts_with_all = ["session", "last"], requires = "policy")]
+        all: bool,
         /// Resolve without asking.
         #[arg(long, value_enum)]
         policy: Option<RecoverPolicy>,
-        /// Print JSON: {session, running, before, actions, after}.
+        /// Print JSON: {session, running, before, actions, after} (with --all,
+        /// {recovered: [{session, actions, after}], skipped: [...]}).
         #[arg(long)]
         json: bool,
     },
 
     /// Copy every session from one store to another, record for record.
     ///
-    /// A store is a directory or sqlite:PATH. Sessions the destination
+    /// A store is a directory, sqlite:PATH or a postgres://URL. Sessions the destination
     /// already holds identically are skipped, half-copied ones completed;
     /// a destination session that differs is reported and left untouched.
     /// Every copy is verified by reopening it.
     #[command(
-        after_help = "Examples:\n  cairn copy --from ~/.local/share/cairn --to sqlite:/srv/cairn.db\n  cairn copy --from sqlite:/srv/cairn.db --to /tmp/cairn-files"
+        after_help = "Examples:\n  cairn copy --from ~/.local/share/cairn --to sqlite:/srv/cairn.db\n  cairn copy --from sqlite:/srv/cairn.db --to /tmp/cairn-files\n  cairn copy --from sqlite:/srv/cairn.db --to postgres://cairn@db.internal/cairn"
     )]
     Copy {
         /// The source store.

@@ -56,7 +56,7 @@ pub mod vfs;
 pub mod view;
 
 pub use backend::{
-    Access, Backend, Catalog, CatalogEntry, FileBackend, IndexedOpen, IndexedPrefix, Log,
+    Access, Backend, Catalog, CatalogEntry, Claim, FileBackend, IndexedOpen, IndexedPrefix, Log,
     MemoryBackend, Opened, Opening, RawLine, Stamp, TornTail, Visitor,
 };
 pub use commit::Durability;

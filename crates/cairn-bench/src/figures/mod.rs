@@ -14,6 +14,7 @@ mod leaf;
 mod list;
 mod memory;
 mod open;
+mod postgres;
 mod resume;
 mod sqlite;
 
@@ -108,5 +109,10 @@ pub const GROUPS: &[Group] = &[
         name: "import",
         about: "import a long pi session vs pi's own open + context of it (node)",
         run: import::run,
+    },
+    Group {
+        name: "postgres",
+        about: "Postgres backend: durable append vs raw INSERTs, 16 workers vs 1, open + context vs the file backend",
+        run: postgres::run,
     },
 ];

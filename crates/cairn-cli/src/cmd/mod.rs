@@ -123,9 +123,16 @@ pub fn run(cli: Cli) -> Result<Status> {
             },
         ),
         Command::Recover {
+            all: true,
+            policy: Some(policy),
+            json,
+            ..
+        } => ops::recover_all(&ctx, policy, json),
+        Command::Recover {
             target,
             policy,
             json,
+            ..
         } => ops::recover(&ctx, &target, policy, json),
         Command::Memory { target, json } => ops::memory(&ctx, &target, json),
         Command::Copy { from, to } => copy::run(&ctx, &from, &to),

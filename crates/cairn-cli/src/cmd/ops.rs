@@ -13,6 +13,112 @@ use crate::args::{RecoverPolicy, SessionArg};
 use crate::target::{self, Ctx};
 use crate::term::{Lines, Out, Style, clean};
 
+/// Runs `cairn recover --all --policy …`: claims interrupted sessions one
+/// at a time (the backend's claim, so concurrent workers get different
+/// ones; else the listing, skipping sessions another writer holds) and
+/// resolves each under the policy.
+///
+/// # Errors
+///
+/// Opening the store or claiming; a session that fails to recover is
+/// reported and the others are still recovered (exit 2 at the end).
+pub fn recover_all(ctx: &Ctx, policy: RecoverPolicy, json: bool) -> Result<Status> {
+    let store = ctx.store()?;
+    let mut seen: Vec<cairn::SessionId> = Vec::new();
+    let mut recovered = Vec::new();
+    let mut skipped = Vec::new();
+    let mut failed = Vec::new();
+    let mut listed: Option<Vec<cairn::SessionId>> = None;
+    loop {
+        let id = match store.backend().claim_interrupted(&seen)? {
+            cairn::Claim::Claimed(id) => id,
+            cairn::Claim::NoneLeft => break,
+            cairn::Claim::Unsupported => {
+                let queue = match &mut listed {
+                    Some(q) => q,
+                    None => listed.insert(
+                        store
+                            .list()?
+                            .into_iter()
+                            .filter(|s| s.status == cairn::Status::Interrupted)
+                            .map(|s| s.id)
+                            .rev()
+                            .collect(),
+                    ),
+                };
+                match queue.pop() {
+                    Some(id) => id,
+                    None => break,
+                }
+            }
+        };
+        seen.push(id.clone());
+        let session = match store.open(&id, Access::Write) {
+            Ok(s) => s,
+            Err(cairn::OpenError::InUse { .. }) => {
+                skipped.push(id);
+                continue;
+            }
+            Err(e) => {
+                failed.push((id, cairn::with_causes(&e)));
+                continue;
+            }
+        };
+        let resolved = match policy {
+            RecoverPolicy::Unknown => recover_with(&session, &mut Policy::close_all()),
+        };
+        match resolved {
+            Ok(report) => recovered.push((id, report)),
+            Err(e) => failed.push((id, cairn::with_causes(&e))),
+        }
+    }
+    let mut out = ctx.out();
+    if json {
+        let recovered: Vec<_> = recovered
+            .iter()
+            .map(|(id, r)| {
+                let actions: Vec<String> = r.actions.iter().map(ToString::to_string).collect();
+                json!({"session": id, "actions": actions, "after": r.after})
+            })
+            .collect();
+        let failed: Vec<_> = failed
+            .iter()
+            .map(|(id, e)| json!({"session": id, "error": e}))
+            .collect();
+        out.json(&json!({"recovered": recovered, "skipped": skipped, "failed": failed}))?;
+    } else {
+        for (id, r) in &recovered {
+            out.line(&format!("{id}: {} action(s)", r.actions.len()))?;
+            for a in &r.actions {
+                out.line(&format!(
+                    "  done: {}",
+                    clean(&a.to_string(), Lines::Flatten)
+                ))?;
+            }
+        }
+        for id in &skipped {
+            out.line(&format!("{id}: skipped, another writer holds it"))?;
+        }
+        for (id, e) in &failed {
+            out.line(&format!("{id}: failed: {}", clean(e, Lines::Flatten)))?;
+        }
+        out.line(&format!(
+            "recovered {} session(s), skipped {}, failed {}",
+            recovered.len(),
+            skipped.len(),
+            failed.len()
+        ))?;
+    }
+    out.flush()?;
+    if !failed.is_empty() {
+        bail!(
+            "{} session(s) could not be recovered (listed above)",
+            failed.len()
+        );
+    }
+    Ok(Status::Ok)
+}
+
 /// Runs `cairn recover`.
 ///
 /// # Errors

@@ -247,6 +247,33 @@ pub trait Backend: Send + Sync + fmt::Debug {
 
     /// Replaces the listing cache (best effort: it is only a cache).
     fn save_catalog(&self, catalog: &Catalog);
+
+    /// Claims, for this process, one session whose last operation was
+    /// interrupted (open, no writer), other than those in `skip`, so that
+    /// workers recovering at the same time each get a different one: the
+    /// next [`Backend::open`] for writing of it in this process holds it.
+    /// The default is [`Claim::Unsupported`]: callers then list the
+    /// interrupted sessions and open each for writing, skipping those
+    /// another writer holds ([`OpenError::InUse`]).
+    ///
+    /// # Errors
+    ///
+    /// I/O errors reading the store.
+    fn claim_interrupted(&self, skip: &[SessionId]) -> Result<Claim, StoreError> {
+        let _ = skip;
+        Ok(Claim::Unsupported)
+    }
+}
+
+/// What [`Backend::claim_interrupted`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// A session claimed for this process.
+    Claimed(SessionId),
+    /// No interrupted session is left to claim.
+    NoneLeft,
+    /// The backend cannot claim; list and open instead.
+    Unsupported,
 }
 
 /// One session's log: framed lines, appended in order.
