@@ -73,7 +73,8 @@ run_sim() {
     cargo test -p cairn --test sim_crash -- --nocapture --exact \
         acknowledged_records_survive_thousands_of_simulated_power_losses \
         the_crash_checker_catches_a_disk_that_ignores_fsync \
-        the_crash_checker_catches_a_model_that_trusts_buffered_acknowledgements 2>&1 |
+        the_crash_checker_catches_a_model_that_trusts_buffered_acknowledgements \
+        an_index_never_makes_an_open_accept_records_a_power_loss_took 2>&1 |
         grep -E '^sim_crash:|^test |test result|panicked|seed' || return 1
 }
 
@@ -81,7 +82,8 @@ run_faults() {
     say "fault injection"
     cargo test -p cairn --test fault_injection -- --nocapture --exact \
         every_injected_fault_is_reported_poisons_and_loses_nothing_acknowledged \
-        a_full_disk_on_an_append_names_the_file_says_no_space_and_poisons_until_reopen 2>&1 |
+        a_full_disk_on_an_append_names_the_file_says_no_space_and_poisons_until_reopen \
+        every_fault_while_an_open_writes_the_index_is_absorbed_or_reported_and_the_next_open_is_right 2>&1 |
         grep -E '^fault_injection:|^test |test result|panicked|seed' || return 1
 }
 

@@ -33,7 +33,7 @@ use crate::prompt::{Approval, Prompter};
 use crate::provider::retry::RetryPolicy;
 use crate::provider::{ChatRequest, Provider, ProviderError, Purpose};
 use crate::recovery;
-use crate::stream::{Streamed, stream};
+use crate::stream::{Streamed, stream_traced};
 use crate::tools::{Registry, Tool, ToolCall, ToolEnv};
 
 /// What to do, on resume, with a `SideEffect` call that may or may not have run.
@@ -67,6 +67,8 @@ pub struct AgentConfig {
     pub compaction: CompactionPolicy,
     /// Inject session memory after the system prompt.
     pub memory: bool,
+    /// Record each exchange with the model server (`--trace`).
+    pub trace: Option<crate::trace::TraceConfig>,
 }
 
 impl Default for AgentConfig {
@@ -79,6 +81,7 @@ impl Default for AgentConfig {
             retry: RetryPolicy::default(),
             compaction: CompactionPolicy::default(),
             memory: true,
+            trace: None,
         }
     }
 }
@@ -367,9 +370,21 @@ fn model_step(op: &Operation<'_>, session: &Session, rt: &mut Runtime) -> Result
         };
         let started = Instant::now();
         let observer = &mut rt.observer;
-        let streamed = stream(&rt.provider, request, &rt.interrupt, &mut |ev| {
-            observer.event(&Event::Delta(ev))
-        });
+        let (streamed, exchange) = stream_traced(
+            &rt.provider,
+            request,
+            &rt.interrupt,
+            &mut |ev| observer.event(&Event::Delta(ev)),
+            rt.config.trace.is_some(),
+        );
+        let traced = crate::trace::Request {
+            op: Some(op.id()),
+            purpose: Purpose::Turn,
+            attempt: Some(ticket.attempt()),
+            entry: Some(ticket.entry()),
+            retry,
+        };
+        crate::trace::record_streamed(session, rt, traced, &streamed, exchange.as_ref())?;
         match streamed {
             Streamed::Done(Ok(reply)) => {
                 let latency = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);

@@ -28,6 +28,7 @@ use crate::provider::Provider;
 use crate::provider::openai::{DEFAULT_BASE_URL, OpenAiConfig, OpenAiProvider};
 use crate::provider::scripted::ScriptedProvider;
 use crate::term::clean_line;
+use crate::tools::delegate::{Delegate, SUBAGENT_PROMPT, Subagents};
 use crate::tools::{Registry, ToolEnv};
 use crate::tree::TreePrinter;
 use cairn_stores::{blob_dir, files_dir, open_store};
@@ -94,6 +95,19 @@ pub struct AgentArgs {
     /// Do not inject session memory into the model's view.
     #[arg(long)]
     pub no_memory: bool,
+    /// Record each exchange with the model server (request and response
+    /// bodies, headers, timings, retries) in the session as log-only trace
+    /// records, which never enter the context; keys and credential headers
+    /// are redacted. `cairn log --trace` shows them.
+    #[arg(long)]
+    pub trace: bool,
+    /// With --trace, bytes of a body kept in a trace record; a longer body is
+    /// cut there and kept whole as a blob.
+    #[arg(long, value_name = "BYTES", default_value_t = crate::trace::DEFAULT_BODY_LIMIT, requires = "trace")]
+    pub trace_body_limit: usize,
+    /// How deep subagents (the `delegate` tool) may nest; 0 offers no `delegate` tool.
+    #[arg(long, value_name = "N", default_value_t = crate::tools::delegate::DEFAULT_MAX_DEPTH)]
+    pub max_depth: u32,
 }
 
 impl AgentArgs {
@@ -117,6 +131,10 @@ impl AgentArgs {
             workdir: self.workdir,
             system_prompt: self.system_prompt,
             memory: !self.no_memory,
+            max_depth: self.max_depth,
+            trace: self.trace.then_some(crate::trace::TraceConfig {
+                body_limit: self.trace_body_limit,
+            }),
             tree_printer: None,
         }
     }
@@ -126,8 +144,8 @@ impl AgentArgs {
 #[derive(Clone)]
 pub struct AgentOptions {
     /// The store: a directory (sessions in `home/sessions`, blobs in
-    /// `home/blobs`), or `sqlite:PATH` (blobs in `PATH-files/blobs`; see
-    /// [`crate::store`]).
+    /// `home/blobs`), `sqlite:PATH` (blobs in `PATH-files/blobs`) or a
+    /// `postgres://` URL (see `cairn_stores::files_dir`; and [`crate::store`]).
     pub home: PathBuf,
     /// A session to resume.
     pub resume: Option<String>,
@@ -161,6 +179,10 @@ pub struct AgentOptions {
     pub system_prompt: Option<PathBuf>,
     /// Inject session memory.
     pub memory: bool,
+    /// How deep subagents may nest (0: no `delegate` tool).
+    pub max_depth: u32,
+    /// Trace the exchanges with the model server (`None`: off).
+    pub trace: Option<crate::trace::TraceConfig>,
     /// Draws `/tree` (the built-in drawing when `None`).
     pub tree_printer: Option<TreePrinter>,
 }
@@ -185,6 +207,8 @@ impl AgentOptions {
             max_steps: 50,
             compact_at: 100_000,
             tool_timeout: 120,
+            max_depth: crate::tools::delegate::DEFAULT_MAX_DEPTH,
+            trace_body_limit: crate::trace::DEFAULT_BODY_LIMIT,
             ..AgentArgs::default()
         }
         .into_options(home.into())
@@ -206,7 +230,57 @@ pub fn run(opts: AgentOptions) -> Result<()> {
     // The provider first, so that a bad set-up creates no empty session.
     let (provider, mut settings) = provider_for(&opts, existing.as_ref())?;
     let workdir = workdir_for(&opts, existing.as_ref())?;
-    let tools = Registry::standard();
+    let interactive = std::io::stdin().is_terminal();
+    let mut env = ToolEnv::new(workdir.clone(), blob_dir(&opts.home));
+    env.timeout = opts.tool_timeout;
+    let system_prompt = match &opts.system_prompt {
+        Some(p) => std::fs::read_to_string(p)
+            .with_context(|| format!("reading the system prompt {}", p.display()))?,
+        None => crate::agent::DEFAULT_SYSTEM_PROMPT.to_owned(),
+    };
+    let config = AgentConfig {
+        system_prompt: Some(system_prompt),
+        max_steps: opts.max_steps,
+        auto_approve: opts.yes,
+        on_unknown: opts.on_unknown,
+        compaction: CompactionPolicy {
+            budget_tokens: opts.compact_at,
+            keep_recent_tokens: opts.compact_at.map_or(20_000, |b| (b / 5).max(1)),
+        },
+        memory: opts.memory,
+        trace: opts.trace,
+        ..AgentConfig::default()
+    };
+    let acks = std::env::var(ACKS_ENV).is_ok_and(|v| v == "1");
+    let mut tools = Registry::standard();
+    if opts.max_depth > 0 {
+        tools.add(Arc::new(Delegate::new(Subagents {
+            store: store.clone(),
+            provider: Arc::clone(&provider),
+            tools: Registry::standard(),
+            env: env.clone(),
+            config: AgentConfig {
+                system_prompt: Some(SUBAGENT_PROMPT.to_owned()),
+                ..config.clone()
+            },
+            max_depth: opts.max_depth,
+            observer: Arc::new(move || {
+                let mut o: Vec<Box<dyn Observer>> =
+                    vec![Box::new(Printer::new(Box::new(std::io::stdout()), "  │ "))];
+                if acks {
+                    o.push(Box::new(Acks));
+                }
+                Box::new(Tee(o))
+            }),
+            prompter: Arc::new(move || -> Box<dyn Prompter> {
+                match interactive.then(|| Console::new(None)) {
+                    Some(Ok(c)) => Box::new(c),
+                    Some(Err(_)) | None => Box::new(Batch),
+                }
+            }),
+            after_tool_effect: None,
+        })));
+    }
     settings.insert(
         SETTING_WORKDIR.into(),
         Value::from(workdir.display().to_string()),
@@ -238,7 +312,6 @@ pub fn run(opts: AgentOptions) -> Result<()> {
         Ok(())
     };
     record_settings(&session)?;
-    let interactive = std::io::stdin().is_terminal();
     let prompter: Box<dyn Prompter> = if interactive {
         Box::new(
             Console::new(Some(files.join("agent_history"))).context("setting up the terminal")?,
@@ -250,28 +323,9 @@ pub fn run(opts: AgentOptions) -> Result<()> {
     // Handlers may already be installed in this process; then they own the signals.
     let _ = interrupt.install_signals();
     let mut observers: Vec<Box<dyn Observer>> = vec![Box::new(Printer::stdout())];
-    if std::env::var(ACKS_ENV).is_ok_and(|v| v == "1") {
+    if acks {
         observers.push(Box::new(Acks));
     }
-    let mut env = ToolEnv::new(workdir, blob_dir(&opts.home));
-    env.timeout = opts.tool_timeout;
-    let system_prompt = match &opts.system_prompt {
-        Some(p) => std::fs::read_to_string(p)
-            .with_context(|| format!("reading the system prompt {}", p.display()))?,
-        None => crate::agent::DEFAULT_SYSTEM_PROMPT.to_owned(),
-    };
-    let config = AgentConfig {
-        system_prompt: Some(system_prompt),
-        max_steps: opts.max_steps,
-        auto_approve: opts.yes,
-        on_unknown: opts.on_unknown,
-        compaction: CompactionPolicy {
-            budget_tokens: opts.compact_at,
-            keep_recent_tokens: opts.compact_at.map_or(20_000, |b| (b / 5).max(1)),
-        },
-        memory: opts.memory,
-        ..AgentConfig::default()
-    };
     let rt = Runtime {
         provider: Arc::clone(&provider),
         tools,

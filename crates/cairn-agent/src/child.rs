@@ -25,6 +25,7 @@ use crate::interrupt::Interrupt;
 use crate::observer::{Acks, Observer, Silent};
 use crate::prompt::Batch;
 use crate::provider::scripted::ScriptedProvider;
+use crate::tools::delegate::{Delegate, Make, SharedAfterToolEffect, Subagents};
 use crate::tools::render::{Ledger, RenderPanel};
 use crate::tools::{Registry, ToolEnv, bash::Bash, state::SetState};
 
@@ -77,37 +78,78 @@ pub fn storyboard_tools(ledger: Option<&std::path::Path>, workdir: &std::path::P
     r.with(Bash)
 }
 
+/// The storyboard's tools and `delegate`, whose subagents have the
+/// storyboard's tools, report to `observer` and share the crash point.
+pub(crate) fn delegating(
+    tools: Registry,
+    store: &cairn::Store,
+    provider: &Arc<dyn crate::provider::Provider>,
+    env: &ToolEnv,
+    observer: Make<Box<dyn Observer>>,
+    after_tool_effect: Option<SharedAfterToolEffect>,
+) -> Registry {
+    let sub = Subagents {
+        store: store.clone(),
+        provider: Arc::clone(provider),
+        tools: tools.clone(),
+        env: env.clone(),
+        config: crate::agent::AgentConfig {
+            system_prompt: Some(crate::tools::delegate::SUBAGENT_PROMPT.to_owned()),
+            ..crate::demo::storyboard_config()
+        },
+        max_depth: crate::tools::delegate::DEFAULT_MAX_DEPTH,
+        observer,
+        prompter: Arc::new(|| Box::new(Batch)),
+        after_tool_effect,
+    };
+    tools.with(Delegate::new(sub))
+}
+
 fn run_spec(text: &str) -> Result<()> {
     let spec: ChildSpec = serde_json::from_str(text).context("the child spec is not valid JSON")?;
     let store = cairn_stores::open_store(&spec.home)?;
     let id = store.resolve(&spec.session)?;
     let session = store.open(&id, Access::Write)?;
-    let provider = ScriptedProvider::load(&spec.script)?;
+    let provider: Arc<dyn crate::provider::Provider> =
+        Arc::new(ScriptedProvider::load(&spec.script)?);
     let crash_after = spec.crash_after.clone();
-    let observer: Box<dyn Observer> = if spec.acks {
-        Box::new(Acks)
-    } else {
-        Box::new(Silent)
-    };
+    let acks = spec.acks;
+    let observer: Make<Box<dyn Observer>> = Arc::new(move || -> Box<dyn Observer> {
+        if acks {
+            Box::new(Acks)
+        } else {
+            Box::new(Silent)
+        }
+    });
+    let crash: SharedAfterToolEffect = Arc::new(move |tool: &str, call_id: &str| {
+        if crash_after.as_deref() == Some(tool) {
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "{CRASH_MARKER} {tool} {call_id}");
+            let _ = out.flush();
+            drop(out);
+            loop {
+                std::thread::sleep(Duration::from_secs(3600));
+            }
+        }
+    });
+    let env = ToolEnv::new(&spec.workdir, cairn_stores::blob_dir(&spec.home));
+    let tools = delegating(
+        storyboard_tools(spec.ledger.as_deref(), &spec.workdir),
+        &store,
+        &provider,
+        &env,
+        Arc::clone(&observer),
+        Some(Arc::clone(&crash)),
+    );
     let rt = Runtime {
-        provider: Arc::new(provider),
-        tools: storyboard_tools(spec.ledger.as_deref(), &spec.workdir),
-        env: ToolEnv::new(&spec.workdir, cairn_stores::blob_dir(&spec.home)),
+        provider,
+        tools,
+        env,
         config: crate::demo::storyboard_config(),
-        observer,
+        observer: observer(),
         prompter: Box::new(Batch),
         interrupt: Interrupt::new(),
-        after_tool_effect: Some(Box::new(move |tool, call_id| {
-            if crash_after.as_deref() == Some(tool) {
-                let mut out = std::io::stdout().lock();
-                let _ = writeln!(out, "{CRASH_MARKER} {tool} {call_id}");
-                let _ = out.flush();
-                drop(out);
-                loop {
-                    std::thread::sleep(Duration::from_secs(3600));
-                }
-            }
-        })),
+        after_tool_effect: Some(Box::new(move |tool, call_id| crash(tool, call_id))),
     };
     let mut agent = Agent::new(store, session, rt)?;
     agent.prompt(&spec.prompt)?;

@@ -16,13 +16,13 @@ use std::collections::HashSet;
 use anyhow::Result;
 use cairn::view::{ViewBuilder, estimate_message};
 use cairn::{
-    Block, Compaction, ContextMessage, EntryBody, EntryId, Message, Role, Session, Source,
+    Block, Compaction, ContextMessage, EntryBody, EntryId, Message, Messages, Role, Session, Source,
 };
 
 use crate::agent::{Backoff, Runtime, backoff};
 use crate::observer::Event;
 use crate::provider::{ChatRequest, Purpose, result_text};
-use crate::stream::{Streamed, stream};
+use crate::stream::{Streamed, stream_traced};
 
 /// When and how much to compact.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,7 +75,7 @@ pub fn maybe_compact(session: &Session, rt: &mut Runtime) -> Result<Option<Entry
 
 /// The index of the first context message to keep, or `None` when no cut
 /// is possible (nothing before a valid cut point).
-pub fn choose_first_kept(messages: &[ContextMessage], keep_recent_tokens: usize) -> Option<usize> {
+pub fn choose_first_kept(messages: &Messages, keep_recent_tokens: usize) -> Option<usize> {
     let mut open: HashSet<&str> = HashSet::new();
     let mut valid = Vec::new();
     for (i, m) in messages.iter().enumerate() {
@@ -126,7 +126,7 @@ fn compact_keeping(session: &Session, rt: &mut Runtime, keep: usize) -> Result<O
         return Ok(None);
     };
     let tokens_before: usize = messages.iter().map(|m| estimate_message(m.message())).sum();
-    let transcript = transcript(&messages[..cut]);
+    let transcript = transcript(messages.iter().take(cut));
     let request = ChatRequest {
         messages: vec![
             Message::text(Role::System, SUMMARY_PROMPT),
@@ -141,7 +141,23 @@ fn compact_keeping(session: &Session, rt: &mut Runtime, keep: usize) -> Result<O
     };
     let mut retry = 0u32;
     let summary = loop {
-        match stream(&rt.provider, request.clone(), &rt.interrupt, &mut |_| {}) {
+        let (streamed, exchange) = stream_traced(
+            &rt.provider,
+            request.clone(),
+            &rt.interrupt,
+            &mut |_| {},
+            rt.config.trace.is_some(),
+        );
+        let op = session.resume_operation().map(|o| o.id().to_owned());
+        let request = crate::trace::Request {
+            op: op.as_deref(),
+            purpose: Purpose::Summary,
+            attempt: None,
+            entry: None,
+            retry,
+        };
+        crate::trace::record_streamed(session, rt, request, &streamed, exchange.as_ref())?;
+        match streamed {
             Streamed::Done(Ok(reply)) if !reply.text.trim().is_empty() => break reply.text,
             Streamed::Done(Ok(_)) => {
                 rt.observer.event(&Event::Notice(
@@ -179,7 +195,7 @@ fn compact_keeping(session: &Session, rt: &mut Runtime, keep: usize) -> Result<O
 }
 
 /// The messages as plain text for the summariser.
-fn transcript(messages: &[ContextMessage]) -> String {
+fn transcript<'a>(messages: impl Iterator<Item = &'a ContextMessage>) -> String {
     let mut out = String::new();
     for m in messages {
         let msg = m.message();

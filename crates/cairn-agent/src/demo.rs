@@ -12,7 +12,12 @@
 //!    the same idempotency key and the ledger charges once;
 //! 6. the same crash with `bash`, a side effect without a key: recovery does
 //!    not re-run it and records `TOOL_OUTCOME_UNKNOWN`;
-//! 7. fork from panel 1 into a new session; both trees are drawn.
+//! 7. a subagent letters panel 3 in a child session of its own, and the
+//!    process is killed after the subagent answered and before the parent
+//!    recorded the answer: recovery, from the outside in, finds the
+//!    subagent finished and answers the parent's call with its answer,
+//!    without running it again;
+//! 8. fork from panel 1 into a new session; both trees are drawn.
 //!
 //! Every claim is checked as the demo goes; a claim that does not hold is
 //! an error. The sessions stay in the store for `cairn tree`, `steps`,
@@ -30,7 +35,7 @@ use cairn::{Access, Block, NewSession, Session, SessionId, Store, Verdict};
 use serde_json::{Value, json};
 
 use crate::agent::{Agent, AgentConfig, OnUnknown, Runtime};
-use crate::child::{CHILD_ENV, CRASH_MARKER, ChildSpec, storyboard_tools};
+use crate::child::{CHILD_ENV, CRASH_MARKER, ChildSpec, delegating, storyboard_tools};
 use crate::compaction::CompactionPolicy;
 use crate::interrupt::Interrupt;
 use crate::observer::Printer;
@@ -86,6 +91,12 @@ pub struct DemoReport {
     pub side_effect_code: Option<String>,
     /// Lines the crashed `bash` call left in the print queue.
     pub print_queue_lines: usize,
+    /// The subagent session that lettered panel 3.
+    pub subagent: SessionId,
+    /// Model calls the subagent made (it is not run again by recovery).
+    pub subagent_model_calls: usize,
+    /// Lines the subagent left in `balloons.txt`.
+    pub balloon_lines: usize,
 }
 
 /// The demo's script for the scripted provider.
@@ -94,6 +105,16 @@ pub fn script() -> Value {
         "model": "storyboard-model",
         "chunk_chars": 24,
         "turns": [
+            {"match": "letterer", "replies": [
+                {"text": "Asking a letterer, a subagent, for panel 3's speech balloon.",
+                 "tool_calls": [
+                    {"name": "delegate", "arguments": {"task": "Letter panel 3: add the hero's battle cry to balloons.txt.", "title": "letterer for panel 3"}}]},
+                {"text": "Panel 3 has its balloon: the hero shouts \"HI-YAH!\"."}]},
+            {"match": "letter panel 3", "replies": [
+                {"text": "Writing the balloon.",
+                 "tool_calls": [
+                    {"name": "bash", "arguments": {"command": "echo 'panel 3: HI-YAH!' >> balloons.txt && echo lettered"}}]},
+                {"text": "Panel 3 is lettered: the hero shouts \"HI-YAH!\" (in balloons.txt)."}]},
             {"match": "panel 1", "replies": [
                 {"text": "The hero swallows the power-up candy. I will record the new state, then render panel 1.",
                  "tool_calls": [
@@ -186,11 +207,22 @@ impl Tour<'_> {
     }
 
     fn agent(&self, session: Session) -> Result<Agent> {
-        let provider = ScriptedProvider::load(&self.script)?;
+        let provider: Arc<dyn crate::provider::Provider> =
+            Arc::new(ScriptedProvider::load(&self.script)?);
+        let env = ToolEnv::new(&self.workdir, cairn_stores::blob_dir(&self.home));
+        let capture = self.capture.clone();
+        let tools = delegating(
+            storyboard_tools(Some(self.ledger.path()), &self.workdir),
+            &self.store,
+            &provider,
+            &env,
+            Arc::new(move || Box::new(Printer::new(Box::new(capture.clone()), "     │   │ "))),
+            None,
+        );
         let rt = Runtime {
-            provider: Arc::new(provider),
-            tools: storyboard_tools(Some(self.ledger.path()), &self.workdir),
-            env: ToolEnv::new(&self.workdir, cairn_stores::blob_dir(&self.home)),
+            provider,
+            tools,
+            env,
             config: storyboard_config(),
             observer: Box::new(Printer::new(Box::new(self.capture.clone()), "     │ ")),
             prompter: Box::new(Batch),
@@ -389,7 +421,7 @@ pub fn run(home: &Path, out: &mut dyn Write, opts: DemoOptions) -> Result<DemoRe
 
     writeln!(
         t.out,
-        "cairn demo: a storyboard agent, a rewind, two crashes and a fork — offline"
+        "cairn demo: a storyboard agent, a rewind, three crashes, a subagent and a fork — offline"
     )?;
     t.say(&format!(
         "The agent draws a comic panel by panel and must keep the hero's state consistent. Its model is scripted \
@@ -552,8 +584,76 @@ pub fn run(home: &Path, out: &mut dyn Write, opts: DemoOptions) -> Result<DemoRe
     );
     t.say("The model sees a real result with code TOOL_OUTCOME_UNKNOWN, so the history is valid and honest; the print queue has the job once.")?;
 
-    // 7. Fork.
-    t.step(7, "Fork from panel 1 into a new session")?;
+    // 7. A subagent, and a crash after it answered.
+    t.step(
+        7,
+        "A subagent letters panel 3 — and a crash after it answered",
+    )?;
+    t.say("The agent delegates the lettering with its `delegate` tool: a child agent works in a child session of its own (its own journal and tools), linked to the call. The process is killed after the subagent answered and before the parent recorded that answer.")?;
+    drop(agent);
+    t.crash(
+        &exe,
+        &id,
+        "Ask the letterer for panel 3's speech balloon.",
+        "delegate",
+    )?;
+    let session = store.open(&id, Access::Write)?;
+    let verdict = session.verdict();
+    ensure!(
+        matches!(&verdict, Verdict::IndeterminateTool { calls, .. } if calls.iter().any(|c| c.tool == "delegate")),
+        "the verdict should be IndeterminateTool for delegate, not {}",
+        verdict.name()
+    );
+    let children = store.children(&id)?;
+    let [(child, _)] = children.as_slice() else {
+        bail!(
+            "the storyboard should have one subagent session, found {}",
+            children.len()
+        );
+    };
+    let subagent = child.id.clone();
+    let model_calls = |store: &Store| -> Result<usize> {
+        let s = store.open(&subagent, Access::Read)?;
+        Ok(s.steps()?
+            .iter()
+            .filter(|s| s.kind == cairn::steps::StepKind::Model)
+            .count())
+    };
+    let before = model_calls(&store)?;
+    t.say(&format!(
+        "Verdict: {} for `delegate`. Recovery goes from the outside in: `delegate` is idempotent, so cairn's recovery loop re-runs it, and the re-run finds the subagent session {subagent} its call started. That session finished (its own verdict: {}), so its recorded answer is the result; it is not run again.",
+        verdict.name(),
+        store.open(&subagent, Access::Read)?.verdict().name()
+    ))?;
+    let mut agent = t.agent(session)?;
+    t.resume(&mut agent)?;
+    let subagent_model_calls = model_calls(&store)?;
+    ensure!(
+        subagent_model_calls == before,
+        "the subagent should not run again: {before} model calls before recovery, {subagent_model_calls} after"
+    );
+    ensure!(
+        store.children(&id)?.len() == 1,
+        "recovery must not start a second subagent"
+    );
+    let (answer, _) =
+        tool_result(agent.session(), "delegate").context("the delegate call has no result")?;
+    ensure!(
+        answer.contains("HI-YAH"),
+        "the parent's result should carry the subagent's answer, not {answer}"
+    );
+    let balloons = std::fs::read_to_string(workdir.join("balloons.txt")).unwrap_or_default();
+    let balloon_lines = balloons.lines().count();
+    ensure!(
+        balloon_lines == 1,
+        "the balloon should be written once, found {balloon_lines} lines"
+    );
+    t.say(&format!(
+        "The parent's call is answered with the subagent's answer; balloons.txt has the balloon once. `cairn steps {id}` shows the subagent's steps under the call, `cairn ls` shows its session under the storyboard."
+    ))?;
+
+    // 8. Fork.
+    t.step(8, "Fork from panel 1 into a new session")?;
     let fork = store.fork(
         agent.session(),
         Some(&panel1),
@@ -586,6 +686,9 @@ pub fn run(home: &Path, out: &mut dyn Write, opts: DemoOptions) -> Result<DemoRe
         balance: ledger.balance,
         side_effect_code,
         print_queue_lines,
+        subagent,
+        subagent_model_calls,
+        balloon_lines,
     };
     drop(agent);
 
@@ -596,6 +699,7 @@ pub fn run(home: &Path, out: &mut dyn Write, opts: DemoOptions) -> Result<DemoRe
         format!("cairn{store} steps {id}"),
         format!("cairn{store} export {id} --format html > storyboard.html"),
         format!("cairn{store} tree {fork_id}"),
+        format!("cairn{store} ls"),
     ] {
         writeln!(t.out, "  {cmd}")?;
     }

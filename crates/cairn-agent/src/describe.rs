@@ -4,6 +4,7 @@
 //! [`crate::term::sanitize`]), but not yet cut to a width.
 
 use cairn::Unknown;
+use cairn::steps::{Step, StepKind, StepStatus};
 use cairn::{AppStateChange, Block, EntryBody, Message, Role};
 use serde_json::Value;
 
@@ -172,6 +173,72 @@ pub fn block_line(b: &Block) -> String {
             format!("[image {} · {} bytes base64]", flat(media_type), data.len())
         }
         Block::Blob { uri, .. } => format!("[blob {}]", flat(uri)),
+    }
+}
+
+/// A step in cells: what every listing of steps shows (`cairn steps`,
+/// `/steps`, the HTML export), flattened and cleaned but not cut to a width.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepCells {
+    /// `input`, `model` or `tool`.
+    pub kind: &'static str,
+    /// The input's excerpt, the model's or the tool's name.
+    pub name: String,
+    /// `ok`, `not started`, …
+    pub status: &'static str,
+    /// How the status looks.
+    pub style: Style,
+    /// How long it took (`-` when unknown).
+    pub time: String,
+    /// Input/output tokens (`-` when unknown).
+    pub tokens: String,
+    /// What went in (tool arguments), on one line; empty when the name says it.
+    pub input: String,
+    /// What came out, on one line.
+    pub output: String,
+}
+
+/// Describes a step in cells.
+pub fn step_cells(s: &Step) -> StepCells {
+    let kind = match s.kind {
+        StepKind::Input => "input",
+        StepKind::Model => "model",
+        StepKind::Tool => "tool",
+    };
+    let (status, style) = match s.status {
+        StepStatus::Ok => ("ok", Style::Plain),
+        StepStatus::Error => ("error", Style::Warn),
+        StepStatus::Running => ("running", Style::Bold),
+        StepStatus::Interrupted => ("interrupted", Style::Warn),
+        StepStatus::Unknown => ("unknown", Style::Warn),
+        StepStatus::NotStarted => ("not started", Style::Dim),
+        StepStatus::Denied => ("denied", Style::Dim),
+    };
+    let input = match s.kind {
+        StepKind::Tool => s.input.as_deref().map(flat).unwrap_or_default(),
+        StepKind::Input | StepKind::Model => String::new(),
+    };
+    StepCells {
+        kind,
+        name: flat(&s.name),
+        status,
+        style,
+        time: s.duration_ms.map_or_else(|| "-".to_owned(), duration),
+        tokens: s
+            .usage
+            .as_ref()
+            .map_or_else(|| "-".to_owned(), |u| format!("{}/{}", u.input, u.output)),
+        input,
+        output: s.output.as_deref().map(flat).unwrap_or_default(),
+    }
+}
+
+/// A duration for people: `850ms`, `1.2s`.
+pub fn duration(ms: u64) -> String {
+    if ms < 1000 {
+        format!("{ms}ms")
+    } else {
+        format!("{:.1}s", ms as f64 / 1000.0)
     }
 }
 

@@ -31,6 +31,7 @@ pub mod store;
 pub mod stream;
 pub mod term;
 pub mod tools;
+pub mod trace;
 pub mod tree;
 
 pub use agent::{Agent, AgentConfig, OnUnknown, Runtime, TurnEnd};

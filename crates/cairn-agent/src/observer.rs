@@ -209,14 +209,16 @@ fn output_line(output: &ToolOutput) -> String {
     } else {
         String::new()
     };
-    let blob = if output
+    let blob = if let Some(child) = output.content.iter().find_map(cairn::referenced_session) {
+        format!(" [subagent session {child}]")
+    } else if output
         .content
         .iter()
         .any(|b| matches!(b, Block::Blob { .. }))
     {
-        " [full output kept as a blob]"
+        " [full output kept as a blob]".to_owned()
     } else {
-        ""
+        String::new()
     };
     format!("{}{more}{blob}", excerpt(first, 100))
 }

@@ -1,12 +1,12 @@
 //! The REPL: requests to the agent, and slash commands to look at and move
 //! around the session — `/steps`, `/tree`, `/rewind ENTRY [--files]`, `/fork ENTRY`,
 //! `/label ENTRY NAME`, `/state`, `/context`, `/memory`, `/compact`,
-//! `/quit`. ENTRY is an entry id, a unique id prefix or a label.
+//! `/quit`. ENTRY is an entry id, a unique id prefix, a label or a step
+//! number (`s0005`: the state right after that step).
 
 use std::io::Write;
 
 use anyhow::{Context as _, Result, bail};
-use cairn::steps::StepKind;
 use cairn::{Access, EntryId};
 
 use crate::agent::Agent;
@@ -19,7 +19,7 @@ pub const HELP: &str = "\
 Type a request for the agent, or a command:
   /steps               numbered steps: inputs, model calls, tool calls
   /tree                the session's tree (* = active branch)
-  /rewind ENTRY        move back to ENTRY (history and app state rewind together)
+  /rewind ENTRY        move back to ENTRY or step (s0005) (history and app state rewind together)
   /rewind ENTRY --files   the working directory's files too (--force: overwrite files changed by hand)
   /fork ENTRY          copy the branch up to ENTRY into a new session and continue there
   /label ENTRY NAME    bookmark ENTRY as NAME (usable wherever ENTRY is)
@@ -91,9 +91,11 @@ fn compaction_line(c: &cairn::ActiveCompaction) -> String {
 
 fn entry(agent: &Agent, query: Option<&str>) -> Result<EntryId> {
     let Some(q) = query else {
-        bail!("which entry? give an id, an id prefix or a label (see /tree)")
+        bail!(
+            "which entry? give an id, an id prefix, a label (see /tree) or a step (s0005, see /steps)"
+        )
     };
-    Ok(agent.session().resolve(q)?)
+    Ok(cairn::steps::resolve(agent.session(), q)?)
 }
 
 /// Runs one command; `true` means quit.
@@ -107,28 +109,23 @@ fn command(agent: &mut Agent, cmd: &str, tree: Option<&TreePrinter>) -> Result<b
         "help" | "h" | "?" => writeln!(out, "{HELP}")?,
         "steps" => {
             for s in agent.session().steps()? {
-                let indent = if s.kind == StepKind::Tool { "  " } else { "" };
-                let kind = match s.kind {
-                    StepKind::Input => "input",
-                    StepKind::Model => "model",
-                    StepKind::Tool => "tool ",
-                };
-                let took = s.duration_ms.map(|d| format!(" {d}ms")).unwrap_or_default();
-                let tokens = s
-                    .usage
-                    .as_ref()
-                    .map(|u| format!(" {}→{} tok", u.input, u.output))
-                    .unwrap_or_default();
-                let status = serde_json::to_value(s.status)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_owned))
-                    .unwrap_or_default();
+                let c = crate::describe::step_cells(&s);
+                let indent = if s.parent.is_some() { "  " } else { "" };
                 writeln!(
                     out,
-                    "{} {indent}{kind} {} [{status}]{took}{tokens}",
+                    "{} {indent}{:<5} {} [{}] {} {} tok",
                     s.label(),
-                    excerpt(&s.name, 60)
+                    c.kind,
+                    excerpt(&c.name, 60),
+                    c.status,
+                    c.time,
+                    c.tokens
                 )?;
+                for (tag, text) in [("in ", &c.input), ("out", &c.output)] {
+                    if !text.is_empty() {
+                        writeln!(out, "      {indent}{tag} {}", excerpt(text, 70))?;
+                    }
+                }
             }
         }
         "tree" => match tree {

@@ -69,9 +69,18 @@ fn the_demo_runs_and_its_claims_hold() {
     // The sessions stay in the store, closed and valid.
     let store = Store::open_dir(&home);
     let list = store.list().unwrap();
-    assert_eq!(list.len(), 2);
+    assert_eq!(list.len(), 3, "the storyboard, its subagent and its fork");
     let s = store.open(&report.session, Access::Read).unwrap();
     assert_eq!(s.verdict().name(), "Finished");
+    // The subagent scene: one child of the storyboard, finished, run once.
+    let children = store.children(&report.session).unwrap();
+    assert_eq!(children.len(), 1);
+    assert_eq!(children[0].0.id, report.subagent);
+    let child = store.open(&report.subagent, Access::Read).unwrap();
+    assert_eq!(child.verdict().name(), "Finished");
+    assert_eq!(report.subagent_model_calls, 2);
+    assert_eq!(report.balloon_lines, 1);
+    assert!(text.contains("it is not run again"), "{text}");
     let fork = store.open(&report.fork, Access::Read).unwrap();
     assert_eq!(
         fork.header().lineage.forked_from.as_ref().unwrap().session,

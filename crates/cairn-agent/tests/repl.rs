@@ -63,3 +63,28 @@ fn regression_repl_context_printed_rust_debug_text() {
         "{line}"
     );
 }
+
+#[test]
+fn rewind_takes_a_step_number_and_steps_show_what_went_in_and_out() {
+    // Two requests: s0001 input, s0002 model, s0003 input, s0004 model.
+    let out =
+        repl("draw panel 1\ndraw panel 2\n/steps\n/rewind s0002\n/context\n/rewind s0099\n/quit\n");
+    assert!(out.contains("s0002 model"), "{out}");
+    assert!(
+        out.contains("out Done, as asked."),
+        "/steps shows the output: {out}"
+    );
+    let rewound = out
+        .lines()
+        .find(|l| l.starts_with("rewound to "))
+        .unwrap_or_else(|| panic!("no rewind:\n{out}"));
+    let context = &out[out.find(rewound).unwrap()..];
+    assert!(
+        context.contains("draw panel 1") && !context.contains("draw panel 2"),
+        "{context}"
+    );
+    assert!(
+        out.contains("no step s0099 in this session (it has 4)"),
+        "{out}"
+    );
+}

@@ -50,6 +50,10 @@ pub struct Sizes {
     /// Timed opens per side of the SQLite open + context figures (the best
     /// is kept); the session has `open_entries` entries.
     pub sqlite_open_repeats: usize,
+    /// Entries of the pi session of the import figure.
+    pub import_entries: usize,
+    /// Timed imports, and timed opens by pi (the best of each is kept).
+    pub import_repeats: usize,
 }
 
 /// The issue's numbers, for a label on scaled figures.
@@ -64,6 +68,8 @@ pub mod issue {
     pub const LIST_SESSIONS: usize = 10_000;
     /// Size of the peak-memory session.
     pub const MEMORY_BYTES: u64 = 1 << 30;
+    /// Entries of the imported pi session.
+    pub const IMPORT_ENTRIES: usize = 100_000;
 }
 
 impl Sizes {
@@ -92,6 +98,8 @@ impl Sizes {
             sqlite_rounds: 5,
             sqlite_cycles: 250,
             sqlite_open_repeats: 5,
+            import_entries: issue::IMPORT_ENTRIES,
+            import_repeats: 3,
         }
     }
 
@@ -120,6 +128,8 @@ impl Sizes {
             sqlite_rounds: 5,
             sqlite_cycles: 50,
             sqlite_open_repeats: 5,
+            import_entries: 20_000,
+            import_repeats: 3,
         }
     }
 

@@ -16,8 +16,8 @@ Examples:
 
 Sessions are named by full id, unique id prefix, path to a .jsonl file, or --last.
 Exit status: 0 ok, 1 the thing asked for is not so (fsck found damage),
-2 usage or I/O error. The store is --store DIR (or sqlite:PATH), else
-$CAIRN_HOME, else $XDG_DATA_HOME/cairn, else ~/.local/share/cairn.";
+2 usage or I/O error. The store is --store DIR (or sqlite:PATH, or a
+postgres://URL), else $CAIRN_HOME, else $XDG_DATA_HOME/cairn, else ~/.local/share/cairn.";
 
 /// cairn: a durable session engine for AI agents.
 ///
@@ -27,8 +27,9 @@ $CAIRN_HOME, else $XDG_DATA_HOME/cairn, else ~/.local/share/cairn.";
 #[derive(Debug, Parser)]
 #[command(name = "cairn", version, after_help = MAIN_EXAMPLES, max_term_width = 100)]
 pub struct Cli {
-    /// The store: a directory (sessions live in DIR/sessions), or
-    /// sqlite:PATH for a SQLite database.
+    /// The store: a directory (sessions live in DIR/sessions),
+    /// sqlite:PATH for a SQLite database, or a postgres://URL (options:
+    /// cairn_schema=NAME, cairn_lease_secs=N, cairn_files=DIR).
     #[arg(long, global = true, env = "CAIRN_HOME", value_name = "DIR")]
     pub store: Option<PathBuf>,
 
@@ -85,6 +86,21 @@ pub enum Format {
     Json,
     /// A self-contained HTML page: the conversation and the tree as SVG.
     Html,
+    /// A pi session file (version 3) that pi opens with the same context.
+    Pi,
+}
+
+/// Source formats of `cairn import`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ImportFrom {
+    /// Tell each file's format from its first records.
+    Auto,
+    /// pi session files (`~/.pi/agent/sessions`), versions 1–3.
+    Pi,
+    /// Claude Code transcripts (`~/.claude/projects`).
+    ClaudeCode,
+    /// Codex rollouts (`~/.codex/sessions`).
+    Codex,
 }
 
 /// The subcommands.
@@ -132,12 +148,17 @@ Example:
         durability: DurabilityArg,
     },
 
-    /// List sessions, most recently updated first.
-    #[command(after_help = "Examples:\n  cairn ls\n  cairn ls --all --json | jq -r '.[].id'")]
+    /// List sessions, most recently updated first; subagents under their parent.
+    #[command(
+        after_help = "Examples:\n  cairn ls\n  cairn ls --flat\n  cairn ls --all --json | jq -r '.[].id'"
+    )]
     Ls {
-        /// Show every session (default: the 20 most recent).
+        /// Show every session (default: the 20 most recent, with their subagents).
         #[arg(long)]
         all: bool,
+        /// One row per session, most recent first, subagents not nested.
+        #[arg(long)]
+        flat: bool,
         /// Print JSON (an array; see the README for the shape).
         #[arg(long)]
         json: bool,
@@ -181,6 +202,9 @@ Example:
         /// Draw with ASCII instead of box-drawing characters.
         #[arg(long)]
         ascii: bool,
+        /// How many levels of subagent sessions to draw under the tool results naming them (0: none).
+        #[arg(long, value_name = "N", default_value_t = 1)]
+        depth: usize,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -188,7 +212,7 @@ Example:
 
     /// Print the raw records, pretty or as the stored JSON lines.
     #[command(
-        after_help = "Examples:\n  cairn log 01jx --from 10\n  cairn log 01jx --json | head -1"
+        after_help = "Examples:\n  cairn log 01jx --from 10\n  cairn log 01jx --trace\n  cairn log 01jx --json | head -1"
     )]
     Log {
         #[command(flatten)]
@@ -196,6 +220,9 @@ Example:
         /// Start at this record (0 is the header).
         #[arg(long, value_name = "SEQ", default_value_t = 0)]
         from: u64,
+        /// Show each trace record (`cairn agent --trace`) whole: headers and bodies.
+        #[arg(long)]
+        trace: bool,
         /// Print the stored JSON lines verbatim.
         #[arg(long)]
         json: bool,
@@ -322,9 +349,10 @@ Example:
         json: bool,
     },
 
-    /// Export a session as Markdown, JSON or a self-contained HTML page.
+    /// Export a session as Markdown, JSON, a self-contained HTML page or a
+    /// pi session file.
     #[command(
-        after_help = "Examples:\n  cairn export 01jx --format md\n  cairn export 01jx --format html -o storyboard.html"
+        after_help = "Examples:\n  cairn export 01jx --format md\n  cairn export 01jx --format html -o storyboard.html\n  cairn export 01jx --format pi -o ~/.pi/agent/sessions/--work--/from-cairn.jsonl"
     )]
     Export {
         #[command(flatten)]
@@ -335,6 +363,39 @@ Example:
         /// Write to this file instead of stdout.
         #[arg(long, short = 'o', value_name = "FILE")]
         output: Option<PathBuf>,
+    },
+
+    /// Import sessions of pi, Claude Code or Codex: verified, repaired,
+    /// rewindable.
+    ///
+    /// Each file becomes one session (its header names the source, path and
+    /// SHA-256). Tool calls the source never answered get a
+    /// TOOL_OUTCOME_UNKNOWN result, records cairn has no kind for are kept
+    /// as ignorable records, damaged lines are reported with file and line
+    /// and skipped (fatal with --strict). Re-importing an unchanged file does
+    /// nothing; a grown file appends only its new part. Without PATH, the
+    /// tools' default locations: ~/.pi/agent/sessions, ~/.claude/projects,
+    /// ~/.codex/sessions.
+    #[command(
+        after_help = "Examples:\n  cairn import\n  cairn import --from pi ~/.pi/agent/sessions\n  cairn import --strict session.jsonl\n  cairn import --watch ~/.codex/sessions/2025/06/01/rollout-x.jsonl"
+    )]
+    Import {
+        /// The source format.
+        #[arg(long, value_enum, default_value = "auto")]
+        from: ImportFrom,
+        /// A damaged line fails that file's import (nothing of it is written).
+        #[arg(long)]
+        strict: bool,
+        /// Keep following the sources: import what they append, until
+        /// interrupted (a tool's last calls stay open while it runs).
+        #[arg(long)]
+        watch: bool,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Files or directories (every *.jsonl below) to import.
+        #[arg(value_name = "PATH")]
+        paths: Vec<PathBuf>,
     },
 
     /// The tour: a comic-storyboard agent on cairn, crashes included.
@@ -367,16 +428,31 @@ Example:
 
     /// The numbered steps: user inputs, model calls and tool calls.
     ///
-    /// Derived from the operation journal, so numbers are stable across
-    /// restarts. A tool step is shown under the model call that requested it.
-    #[command(after_help = "Examples:\n  cairn steps --last\n  cairn steps 01jx -n 20 --json")]
+    /// Each step shows its input (the user's text, the tool's arguments),
+    /// an excerpt of its output, status, duration and tokens; `cairn steps
+    /// SESSION s0005` shows one step whole. Derived from the records
+    /// (operation records where there are, the messages otherwise), so
+    /// numbers are stable. A tool step is shown under the model call that
+    /// requested it, and a subagent's steps under the call that spawned it.
+    /// `cairn checkout` and `cairn fork` take a step (`s0005`) for the
+    /// state right after it.
+    #[command(
+        override_usage = "cairn steps [OPTIONS] <SESSION|--last> [STEP]",
+        after_help = "Examples:\n  cairn steps --last\n  cairn steps 01jx s0005\n  cairn steps 01jx -n 20 --depth 2 --json"
+    )]
     Steps {
         #[command(flatten)]
         target: SessionArg,
+        /// One step to show whole (s0005).
+        #[arg(value_name = "STEP")]
+        rest: Vec<String>,
         /// Only the last N steps.
         #[arg(short = 'n', value_name = "N")]
         count: Option<usize>,
-        /// Print JSON (an array of steps).
+        /// How many levels of subagent sessions to nest under their calls (0: none).
+        #[arg(long, value_name = "N", default_value_t = 1)]
+        depth: usize,
+        /// Print JSON (an array of steps; one step alone with STEP).
         #[arg(long)]
         json: bool,
     },
@@ -393,27 +469,34 @@ Example:
     /// records; while another process holds the session, its tools are
     /// reported as running.
     #[command(
-        after_help = "Examples:\n  cairn recover --last\n  cairn recover 01jx --policy unknown"
+        after_help = "Examples:\n  cairn recover --last\n  cairn recover 01jx --policy unknown\n  cairn recover --all --policy unknown     # every interrupted session (many workers may run it)"
     )]
     Recover {
         #[command(flatten)]
         target: SessionArg,
+        /// Every interrupted session of the store, one after another (needs
+        /// --policy). Safe to run from many workers at once: on Postgres each
+        /// claims different sessions (FOR UPDATE SKIP LOCKED); elsewhere a
+        /// session another writer holds is skipped.
+        #[arg(long, conflicts_with_all = ["session", "last"], requires = "policy")]
+        all: bool,
         /// Resolve without asking.
         #[arg(long, value_enum)]
         policy: Option<RecoverPolicy>,
-        /// Print JSON: {session, running, before, actions, after}.
+        /// Print JSON: {session, running, before, actions, after} (with --all,
+        /// {recovered: [{session, actions, after}], skipped: [...]}).
         #[arg(long)]
         json: bool,
     },
 
     /// Copy every session from one store to another, record for record.
     ///
-    /// A store is a directory or sqlite:PATH. Sessions the destination
+    /// A store is a directory, sqlite:PATH or a postgres://URL. Sessions the destination
     /// already holds identically are skipped, half-copied ones completed;
     /// a destination session that differs is reported and left untouched.
     /// Every copy is verified by reopening it.
     #[command(
-        after_help = "Examples:\n  cairn copy --from ~/.local/share/cairn --to sqlite:/srv/cairn.db\n  cairn copy --from sqlite:/srv/cairn.db --to /tmp/cairn-files"
+        after_help = "Examples:\n  cairn copy --from ~/.local/share/cairn --to sqlite:/srv/cairn.db\n  cairn copy --from sqlite:/srv/cairn.db --to /tmp/cairn-files\n  cairn copy --from sqlite:/srv/cairn.db --to postgres://cairn@db.internal/cairn"
     )]
     Copy {
         /// The source store.

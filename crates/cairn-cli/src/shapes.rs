@@ -3,37 +3,70 @@
 //! only ever added.
 
 use cairn::{Context, Session, Source, Store};
+use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{Value, json};
 
 /// `context --json`, and the `context` field of `show --json`.
 pub fn context(session: &Session, ctx: &Context) -> Value {
-    let messages: Vec<Value> = ctx
-        .messages()
-        .iter()
-        .map(|m| {
+    serde_json::to_value(ContextShape { session, ctx }).unwrap_or(Value::Null)
+}
+
+/// The shape of [`context`], serialized as it is written (`context --json`
+/// streams it: the messages are never copied into a `Value`).
+pub struct ContextShape<'a> {
+    /// The session.
+    pub session: &'a Session,
+    /// Its context.
+    pub ctx: &'a Context,
+}
+
+impl Serialize for ContextShape<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let ctx = self.ctx;
+        let mut m = s.serialize_map(Some(7))?;
+        m.serialize_entry("session", self.session.id())?;
+        m.serialize_entry("leaf", &ctx.leaf())?;
+        m.serialize_entry("messages", &Messages(ctx))?;
+        m.serialize_entry("app_state", ctx.app_state())?;
+        m.serialize_entry("settings", ctx.settings())?;
+        m.serialize_entry("labels", ctx.labels())?;
+        m.serialize_entry(
+            "compaction",
+            &ctx.compaction().map(|c| {
+                json!({
+                    "entry": c.entry,
+                    "summary": c.summary,
+                    "first_kept": c.first_kept,
+                    "tokens_before": c.tokens_before,
+                })
+            }),
+        )?;
+        m.end()
+    }
+}
+
+struct Messages<'a>(&'a Context);
+
+impl Serialize for Messages<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.messages().iter().map(|m| {
             let (source, namespace) = source_name(m.source());
-            json!({
-                "entry": m.entry(),
-                "source": source,
-                "namespace": namespace,
-                "message": m.message(),
-            })
-        })
-        .collect();
-    json!({
-        "session": session.id(),
-        "leaf": ctx.leaf(),
-        "messages": messages,
-        "app_state": ctx.app_state(),
-        "settings": ctx.settings(),
-        "labels": ctx.labels(),
-        "compaction": ctx.compaction().map(|c| json!({
-            "entry": c.entry,
-            "summary": c.summary,
-            "first_kept": c.first_kept,
-            "tokens_before": c.tokens_before,
-        })),
-    })
+            MessageShape {
+                entry: m.entry(),
+                source,
+                namespace,
+                message: m.message(),
+            }
+        }))
+    }
+}
+
+#[derive(serde::Serialize)]
+struct MessageShape<'a> {
+    entry: &'a cairn::EntryId,
+    source: &'static str,
+    namespace: Option<&'a str>,
+    message: &'a cairn::Message,
 }
 
 /// The name of a context message's source, and the namespace of a custom one.
@@ -92,4 +125,54 @@ pub fn record(raw: &[u8]) -> anyhow::Result<Value> {
         m.remove("crc");
     }
     Ok(v)
+}
+
+#[cfg(test)]
+mod stream_tests {
+    use super::*;
+    use cairn::testkit::build::{assistant, user};
+    use cairn::{Compaction, EntryBody, MemoryBackend, NewSession};
+
+    /// The shape as it was built before it streamed: a `Value` per message.
+    fn as_values(session: &Session, ctx: &Context) -> Value {
+        let messages: Vec<Value> = ctx
+            .messages()
+            .iter()
+            .map(|m| {
+                let (source, namespace) = source_name(m.source());
+                json!({"entry": m.entry(), "source": source, "namespace": namespace, "message": m.message()})
+            })
+            .collect();
+        json!({
+            "session": session.id(), "leaf": ctx.leaf(), "messages": messages,
+            "app_state": ctx.app_state(), "settings": ctx.settings(), "labels": ctx.labels(),
+            "compaction": ctx.compaction().map(|c| json!({
+                "entry": c.entry, "summary": c.summary, "first_kept": c.first_kept,
+                "tokens_before": c.tokens_before,
+            })),
+        })
+    }
+
+    #[test]
+    fn streamed_context_json_is_byte_identical_to_the_value_it_replaced() -> anyhow::Result<()> {
+        let s = Session::create(&MemoryBackend::new(), NewSession::default())?;
+        s.append(user("a \u{1b} \"quoted\" question"))?;
+        let kept = s.append(assistant("an answer"))?.id;
+        s.append(EntryBody::Compaction(Compaction {
+            summary: "so far".into(),
+            first_kept: kept,
+            tokens_before: Some(12),
+        }))?;
+        s.label("here", s.leaf().as_ref())?;
+        let ctx = s.context();
+        let streamed = serde_json::to_string_pretty(&ContextShape {
+            session: &s,
+            ctx: &ctx,
+        })?;
+        assert_eq!(
+            streamed,
+            serde_json::to_string_pretty(&as_values(&s, &ctx))?
+        );
+        Ok(())
+    }
 }

@@ -167,17 +167,17 @@ pub fn open(ctx: &Ctx, spec: &Spec, access: Access) -> Result<(Store, Session)> 
     Ok((store, session))
 }
 
-/// An entry reference resolved: `None` means before the first entry.
+/// An entry reference resolved: `None` means before the first entry; a step
+/// label (`s0005`) names the entry its step produced.
 ///
 /// # Errors
 ///
-/// No such entry, or an ambiguous prefix.
+/// No such entry or step, or an ambiguous prefix.
 pub fn entry(session: &Session, query: &str) -> Result<Option<EntryId>> {
     if matches!(query, "root" | "none") {
         return Ok(None);
     }
-    let id = session
-        .resolve(query)
+    let id = cairn::steps::resolve(session, query)
         .with_context(|| format!("in session {}", session.id()))?;
     Ok(Some(id))
 }

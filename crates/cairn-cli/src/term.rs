@@ -194,6 +194,24 @@ impl<'w> Out<'w> {
         self.json_line(&s)
     }
 
+    /// Writes `value` as pretty JSON as it is serialized, without building
+    /// it in memory first (the same bytes as [`Out::json`] of its `Value`).
+    /// To a terminal it goes through [`Out::json_line`] to be escaped.
+    ///
+    /// # Errors
+    ///
+    /// Write errors.
+    pub fn json_stream(&mut self, value: &impl serde::Serialize) -> io::Result<()> {
+        if self.look.tty {
+            let s = serde_json::to_string_pretty(value).map_err(io::Error::other)?;
+            return self.json_line(&s);
+        }
+        let mut w = io::BufWriter::with_capacity(1 << 16, &mut self.w);
+        serde_json::to_writer_pretty(&mut w, value).map_err(io::Error::other)?;
+        w.write_all(b"\n")?;
+        w.flush()
+    }
+
     /// Writes one line of serialized JSON, escaping DEL and C1 controls when
     /// stdout is a terminal (the bytes are kept verbatim for pipes and files).
     ///

@@ -26,11 +26,29 @@ fn agent_demo_runs_from_the_cli_and_its_key_claims_hold() {
     assert!(text.contains("killed with SIGKILL"), "{text}");
     assert!(text.contains("One charge for panel 3."), "{text}");
     assert!(text.contains("TOOL_OUTCOME_UNKNOWN"), "{text}");
-    // Checked through the library: the storyboard and its fork, both healthy,
-    // and every tool call in the storyboard's context answered.
+    assert!(text.contains("A subagent letters panel 3"), "{text}");
+    // Checked through the library: the storyboard, its subagent and its
+    // fork, all healthy, and every tool call in their contexts answered.
     let store = home.store();
     let list = store.list().unwrap();
-    assert_eq!(list.len(), 2, "{list:?}");
+    assert_eq!(list.len(), 3, "{list:?}");
+    // The subagent is nested once: under the re-run whose result names it,
+    // not also under the dispatch the crash cut short.
+    let story = list
+        .iter()
+        .find(|s| s.parent.is_none() && s.forked_from.is_none())
+        .unwrap();
+    let steps = home.json(&["steps", story.id.as_str(), "--json"]);
+    let delegates: Vec<&serde_json::Value> = steps
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["name"] == "delegate")
+        .collect();
+    assert_eq!(delegates.len(), 2, "the crashed dispatch and its re-run");
+    assert_eq!(delegates[0]["status"], "unknown");
+    assert!(delegates[0].get("child_steps").is_none());
+    assert_eq!(delegates[1]["child_steps"].as_array().unwrap().len(), 4);
     for s in &list {
         let session = store.open(&s.id, Access::Read).unwrap();
         let ctx = session.context();

@@ -8,7 +8,7 @@
 
 mod support;
 
-use support::{Home, STORY, normalize, storyboard};
+use support::{BOSS, HELPER, Home, STORY, delegation, normalize, storyboard};
 
 fn run(home: &Home, args: &[&str]) -> String {
     let out = home.cairn().args(args).output().unwrap();
@@ -69,4 +69,24 @@ fn context_prints_what_the_model_sees() {
     let home = Home::new();
     storyboard(&home);
     insta::assert_snapshot!("context", run(&home, &["context", STORY]));
+}
+
+#[test]
+fn steps_show_input_output_status_and_a_subagent_nested_under_its_call() {
+    let home = Home::new();
+    delegation(&home);
+    let out = run(&home, &["steps", BOSS]);
+    assert!(out.lines().all(|l| l.chars().count() <= 80), "{out}");
+    insta::assert_snapshot!("steps_delegation", out);
+    let flat = run(&home, &["steps", BOSS, "--depth", "0"]);
+    assert!(!flat.contains("order #88 placed"), "{flat}");
+    assert!(flat.contains(&format!("subagent {HELPER}")), "{flat}");
+}
+
+#[test]
+fn one_step_is_shown_whole() {
+    let home = Home::new();
+    delegation(&home);
+    insta::assert_snapshot!("step_tool_whole", run(&home, &["steps", BOSS, "s0003"]));
+    insta::assert_snapshot!("step_delegate_whole", run(&home, &["steps", BOSS, "s0008"]));
 }

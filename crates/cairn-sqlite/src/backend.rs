@@ -7,16 +7,14 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use cairn::OpPhase;
-use cairn::frame;
-use cairn::{
-    Access, Backend, Catalog, CatalogEntry, Log, Opened, Opening, RawLine, Stamp, Visitor,
-};
-use cairn::{Damage, IoFailure, ListingFold, OpenError, SessionId, StoreError};
+use cairn::{Access, Backend, Catalog, Log, Opened, Opening, Stamp, Visitor};
+use cairn::{IoFailure, ListingFold, OpenError, SessionId, StoreError};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use crate::error::{SqliteError, open_err, store_err};
 use crate::lease::{self, Lease};
-use crate::log::{SqliteLog, Writer};
+use crate::log::SqliteLog;
+use crate::rows::{Scan, Writer};
 use crate::schema;
 use crate::summary::{self, Summary};
 
@@ -166,15 +164,6 @@ pub(crate) fn in_use(id: &SessionId, held: &Lease) -> OpenError {
     }
 }
 
-fn damaged(location: &str, index: u64, offset: u64, problem: String) -> OpenError {
-    OpenError::Damaged(Box::new(Damage {
-        location: location.to_owned(),
-        line: index + 1,
-        offset,
-        problem,
-    }))
-}
-
 /// Streams a session's records in `seq` order to `visit`, checking each
 /// line's checksum and that `seq`s have no gap. Returns the offsets.
 fn scan(
@@ -188,43 +177,17 @@ fn scan(
         .prepare_cached("SELECT seq, payload FROM records WHERE session = ?1 ORDER BY seq")
         .map_err(&err)?;
     let mut rows = stmt.query([sid]).map_err(&err)?;
-    let mut offsets = Vec::new();
-    let mut end = 0u64;
+    let mut scan = Scan::new(location);
     while let Some(row) = rows.next().map_err(&err)? {
-        let index = offsets.len() as u64;
         let seq: i64 = row.get(0).map_err(&err)?;
-        if u64::try_from(seq).ok() != Some(index) {
-            return Err(damaged(
-                location,
-                index,
-                end,
-                format!("record {index} is missing: the next stored record has seq {seq}"),
-            ));
-        }
-        let bytes = row.get_ref(1).map_err(&err)?.as_blob().map_err(|e| {
-            damaged(
-                location,
-                index,
-                end,
-                format!("its payload is not a blob: {e}"),
-            )
-        })?;
-        frame::check(bytes).map_err(|d| damaged(location, index, end, d.to_string()))?;
-        visit(RawLine {
-            index,
-            offset: end,
-            bytes,
-        })?;
-        offsets.push(end);
-        end += bytes.len() as u64;
+        let bytes = row
+            .get_ref(1)
+            .map_err(&err)?
+            .as_blob()
+            .map_err(|e| scan.damaged(format!("its payload is not a blob: {e}")))?;
+        scan.row(seq, bytes, visit)?;
     }
-    if offsets.is_empty() {
-        return Err(OpenError::NotASession {
-            location: location.to_owned(),
-            problem: "the session has no records".into(),
-        });
-    }
-    Ok((offsets, end))
+    scan.finish()
 }
 
 impl Backend for SqliteBackend {
@@ -278,7 +241,7 @@ impl Backend for SqliteBackend {
         tx.execute(
             "INSERT INTO records (session, seq, kind, id, parent, crc, payload)
              VALUES (?1, 0, 'header', NULL, NULL, ?2, ?3)",
-            params![sid, crate::log::crc_of(header), header],
+            params![sid, summary::crc_of(header), header],
         )
         .map_err(&err)?;
         let token = lease::acquire(&tx, sid).map_err(&err)?;
@@ -431,17 +394,9 @@ impl Backend for SqliteBackend {
     /// reports, so the core's listing trusts every entry.
     fn load_catalog(&self) -> Option<Catalog> {
         let rows = self.rows().ok()?;
-        let sessions = rows
-            .into_iter()
-            .map(|(_, id, info, summary)| {
-                let entry = CatalogEntry {
-                    stamp: summary.stamp(),
-                    summary: summary.to_listing(id.clone(), &info),
-                };
-                (id, entry)
-            })
-            .collect();
-        Some(Catalog { sessions })
+        Some(summary::catalog(
+            rows.into_iter().map(|(_, id, info, s)| (id, info, s)),
+        ))
     }
 
     /// Nothing to save: the `sessions` table is the catalog, kept current by

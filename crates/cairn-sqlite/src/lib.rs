@@ -2,7 +2,7 @@
 //! database, with the same records and the same guarantees as session
 //! files. The log stays the truth: each record is stored as the exact line a
 //! session file would hold (JSON, `seq`, CRC-32C trailer, newline), so a
-//! session copies between files and SQLite byte for byte ([`copy_store`]).
+//! session copies between files and SQLite byte for byte (`cairn_stores::copy_store`).
 //!
 //! - **Durability.** WAL mode with `synchronous=FULL`: every append is one
 //!   transaction whose commit syncs the WAL before it returns (with
@@ -41,16 +41,15 @@
 //! `README.md`.
 
 mod backend;
-mod copy;
 mod error;
 pub mod lease;
 mod log;
 mod queries;
+pub mod rows;
 mod schema;
-mod summary;
+pub mod summary;
 
 pub use backend::SqliteBackend;
-pub use copy::{Copied, CopyError, CopyOutcome, CopyReport, copy_session, copy_store};
 pub use error::SqliteError;
 pub use lease::{Holder, Lease, Liveness, Takeover};
 pub use schema::{APPLICATION_ID, BUSY_TIMEOUT, SCHEMA_VERSION};

@@ -12,23 +12,8 @@ use rusqlite::{Connection, TransactionBehavior, params};
 
 use crate::error::io;
 use crate::lease;
+use crate::rows::{LogState, Writer};
 use crate::summary::{self, Summary};
-
-/// The writer's part of a log: its fencing token and the summary columns.
-#[derive(Debug)]
-pub(crate) struct Writer {
-    pub token: i64,
-    pub summary: Summary,
-}
-
-#[derive(Debug)]
-struct State {
-    /// Offset of every line, as if the lines were one file.
-    offsets: Vec<u64>,
-    end: u64,
-    writer: Option<Writer>,
-    poisoned: Option<String>,
-}
 
 /// An open session of an SQLite database.
 #[derive(Debug)]
@@ -36,7 +21,7 @@ pub(crate) struct SqliteLog {
     location: String,
     sid: i64,
     conn: Mutex<Connection>,
-    state: Mutex<State>,
+    state: Mutex<LogState>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -80,25 +65,8 @@ impl SqliteLog {
             location,
             sid,
             conn: Mutex::new(conn),
-            state: Mutex::new(State {
-                offsets,
-                end,
-                writer,
-                poisoned: None,
-            }),
+            state: Mutex::new(LogState::new(offsets, end, writer)),
         }
-    }
-
-    fn writable<'a>(&self, st: &'a mut State) -> Result<&'a mut Writer, AppendError> {
-        if let Some(cause) = &st.poisoned {
-            return Err(AppendError::Poisoned {
-                session: self.location.clone(),
-                cause: cause.clone(),
-            });
-        }
-        st.writer.as_mut().ok_or_else(|| AppendError::ReadOnly {
-            session: self.location.clone(),
-        })
     }
 
     /// The append transaction. Nothing of it is visible unless it commits.
@@ -137,7 +105,7 @@ impl SqliteLog {
                         .as_ref()
                         .and_then(|p| p.as_ref())
                         .map(|p| p.as_str()),
-                    crc_of(line),
+                    summary::crc_of(line),
                     line,
                 ])?;
                 summary.apply(&f, line.len());
@@ -170,32 +138,17 @@ impl SqliteLog {
     }
 }
 
-/// The CRC-32C in a line's trailer (the line was checked).
-pub(crate) fn crc_of(line: &[u8]) -> i64 {
-    let hex = line
-        .len()
-        .checked_sub(11)
-        .and_then(|start| line.get(start..start + 8))
-        .and_then(|h| std::str::from_utf8(h).ok())
-        .and_then(|h| u32::from_str_radix(h, 16).ok());
-    i64::from(hex.unwrap_or(0))
-}
-
 impl Log for SqliteLog {
     fn location(&self) -> &str {
         &self.location
     }
 
     fn len(&self) -> u64 {
-        lock(&self.state).offsets.len() as u64
+        lock(&self.state).len()
     }
 
     fn read(&self, seq: u64) -> Result<Vec<u8>, ReadError> {
-        let offset = {
-            let st = lock(&self.state);
-            let i = usize::try_from(seq).map_err(|_| ReadError::NoSuchRecord(seq))?;
-            *st.offsets.get(i).ok_or(ReadError::NoSuchRecord(seq))?
-        };
+        let offset = lock(&self.state).offset_of(seq)?;
         let conn = lock(&self.conn);
         let line: Vec<u8> = conn
             .prepare_cached("SELECT payload FROM records WHERE session = ?1 AND seq = ?2")
@@ -231,8 +184,8 @@ impl Log for SqliteLog {
 
     fn append(&self, lines: &[Vec<u8>]) -> Result<(), AppendError> {
         let mut st = lock(&self.state);
-        let first_seq = st.offsets.len() as u64;
-        let writer = self.writable(&mut st)?;
+        let first_seq = st.len();
+        let writer = st.writable(&self.location)?;
         let token = writer.token;
         let mut summary = writer.summary.clone();
         let result = {
@@ -241,14 +194,7 @@ impl Log for SqliteLog {
         };
         match result {
             Ok(()) => {
-                if let Some(w) = st.writer.as_mut() {
-                    w.summary = summary;
-                }
-                for l in lines {
-                    let end = st.end;
-                    st.offsets.push(end);
-                    st.end += l.len() as u64;
-                }
+                st.appended(lines, summary);
                 Ok(())
             }
             Err(failure) => {
@@ -256,47 +202,36 @@ impl Log for SqliteLog {
                     Failure::Sqlite(e) => io(e),
                     Failure::Refused(r) => std::io::Error::other(r),
                 };
-                st.poisoned = Some(format!("an append failed: {source}"));
-                Err(AppendError::Io {
-                    action: "append to",
-                    location: self.location.clone(),
-                    source,
-                })
+                Err(st.failed(&self.location, source))
             }
         }
     }
 
     fn sync(&self) -> Result<(), AppendError> {
         // Every append committed with synchronous=FULL: nothing is pending.
-        let mut st = lock(&self.state);
-        self.writable(&mut st).map(drop)
+        lock(&self.state).writable(&self.location).map(drop)
     }
 
     fn is_writer(&self) -> bool {
-        lock(&self.state).writer.is_some()
+        lock(&self.state).token().is_some()
     }
 
     fn byte_len(&self) -> u64 {
-        lock(&self.state).end
+        lock(&self.state).byte_len()
     }
 
     fn offset(&self, seq: u64) -> u64 {
-        let st = lock(&self.state);
-        usize::try_from(seq)
-            .ok()
-            .and_then(|i| st.offsets.get(i))
-            .copied()
-            .unwrap_or(0)
+        lock(&self.state).offset(seq)
     }
 
     fn poisoned(&self) -> Option<String> {
-        lock(&self.state).poisoned.clone()
+        lock(&self.state).poisoned()
     }
 }
 
 impl Drop for SqliteLog {
     fn drop(&mut self) {
-        let token = lock(&self.state).writer.as_ref().map(|w| w.token);
+        let token = lock(&self.state).token();
         if let Some(token) = token {
             // Best effort: a lease left behind is taken over once its holder
             // is known to be dead.

@@ -6,6 +6,9 @@
 //! lists by); this module adds the bytes stored and maps the fold to the
 //! row's columns. The conformance suite compares every listed field with
 //! the core's [`cairn::summary_of`].
+//!
+//! Public so that other SQL backends (cairn-postgres) keep the same columns
+//! by the same code.
 
 use cairn::OpPhase;
 use cairn::Stamp;
@@ -15,19 +18,24 @@ use serde_json::Value;
 
 /// What the header says, fixed for the session's life.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct HeaderInfo {
+pub struct HeaderInfo {
     /// The header's `data`, as JSON text.
     pub json: String,
+    /// `created` (the header's `ts` if absent).
     pub created: String,
+    /// `lineage.forked_from.session`.
     pub forked_from: Option<String>,
+    /// `lineage.parent.session` (subagents).
     pub parent: Option<String>,
 }
 
 /// The summary columns of a `sessions` row: the core's listing fold and
 /// the bytes stored.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Summary {
+pub struct Summary {
+    /// The core's listing fold.
     pub fold: ListingFold,
+    /// Bytes stored (the lines' lengths).
     pub bytes: u64,
 }
 
@@ -37,7 +45,7 @@ fn str_at<'a>(v: &'a Value, path: &[&str]) -> Option<&'a str> {
 
 /// Reads what the listing needs from a header line, leniently: a header of
 /// a newer format is stored all the same (the core refuses to open it).
-pub(crate) fn header_info(line: &[u8]) -> Result<(HeaderInfo, Summary), String> {
+pub fn header_info(line: &[u8]) -> Result<(HeaderInfo, Summary), String> {
     frame::check(line).map_err(|e| e.to_string())?;
     let f = Frame::parse(line).map_err(|e| e.to_string())?;
     if f.seq != 0 || RecordKind::from_name(&f.kind) != Some(RecordKind::Header) {
@@ -85,17 +93,44 @@ impl Summary {
     }
 }
 
+/// The listing cache made from every session's row: the stamps
+/// [`Summary::stamp`] gives, so the core's listing trusts every entry.
+pub fn catalog(rows: impl IntoIterator<Item = (SessionId, HeaderInfo, Summary)>) -> cairn::Catalog {
+    let sessions = rows
+        .into_iter()
+        .map(|(id, info, summary)| {
+            let entry = cairn::CatalogEntry {
+                stamp: summary.stamp(),
+                summary: summary.to_listing(id.clone(), &info),
+            };
+            (id, entry)
+        })
+        .collect();
+    cairn::Catalog { sessions }
+}
+
 /// Encodes the operation state for its column.
-pub(crate) fn op_state_json(op: &LastOperation) -> String {
+pub fn op_state_json(op: &LastOperation) -> String {
     serde_json::to_string(op).unwrap_or_else(|_| "{}".into())
 }
 
 /// Decodes the operation state column (an unreadable one is "no operation").
-pub(crate) fn op_state_from(json: &str) -> LastOperation {
+pub fn op_state_from(json: &str) -> LastOperation {
     serde_json::from_str(json).unwrap_or_default()
 }
 
 /// Encodes a phase for its column.
-pub(crate) fn phase_json(p: OpPhase) -> String {
+pub fn phase_json(p: OpPhase) -> String {
     serde_json::to_string(&p).unwrap_or_else(|_| "\"none\"".into())
+}
+
+/// The CRC-32C in a line's trailer (the line was checked), for its column.
+pub fn crc_of(line: &[u8]) -> i64 {
+    let hex = line
+        .len()
+        .checked_sub(11)
+        .and_then(|start| line.get(start..start + 8))
+        .and_then(|h| std::str::from_utf8(h).ok())
+        .and_then(|h| u32::from_str_radix(h, 16).ok());
+    i64::from(hex.unwrap_or(0))
 }

@@ -1,5 +1,6 @@
 //! Where a cairn store is, named by one string: a directory of session
-//! files, or `sqlite:PATH` for a SQLite database. Every surface that takes
+//! files, `sqlite:PATH` for a SQLite database, or a `postgres://…` (or
+//! `postgresql://…`) URL for a Postgres schema. Every surface that takes
 //! a store location — the CLI's `--store`, the agent, the server, the
 //! Python package — opens it with [`open_store`], so a location means the
 //! same thing everywhere.
@@ -8,10 +9,15 @@
 //! output, the REPL's history, the server's token): [`files_dir`] says where.
 //! Bytes too large for a record go to the store's content-addressed blob
 //! store, [`BlobStore`] (module [`blobs`]: layout, durability, `gc`).
+//!
+//! [`copy_store`] copies every session of one store into another, whatever
+//! their backends, byte for byte.
 
 pub mod blobs;
+mod copy;
 
 pub use blobs::{BlobError, BlobRef, BlobStore, GcReport};
+pub use copy::{Copied, CopyError, CopyOutcome, CopyReport, copy_session, copy_store};
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -26,13 +32,20 @@ pub enum Location<'a> {
     Dir(&'a Path),
     /// A SQLite database file, from `sqlite:PATH`.
     Sqlite(&'a str),
+    /// A Postgres store, from a `postgres://` or `postgresql://` URL.
+    Postgres(&'a str),
 }
 
 impl<'a> Location<'a> {
-    /// Reads a location: `sqlite:PATH` names a SQLite database; anything
-    /// else is a directory.
+    /// Reads a location: `sqlite:PATH` names a SQLite database,
+    /// `postgres://…` or `postgresql://…` a Postgres store; anything else is
+    /// a directory.
     pub fn parse(spec: &'a Path) -> Location<'a> {
-        match spec.to_str().and_then(|s| s.strip_prefix("sqlite:")) {
+        let text = spec.to_str();
+        if let Some(url) = text.filter(|s| cairn_postgres::is_postgres_url(s)) {
+            return Location::Postgres(url);
+        }
+        match text.and_then(|s| s.strip_prefix("sqlite:")) {
             Some(db) => Location::Sqlite(db),
             None => Location::Dir(spec),
         }
@@ -44,10 +57,19 @@ impl<'a> Location<'a> {
 ///
 /// # Errors
 ///
-/// When the SQLite database cannot be opened, or was written by a newer
-/// cairn.
+/// When the SQLite database or the Postgres store cannot be opened, or was
+/// written by a newer cairn.
 pub fn open_store(spec: &Path) -> Result<Store> {
     match Location::parse(spec) {
+        Location::Postgres(url) => {
+            let backend = cairn_postgres::PostgresBackend::open(url).with_context(|| {
+                format!(
+                    "cannot open the Postgres store {}",
+                    cairn_postgres::hide_password(url)
+                )
+            })?;
+            Ok(Store::with_backend(Arc::new(backend)))
+        }
         Location::Sqlite(db) => {
             let backend = cairn_sqlite::SqliteBackend::open(db)
                 .with_context(|| format!("cannot open the SQLite store {db}"))?;
@@ -58,13 +80,66 @@ pub fn open_store(spec: &Path) -> Result<Store> {
 }
 
 /// The directory of tools' own files for the store at `spec`: a directory
-/// store's home itself, or `PATH-files` beside a SQLite database `PATH`
-/// (as SQLite keeps `PATH-wal` beside it).
+/// store's home itself, `PATH-files` beside a SQLite database `PATH` (as
+/// SQLite keeps `PATH-wal` beside it), and for a Postgres store the
+/// `cairn_files=DIR` of its URL, else `postgres/HOST_PORT_DB_SCHEMA` under
+/// the default home (`$CAIRN_HOME` unless it is the URL itself, else
+/// `$XDG_DATA_HOME/cairn`, else `~/.local/share/cairn`): a database has no
+/// directory of its own, and
+/// every worker host keeps its tools' files locally.
 pub fn files_dir(spec: &Path) -> PathBuf {
     match Location::parse(spec) {
+        Location::Postgres(url) => postgres_files_dir(url),
         Location::Sqlite(db) => PathBuf::from(format!("{db}-files")),
         Location::Dir(dir) => dir.to_owned(),
     }
+}
+
+fn postgres_files_dir(url: &str) -> PathBuf {
+    let parsed = cairn_postgres::PgUrl::parse(url).ok();
+    if let Some(dir) = parsed.as_ref().and_then(|u| u.files.clone()) {
+        return PathBuf::from(dir);
+    }
+    let config = parsed.as_ref().and_then(|u| u.config().ok());
+    let host = config
+        .as_ref()
+        .and_then(|c| c.get_hosts().first().cloned())
+        .map_or_else(
+            || "localhost".to_owned(),
+            |h| match h {
+                cairn_postgres::Host::Tcp(h) => h,
+                cairn_postgres::Host::Unix(p) => p.display().to_string(),
+            },
+        );
+    let port = config
+        .as_ref()
+        .and_then(|c| c.get_ports().first().copied())
+        .unwrap_or(5432);
+    let db = config
+        .as_ref()
+        .and_then(|c| c.get_dbname().map(str::to_owned))
+        .unwrap_or_default();
+    let schema = parsed.map_or_else(|| "cairn".to_owned(), |u| u.schema);
+    let name: String = format!("{host}_{port}_{db}_{schema}")
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    // `$CAIRN_HOME` may be this very URL: then the next default applies.
+    let home = Store::default_home()
+        .filter(|h| !h.to_str().is_some_and(cairn_postgres::is_postgres_url))
+        .or_else(|| {
+            let xdg = std::env::var_os("XDG_DATA_HOME").filter(|x| !x.is_empty());
+            let home = std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share"));
+            xdg.map(PathBuf::from).or(home).map(|d| d.join("cairn"))
+        })
+        .unwrap_or_else(|| PathBuf::from(".cairn"));
+    home.join("postgres").join(name)
 }
 
 /// Where blobs (long tool output, workspace snapshots) are kept for the
@@ -93,5 +168,24 @@ mod tests {
         );
         assert_eq!(files_dir(Path::new("/x/home")), Path::new("/x/home"));
         assert_eq!(blob_dir(Path::new("/x/home")), Path::new("/x/home/blobs"));
+    }
+
+    #[test]
+    fn postgres_urls_are_postgres_locations_with_files_named_in_the_url_or_under_the_home() {
+        for url in ["postgres://h/db", "postgresql://u@h:6432/db?cairn_schema=s"] {
+            assert_eq!(Location::parse(Path::new(url)), Location::Postgres(url));
+        }
+        assert_eq!(
+            files_dir(Path::new("postgres://h/db?cairn_files=/srv/tools")),
+            Path::new("/srv/tools")
+        );
+        let dir = files_dir(Path::new(
+            "postgresql://u:pw@db.example:6432/prod?cairn_schema=team1",
+        ));
+        assert!(
+            dir.ends_with("postgres/db.example_6432_prod_team1"),
+            "{}",
+            dir.display()
+        );
     }
 }

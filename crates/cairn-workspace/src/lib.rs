@@ -8,7 +8,7 @@
 //! session's records already say (size, mtime and mode first; the content
 //! is hashed only when they changed). After the tool, it records the new
 //! state ([`Workspace::after`]). Each snapshot is one `cairn.workspace`
-//! record (FORMAT.md §14) listing only the paths that changed, whose
+//! record (FORMAT.md §18) listing only the paths that changed, whose
 //! contents go to the store's blob store ([`cairn_stores::BlobStore`]):
 //! unchanged files cost nothing.
 //!

@@ -1,4 +1,4 @@
-//! The `cairn.workspace` record as FORMAT.md §14 writes it: the corpus
+//! The `cairn.workspace` record as FORMAT.md §18 writes it: the corpus
 //! case decodes, and a record naming a path outside the working directory
 //! is refused before anything is planned.
 
@@ -18,11 +18,11 @@ fn the_corpus_case_decodes_as_documented() {
     std::fs::create_dir_all(&sessions).unwrap();
     let case = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../cairn/tests/corpus/workspace_snapshot_records/01jf0000000000000000000056.jsonl"
+        "/../cairn/tests/corpus/workspace_snapshot_records/01jf0000000000000000000057.jsonl"
     );
-    std::fs::copy(case, sessions.join("01jf0000000000000000000056.jsonl")).unwrap();
+    std::fs::copy(case, sessions.join("01jf0000000000000000000057.jsonl")).unwrap();
     let store = Store::open_dir(dir.path());
-    let id = store.resolve("01jf0000000000000000000056").unwrap();
+    let id = store.resolve("01jf0000000000000000000057").unwrap();
     let session = store.open(&id, Access::Read).unwrap();
     let records = read_all(&session).unwrap();
     assert_eq!(records.len(), 2);

@@ -355,6 +355,44 @@ pub enum LookupError {
         /// The matching ids (at most 10).
         candidates: Vec<String>,
     },
+    /// A step label past the session's last step.
+    #[error("no step {step} in this session (it has {last}); `cairn steps` lists them")]
+    NoSuchStep {
+        /// The label asked for.
+        step: String,
+        /// How many steps the session has.
+        last: u32,
+    },
+    /// A step that produced no entry to go to.
+    #[error(
+        "step {step} ({status}) produced no entry to go to; pick the step before it or after it (`cairn steps`)"
+    )]
+    StepWithoutEntry {
+        /// The step's label.
+        step: String,
+        /// Its status (`interrupted`, `running`, …).
+        status: &'static str,
+    },
+    /// A step label that is also an entry id or a label.
+    #[error(
+        "{query:?} names both a step (entry {step_entry}) and an entry or label (entry {other}); use the entry id you mean"
+    )]
+    StepOrEntry {
+        /// What was asked for.
+        query: String,
+        /// The entry the step produced.
+        step_entry: String,
+        /// The entry the id or label names.
+        other: String,
+    },
+    /// The records needed to number the steps could not be read.
+    #[error("cannot number the steps to resolve {query:?}: {problem}; run `cairn fsck`")]
+    Unreadable {
+        /// What was asked for.
+        query: String,
+        /// The read error and its causes.
+        problem: String,
+    },
 }
 
 /// Errors of store-wide operations: resolving, listing, removing, forking.

@@ -399,6 +399,37 @@ pub fn encode_entry(seq: u64, ts: &str, e: &Entry) -> Vec<u8> {
     })
 }
 
+/// Encodes an entry record whose `data` object also holds `extra`: members
+/// the kind does not define (FORMAT.md section 1: a reader ignores them), e.g.
+/// the fields of an imported record cairn has no place for. A member the
+/// kind already writes is never replaced; `extra` is ignored for a kind
+/// whose `data` is not an object.
+pub fn encode_entry_with(
+    seq: u64,
+    ts: &str,
+    e: &Entry,
+    extra: &serde_json::Map<String, serde_json::Value>,
+) -> Vec<u8> {
+    if extra.is_empty() {
+        return encode_entry(seq, ts, e);
+    }
+    let ignorable = matches!(e.body, EntryBody::Ignored(_));
+    let ids = Some((&e.id, e.parent.as_ref()));
+    encode_parts(seq, ts, e.body.kind(), ignorable, ids, |out| {
+        let mut data = Vec::new();
+        entry_data(&mut data, &e.body)?;
+        let mut value = serde_json::from_slice::<serde_json::Value>(&data)?;
+        if let Some(members) = value.as_object_mut() {
+            for (k, v) in extra {
+                if !members.contains_key(k) {
+                    members.insert(k.clone(), v.clone());
+                }
+            }
+        }
+        serde_json::to_writer(&mut *out, &value)
+    })
+}
+
 /// Encodes an operation-journal record.
 pub fn encode_op(seq: u64, ts: &str, op: &OpRecord) -> Vec<u8> {
     let ignorable = matches!(op, OpRecord::Ignored(_));

@@ -34,6 +34,7 @@ pub mod frame;
 pub mod fsck;
 mod id;
 mod ijson;
+mod index;
 mod input;
 mod journal;
 mod kind;
@@ -55,8 +56,8 @@ pub mod vfs;
 pub mod view;
 
 pub use backend::{
-    Access, Backend, Catalog, CatalogEntry, FileBackend, Log, MemoryBackend, Opened, Opening,
-    RawLine, Stamp, TornTail, Visitor,
+    Access, Backend, Catalog, CatalogEntry, Claim, FileBackend, IndexedOpen, IndexedPrefix, Log,
+    MemoryBackend, Opened, Opening, RawLine, Stamp, TornTail, Visitor,
 };
 pub use commit::Durability;
 pub use error::{
@@ -71,18 +72,21 @@ pub use journal::{
 };
 pub use kind::{DecodeError, EntryKind, OpKind, Payload, RecordKind, decode_data};
 pub use operation::{ModelTicket, Operation, ToolOutput, ToolTicket};
-pub use projection::{ActiveCompaction, Context, ContextMessage, Source, apply_state, merge_patch};
+pub use projection::{
+    ActiveCompaction, Context, ContextMessage, Messages, MessagesIter, Source, apply_state,
+    merge_patch,
+};
 pub use record::{
     AppStateChange, ApprovalRequested, ApprovalResolved, Block, Body, Checkout, Compaction, Custom,
-    EffectClass, Entry, EntryBody, FORMAT_VERSION, ForkOrigin, Header, InputQueued, Label, Lineage,
-    Message, ModelAttempted, OpFinished, OpRecord, OpStarted, Outcome, Record, Role, SessionInfo,
-    Settings, SpawnOrigin, ToolDispatched, Unknown, Usage, UsageSettled,
+    EffectClass, Entry, EntryBody, FORMAT_VERSION, ForkOrigin, Header, ImportOrigin, InputQueued,
+    Label, Lineage, Message, ModelAttempted, OpFinished, OpRecord, OpStarted, Outcome, Record,
+    Role, SessionInfo, Settings, SpawnOrigin, ToolDispatched, Unknown, Usage, UsageSettled,
 };
 pub use recovery::{
     APPROVAL_INTERRUPTED, Action, ActionKind, DENIED_BY_PERSON, Decision, MAX_RECOVERY_ROUNDS,
     Pending, Policy, RecoveryError, RecoveryReport, Resolver, ToolRunner, recover, recover_with,
 };
 pub use session::{Appended, NewEntry, NewSession, NodeInfo, OpenReport, Parent, Session, WRITER};
-pub use store::{Store, child_reference, locate_path, summary_of};
+pub use store::{Store, child_reference, locate_path, referenced_session, summary_of};
 pub use summary::{FIRST_MESSAGE_CHARS, LastOperation, ListingFold, SessionSummary, excerpt};
 pub use time::{format_millis, now_rfc3339, parse_millis};

@@ -77,6 +77,23 @@ pub struct Lineage {
     /// Set when the session is a subagent spawned by a tool call of another.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<SpawnOrigin>,
+    /// Set when the session was imported from another tool's session file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub imported_from: Option<Box<ImportOrigin>>,
+}
+
+/// The source of an imported session: another tool's session file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImportOrigin {
+    /// The source format, e.g. `pi`, `claude-code`, `codex`.
+    pub format: String,
+    /// The source file's path, as the importer resolved it.
+    pub path: String,
+    /// SHA-256 (64 lower-case hex digits) of the source bytes first imported.
+    pub sha256: String,
+    /// The source's own session id, if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_id: Option<String>,
 }
 
 /// The session and entry a fork was taken from.

@@ -1,22 +1,30 @@
 //! Steps: the numbered list of what happened (user inputs, model calls, tool
 //! calls), derived from the records — so numbers are stable across restarts.
 //! A tool step's parent is the model step whose reply requested the call.
+//!
+//! Operation records give steps their timing and status; messages no
+//! operation accounts for (a fork's copied branch, sessions written with
+//! `cairn append` or by another host) are steps too, derived from the
+//! entries alone, so every session has steps and the same records always
+//! give the same numbers.
 
 use std::collections::{HashMap, HashSet};
 
 use jiff::Timestamp;
 use serde::Serialize;
 
-use crate::id::EntryId;
+use crate::error::LookupError;
+use crate::id::{EntryId, SessionId};
 use crate::journal::{TOOL_NOT_STARTED, TOOL_OUTCOME_UNKNOWN};
-use crate::record::{Block, Body, EntryBody, OpRecord, Record, Role, Usage};
+use crate::record::{Block, Body, EntryBody, Message, OpRecord, Record, Role, Usage};
+use crate::session::Session;
 use crate::time;
 
 /// What a step is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StepKind {
-    /// A user input that started an operation.
+    /// A user input (that started an operation, or a user message).
     Input,
     /// A model call.
     Model,
@@ -45,6 +53,21 @@ pub enum StepStatus {
     Denied,
 }
 
+impl StepStatus {
+    /// The status as written in `--json` (`ok`, `not_started`, …).
+    pub fn name(self) -> &'static str {
+        match self {
+            StepStatus::Ok => "ok",
+            StepStatus::Error => "error",
+            StepStatus::Running => "running",
+            StepStatus::Interrupted => "interrupted",
+            StepStatus::Unknown => "unknown",
+            StepStatus::NotStarted => "not_started",
+            StepStatus::Denied => "denied",
+        }
+    }
+}
+
 /// One step.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Step {
@@ -56,8 +79,9 @@ pub struct Step {
     pub name: String,
     /// How it ended.
     pub status: StepStatus,
-    /// The operation it belongs to.
-    pub op: String,
+    /// The operation it belongs to (`None`: derived from entries no
+    /// operation accounts for).
+    pub op: Option<String>,
     /// When it started, as its record's `ts` says.
     pub started: String,
     /// `started` as an instant (`None` when that `ts` is not RFC 3339).
@@ -71,15 +95,85 @@ pub struct Step {
     pub parent: Option<u32>,
     /// The tool call id (tool steps).
     pub call_id: Option<String>,
-    /// The entry it produced (the input, the reply, the tool result).
+    /// The entry it produced (the input, the reply, the tool result): the
+    /// state right after the step ends there.
     pub entry: Option<EntryId>,
+    /// What went in, whole: the user's text (input steps) or the tool's
+    /// arguments as JSON (tool steps).
+    pub input: Option<String>,
+    /// What came out, whole: the reply's text, or the calls it asked for
+    /// (model steps); the result's text (tool steps).
+    pub output: Option<String>,
+    /// The subagent session a tool step delegated to (from the
+    /// `cairn:session/<id>` blob in its result).
+    pub child: Option<SessionId>,
 }
 
 impl Step {
     /// The step's label, `s0001`.
     pub fn label(&self) -> String {
-        format!("s{:04}", self.number)
+        label(self.number)
     }
+}
+
+/// The label of step `number`, `s0001`.
+pub fn label(number: u32) -> String {
+    format!("s{number:04}")
+}
+
+/// The step number a label names: `s` then at least four digits (`s0005`,
+/// `s12345`), the form [`Step::label`] writes; `None` for anything else.
+pub fn parse_label(query: &str) -> Option<u32> {
+    let digits = query.strip_prefix('s')?;
+    if digits.len() < 4 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok().filter(|&n| n > 0)
+}
+
+/// Resolves what a person typed where an entry is expected, step labels
+/// included: a step label (`s0005`) names the entry its step produced, the
+/// state right after that step; anything else goes to [`Session::resolve`].
+///
+/// # Errors
+///
+/// [`LookupError::NoSuchStep`] past the last step;
+/// [`LookupError::StepWithoutEntry`] for a step that produced no entry (a
+/// model call interrupted before its reply, a tool still running);
+/// [`LookupError::StepOrEntry`] when the label also names an entry or a
+/// label of the session; otherwise as [`Session::resolve`].
+pub fn resolve(session: &Session, query: &str) -> Result<EntryId, LookupError> {
+    let Some(number) = parse_label(query) else {
+        return session.resolve(query);
+    };
+    let steps = session.steps().map_err(|e| LookupError::Unreadable {
+        query: query.to_owned(),
+        problem: crate::with_causes(&e),
+    })?;
+    let Some(step) = steps.iter().find(|s| s.number == number) else {
+        return Err(LookupError::NoSuchStep {
+            step: label(number),
+            last: steps.len() as u32,
+        });
+    };
+    let entry = step
+        .entry
+        .clone()
+        .filter(|id| session.resolve(id.as_str()).is_ok())
+        .ok_or_else(|| LookupError::StepWithoutEntry {
+            step: step.label(),
+            status: step.status.name(),
+        })?;
+    if let Ok(other) = session.resolve(query)
+        && other != entry
+    {
+        return Err(LookupError::StepOrEntry {
+            query: query.to_owned(),
+            step_entry: entry.to_string(),
+            other: other.to_string(),
+        });
+    }
+    Ok(entry)
 }
 
 /// Milliseconds from `from` to the instant `to` names; `None` when either is
@@ -89,56 +183,88 @@ fn elapsed(from: Option<Timestamp>, to: &str) -> Option<u64> {
     u64::try_from(d.as_millis()).ok()
 }
 
+/// What a reply says, whole: its text, else the calls it asked for.
+fn reply_output(m: &Message) -> Option<String> {
+    let text = m.plain_text();
+    if !text.trim().is_empty() {
+        return Some(text);
+    }
+    let calls: Vec<&str> = m.tool_calls().map(|(_, name, _)| name).collect();
+    (!calls.is_empty()).then(|| format!("asked for {}", calls.join(", ")))
+}
+
+/// A tool result's content as text: its text blocks, and what its images
+/// and blobs are.
+fn result_output(content: &[Block]) -> (String, Option<SessionId>) {
+    let mut parts = Vec::new();
+    let mut child = None;
+    for b in content {
+        match b {
+            Block::Text { text } => parts.push(text.clone()),
+            Block::Blob { uri, .. } => {
+                child = child.or_else(|| crate::store::referenced_session(b));
+                parts.push(format!("[{uri}]"));
+            }
+            Block::Image { media_type, .. } => parts.push(format!("[image {media_type}]")),
+            Block::Thinking { .. } | Block::ToolCall { .. } | Block::ToolResult { .. } => {}
+        }
+    }
+    (parts.join("\n"), child)
+}
+
+/// The step a tool call's model step recorded: its number, operation, tool
+/// and arguments.
+struct Asked {
+    number: u32,
+    op: Option<String>,
+    tool: String,
+    arguments: String,
+}
+
 /// Derives the steps from a session's records, in `seq` order. Pure.
 pub fn derive(records: &[Record]) -> Vec<Step> {
+    // Messages an operation accounts for: its inputs and its attempts' replies.
+    let mut op_inputs: HashSet<&EntryId> = HashSet::new();
+    let mut attempted: HashSet<&EntryId> = HashSet::new();
+    for r in records {
+        match &r.body {
+            Body::Op(OpRecord::OpStarted(s)) => op_inputs.extend(s.input.as_ref()),
+            Body::Op(OpRecord::ModelAttempted(m)) => {
+                attempted.insert(&m.entry);
+            }
+            Body::Header(_) | Body::Op(_) | Body::Entry(_) => {}
+        }
+    }
     let mut steps: Vec<Step> = Vec::new();
     let mut user_text: HashMap<EntryId, String> = HashMap::new();
     let mut model_by_entry: HashMap<EntryId, usize> = HashMap::new();
-    let mut model_by_call: HashMap<String, (u32, String)> = HashMap::new();
+    let mut asked: HashMap<String, Asked> = HashMap::new();
     let mut tool_by_call: HashMap<String, usize> = HashMap::new();
     let mut open_ops: HashMap<String, bool> = HashMap::new();
     // Calls whose approval was answered no.
     let mut denied: HashSet<String> = HashSet::new();
-    let mut current_op = String::new();
     for r in records {
         match &r.body {
             Body::Header(_) => {}
             Body::Op(op) => match op {
                 OpRecord::OpStarted(s) => {
-                    current_op = s.op.clone();
                     open_ops.insert(s.op.clone(), true);
-                    let name = s
-                        .input
-                        .as_ref()
-                        .and_then(|i| user_text.get(i))
-                        .cloned()
+                    let text = s.input.as_ref().and_then(|i| user_text.get(i)).cloned();
+                    let i = push(&mut steps, StepKind::Input, Some(&s.op), &r.ts);
+                    let step = &mut steps[i];
+                    step.name = text
+                        .as_deref()
+                        .map(|t| crate::summary::excerpt(t, 60))
                         .unwrap_or_default();
-                    push(
-                        &mut steps,
-                        StepKind::Input,
-                        name,
-                        StepStatus::Ok,
-                        &s.op,
-                        &r.ts,
-                        None,
-                        s.input.clone(),
-                        None,
-                    );
+                    step.status = StepStatus::Ok;
+                    step.entry = s.input.clone();
+                    step.input = text;
                 }
                 OpRecord::ModelAttempted(m) => {
-                    let name = m.model.clone().unwrap_or_else(|| "model".into());
-                    push(
-                        &mut steps,
-                        StepKind::Model,
-                        name,
-                        StepStatus::Running,
-                        &m.op,
-                        &r.ts,
-                        None,
-                        Some(m.entry.clone()),
-                        None,
-                    );
-                    model_by_entry.insert(m.entry.clone(), steps.len() - 1);
+                    let i = push(&mut steps, StepKind::Model, Some(&m.op), &r.ts);
+                    steps[i].name = m.model.clone().unwrap_or_else(|| "model".into());
+                    steps[i].entry = Some(m.entry.clone());
+                    model_by_entry.insert(m.entry.clone(), i);
                 }
                 OpRecord::UsageSettled(u) => {
                     if let Some(&i) = model_by_entry.get(&u.entry) {
@@ -149,19 +275,16 @@ pub fn derive(records: &[Record]) -> Vec<Step> {
                     }
                 }
                 OpRecord::ToolDispatched(t) => {
-                    let parent = model_by_call.get(&t.call_id).map(|(n, _)| *n);
-                    push(
-                        &mut steps,
-                        StepKind::Tool,
-                        t.tool.clone(),
-                        StepStatus::Running,
-                        &t.op,
-                        &r.ts,
-                        parent,
-                        Some(t.result_entry.clone()),
-                        Some(t.call_id.clone()),
-                    );
-                    tool_by_call.insert(t.call_id.clone(), steps.len() - 1);
+                    let i = push(&mut steps, StepKind::Tool, Some(&t.op), &r.ts);
+                    let step = &mut steps[i];
+                    step.name = t.tool.clone();
+                    step.entry = Some(t.result_entry.clone());
+                    step.call_id = Some(t.call_id.clone());
+                    if let Some(a) = asked.get(&t.call_id) {
+                        step.parent = Some(a.number);
+                        step.input = Some(a.arguments.clone());
+                    }
+                    tool_by_call.insert(t.call_id.clone(), i);
                 }
                 OpRecord::OpFinished(f) => {
                     open_ops.insert(f.op.clone(), false);
@@ -182,34 +305,57 @@ pub fn derive(records: &[Record]) -> Vec<Step> {
                     continue;
                 };
                 if m.role == Role::User {
-                    user_text.insert(e.id.clone(), crate::summary::excerpt(&m.plain_text(), 60));
+                    let text = m.plain_text();
+                    if !op_inputs.contains(&e.id) && !is_only_results(m) {
+                        // A user message no operation started from: an input.
+                        let i = push(&mut steps, StepKind::Input, None, &r.ts);
+                        let step = &mut steps[i];
+                        step.name = crate::summary::excerpt(&text, 60);
+                        step.status = StepStatus::Ok;
+                        step.entry = Some(e.id.clone());
+                        step.input = Some(text.clone());
+                    }
+                    user_text.insert(e.id.clone(), text);
+                }
+                if m.role == Role::Assistant && !attempted.contains(&e.id) {
+                    // A reply no model attempt announced: a model step of its own.
+                    let i = push(&mut steps, StepKind::Model, None, &r.ts);
+                    steps[i].name = m.model.clone().unwrap_or_else(|| "model".into());
+                    steps[i].entry = Some(e.id.clone());
+                    model_by_entry.insert(e.id.clone(), i);
                 }
                 if let Some(&i) = model_by_entry.get(&e.id) {
                     let s = &mut steps[i];
-                    s.status = if m.stop_reason.as_deref() == Some("interrupted") {
-                        StepStatus::Interrupted
-                    } else if m.stop_reason.as_deref() == Some("error") {
-                        StepStatus::Error
-                    } else {
-                        StepStatus::Ok
+                    s.status = match m.stop_reason.as_deref() {
+                        Some("interrupted") => StepStatus::Interrupted,
+                        Some("error") => StepStatus::Error,
+                        _ => StepStatus::Ok,
                     };
-                    if s.duration_ms.is_none() {
+                    if s.duration_ms.is_none() && s.op.is_some() {
                         s.duration_ms = elapsed(s.started_at, &r.ts);
                     }
                     if s.usage.is_none() {
                         s.usage = m.usage.clone();
                     }
-                    let number = s.number;
-                    for (call_id, tool, _) in m.tool_calls() {
-                        model_by_call.insert(call_id.to_owned(), (number, tool.to_owned()));
+                    s.output = reply_output(m);
+                    for (call_id, tool, arguments) in m.tool_calls() {
+                        asked.insert(
+                            call_id.to_owned(),
+                            Asked {
+                                number: s.number,
+                                op: s.op.clone(),
+                                tool: tool.to_owned(),
+                                arguments: arguments.to_string(),
+                            },
+                        );
                     }
                 }
                 for b in &m.content {
                     let Block::ToolResult {
                         call_id,
+                        content,
                         is_error,
                         code,
-                        ..
                     } = b
                     else {
                         continue;
@@ -220,68 +366,72 @@ pub fn derive(records: &[Record]) -> Vec<Step> {
                         _ if *is_error => StepStatus::Error,
                         _ => StepStatus::Ok,
                     };
-                    match tool_by_call
+                    let (output, child) = result_output(content);
+                    let dispatched = tool_by_call
                         .get(call_id)
                         .copied()
-                        .filter(|&i| steps[i].status == StepStatus::Running)
-                    {
+                        .filter(|&i| steps[i].status == StepStatus::Running);
+                    let i = match dispatched {
                         Some(i) => {
                             let s = &mut steps[i];
                             s.status = status;
                             s.duration_ms = elapsed(s.started_at, &r.ts);
+                            i
                         }
                         None => {
                             // Answered without a dispatch: denied, closed as never
-                            // started, or run by a host outside the operation API.
-                            // Only calls a recorded model step asked for are steps.
-                            let Some((parent, tool)) = model_by_call.get(call_id).cloned() else {
+                            // started, run by a host outside the operation API, or
+                            // written with no operation at all. Only calls a model
+                            // step asked for are steps.
+                            let Some(a) = asked.get(call_id) else {
                                 continue;
                             };
                             let status = match status {
                                 StepStatus::Error if denied.contains(call_id) => StepStatus::Denied,
-                                StepStatus::Error => StepStatus::NotStarted,
+                                StepStatus::Error if a.op.is_some() => StepStatus::NotStarted,
                                 other @ (StepStatus::Ok
+                                | StepStatus::Error
                                 | StepStatus::Running
                                 | StepStatus::Interrupted
                                 | StepStatus::Unknown
                                 | StepStatus::NotStarted
                                 | StepStatus::Denied) => other,
                             };
-                            push(
-                                &mut steps,
-                                StepKind::Tool,
-                                tool,
-                                status,
-                                &current_op,
-                                &r.ts,
-                                Some(parent),
-                                Some(e.id.clone()),
-                                Some(call_id.clone()),
-                            );
+                            let (parent, op, tool, arguments) =
+                                (a.number, a.op.clone(), a.tool.clone(), a.arguments.clone());
+                            let i = push(&mut steps, StepKind::Tool, op.as_deref(), &r.ts);
+                            let s = &mut steps[i];
+                            s.name = tool;
+                            s.status = status;
+                            s.parent = Some(parent);
+                            s.entry = Some(e.id.clone());
+                            s.call_id = Some(call_id.clone());
+                            s.input = Some(arguments);
+                            i
                         }
-                    }
+                    };
+                    steps[i].output = Some(output);
+                    steps[i].child = child;
                 }
             }
         }
     }
     // A model step still waiting once its operation ended, or once a later
     // attempt was made, was interrupted.
-    let mut later_model_in_op: HashMap<String, bool> = HashMap::new();
+    let mut later_model_in_op: HashSet<String> = HashSet::new();
     for s in steps.iter_mut().rev() {
-        if s.kind != StepKind::Model {
+        let (StepKind::Model, Some(op)) = (s.kind, &s.op) else {
             continue;
-        }
-        let later = later_model_in_op
-            .insert(s.op.clone(), true)
-            .unwrap_or(false);
-        if s.status == StepStatus::Running && (later || open_ops.get(&s.op) == Some(&false)) {
+        };
+        let later = !later_model_in_op.insert(op.clone());
+        if s.status == StepStatus::Running && (later || open_ops.get(op) == Some(&false)) {
             s.status = StepStatus::Interrupted;
         }
     }
     for s in &mut steps {
         if s.kind == StepKind::Tool
             && s.status == StepStatus::Running
-            && open_ops.get(&s.op) == Some(&false)
+            && s.op.as_ref().and_then(|op| open_ops.get(op)) == Some(&false)
         {
             s.status = StepStatus::Unknown;
         }
@@ -289,32 +439,36 @@ pub fn derive(records: &[Record]) -> Vec<Step> {
     steps
 }
 
-#[allow(clippy::too_many_arguments)]
-fn push(
-    steps: &mut Vec<Step>,
-    kind: StepKind,
-    name: String,
-    status: StepStatus,
-    op: &str,
-    started: &str,
-    parent: Option<u32>,
-    entry: Option<EntryId>,
-    call_id: Option<String>,
-) {
+/// Whether a user-role message holds tool results and nothing else (some
+/// hosts put results in user messages): not an input.
+fn is_only_results(m: &Message) -> bool {
+    !m.content.is_empty()
+        && m.content
+            .iter()
+            .all(|b| matches!(b, Block::ToolResult { .. }))
+}
+
+/// Appends a running step with nothing known yet but its kind, operation
+/// and start; returns its index.
+fn push(steps: &mut Vec<Step>, kind: StepKind, op: Option<&str>, started: &str) -> usize {
     steps.push(Step {
         number: steps.len() as u32 + 1,
         kind,
-        name,
-        status,
-        op: op.to_owned(),
+        name: String::new(),
+        status: StepStatus::Running,
+        op: op.map(str::to_owned),
         started: started.to_owned(),
         started_at: time::parse(started),
         duration_ms: None,
         usage: None,
-        parent,
-        call_id,
-        entry,
+        parent: None,
+        call_id: None,
+        entry: None,
+        input: None,
+        output: None,
+        child: None,
     });
+    steps.len() - 1
 }
 
 #[cfg(test)]
@@ -389,6 +543,66 @@ mod tests {
         assert_eq!(s.duration_ms, None);
         let s = model_step("2026-12-01T00:00:01.001Z", "2026-12-01T00:00:00.000Z");
         assert_eq!(s.duration_ms, None, "the clock went back: no duration");
+    }
+
+    #[test]
+    fn step_labels_are_s_and_at_least_four_digits() {
+        assert_eq!(parse_label("s0005"), Some(5));
+        assert_eq!(parse_label("s12345"), Some(12345));
+        assert_eq!(label(5), "s0005");
+        for not in ["s5", "s000", "S0005", "s0000", "0005", "s00x5", "s-001", ""] {
+            assert_eq!(parse_label(not), None, "{not}");
+        }
+    }
+
+    #[test]
+    fn messages_no_operation_accounts_for_are_steps_numbered_in_log_order() {
+        let entry = |seq: u64, id: &str, m: Message| Record {
+            seq,
+            ts: "2026-12-01T00:00:00.000Z".into(),
+            body: Body::Entry(Entry {
+                id: EntryId::parse(id).unwrap(),
+                parent: None,
+                body: EntryBody::Message(m),
+            }),
+        };
+        let mut ask = Message::text(Role::Assistant, "");
+        ask.content = vec![Block::ToolCall {
+            call_id: "c1".into(),
+            name: "grep".into(),
+            arguments: serde_json::json!({"q": "x"}),
+        }];
+        let mut answer = Message::text(Role::Tool, "");
+        answer.content = vec![Block::ToolResult {
+            call_id: "c1".into(),
+            content: vec![Block::Text {
+                text: "no match".into(),
+            }],
+            is_error: true,
+            code: None,
+        }];
+        let records = [
+            entry(1, "u1", Message::text(Role::User, "find x")),
+            entry(2, "a1", ask),
+            entry(3, "t1", answer),
+        ];
+        let steps = derive(&records);
+        let got: Vec<_> = steps
+            .iter()
+            .map(|s| (s.number, s.kind, s.status, s.op.clone(), s.parent))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (1, StepKind::Input, StepStatus::Ok, None, None),
+                (2, StepKind::Model, StepStatus::Ok, None, None),
+                (3, StepKind::Tool, StepStatus::Error, None, Some(2)),
+            ]
+        );
+        assert_eq!(steps[1].output.as_deref(), Some("asked for grep"));
+        assert_eq!(steps[2].input.as_deref(), Some(r#"{"q":"x"}"#));
+        assert_eq!(steps[2].output.as_deref(), Some("no match"));
+        assert_eq!(steps[2].duration_ms, None, "no operation: no timing");
     }
 
     #[test]

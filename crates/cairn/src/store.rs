@@ -232,6 +232,7 @@ impl Store {
                 call_id: call_id.to_owned(),
                 depth,
             }),
+            imported_from: None,
         };
         Ok(self.create(NewSession {
             title,
@@ -239,6 +240,32 @@ impl Store {
             lineage,
             ..Default::default()
         })?)
+    }
+
+    /// The subagent sessions `parent` spawned, oldest first, each with the
+    /// spawn origin its header records (the call that spawned it). Reads the
+    /// listing, then the header of each child it names.
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::list`]; a child that cannot be opened is left out (its
+    /// listing row says to run `cairn fsck`).
+    pub fn children(
+        &self,
+        parent: &SessionId,
+    ) -> Result<Vec<(SessionSummary, crate::record::SpawnOrigin)>, StoreError> {
+        let mut out: Vec<_> = self
+            .list()?
+            .into_iter()
+            .filter(|s| s.parent.as_ref() == Some(parent))
+            .filter_map(|s| {
+                let child = Session::open(&*self.backend, &s.id, Access::Read).ok()?;
+                let origin = child.header().lineage.parent.clone()?;
+                Some((s, origin))
+            })
+            .collect();
+        out.sort_by(|a, b| a.0.created.cmp(&b.0.created).then(a.0.id.cmp(&b.0.id)));
+        Ok(out)
     }
 
     /// Removes a session.
@@ -276,13 +303,31 @@ impl Store {
         at: Option<&EntryId>,
         title: Option<String>,
     ) -> Result<Session, StoreError> {
+        self.fork_as(source, at, title, SessionId::generate())
+    }
+
+    /// [`Store::fork`] into a session of the caller's id (a host that maps
+    /// its own names onto session ids, like the LangGraph checkpointer's
+    /// threads).
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::fork`]; [`OpenError::AlreadyExists`] (as
+    /// [`StoreError::Open`]) if the id is taken. Nothing is created on
+    /// failure.
+    pub fn fork_as(
+        &self,
+        source: &Session,
+        at: Option<&EntryId>,
+        title: Option<String>,
+        id: SessionId,
+    ) -> Result<Session, StoreError> {
         let entries = source.branch_entries(at)?;
         source.check_fork_point(&entries, at)?;
         let h = source.header();
         // The fork is built in memory, through the normal append path, then
         // handed to the backend whole: it appears complete or not at all (a
         // crash mid-fork leaves no prefix that looks like a finished fork).
-        let id = SessionId::generate();
         let staging = crate::backend::MemoryBackend::new();
         let fork = Session::create(
             &staging,
@@ -297,6 +342,7 @@ impl Store {
                         entry: at.cloned(),
                     }),
                     parent: h.lineage.parent.clone(),
+                    imported_from: None,
                 },
             },
         )?;
@@ -365,13 +411,30 @@ impl Store {
     }
 }
 
+/// The URI scheme of a reference to a session (`cairn:session/<id>`).
+const SESSION_URI: &str = "cairn:session/";
+
 /// The block a parent's tool result carries to reference a child session.
 pub fn child_reference(child: &SessionId) -> crate::record::Block {
     crate::record::Block::Blob {
-        uri: format!("cairn:session/{child}"),
+        uri: format!("{SESSION_URI}{child}"),
         media_type: Some("application/vnd.cairn.session".into()),
         size: None,
         sha256: None,
+    }
+}
+
+/// The session a block references, if it is a [`child_reference`].
+pub fn referenced_session(block: &crate::record::Block) -> Option<SessionId> {
+    match block {
+        crate::record::Block::Blob { uri, .. } => {
+            SessionId::parse(uri.strip_prefix(SESSION_URI)?).ok()
+        }
+        crate::record::Block::Text { .. }
+        | crate::record::Block::Thinking { .. }
+        | crate::record::Block::ToolCall { .. }
+        | crate::record::Block::ToolResult { .. }
+        | crate::record::Block::Image { .. } => None,
     }
 }
 

@@ -2,7 +2,8 @@
 //! ids, parents, depths and kinds, in append order. Lookup by id, by unique
 //! id prefix, children, and the path from a root to any entry.
 
-use std::collections::HashMap;
+use hashbrown::{DefaultHashBuilder, HashTable};
+use std::hash::BuildHasher;
 
 use crate::error::{LookupError, ReadError};
 use crate::id::EntryId;
@@ -64,7 +65,12 @@ pub(crate) struct Node {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Tree {
     nodes: Vec<Node>,
-    by_id: HashMap<EntryId, u32>,
+    /// Node numbers by the hash of their id: the id itself is stored once,
+    /// in its node (one allocation per entry, not two).
+    by_id: HashTable<u32>,
+    /// Seeded per process (foldhash), so ids from a file cannot be chosen
+    /// to collide.
+    hasher: DefaultHashBuilder,
 }
 
 /// Why an entry cannot join the tree.
@@ -79,6 +85,17 @@ impl Tree {
         self.nodes.len()
     }
 
+    /// Makes room for `n` more entries.
+    pub fn reserve(&mut self, n: usize) {
+        let Tree {
+            nodes,
+            by_id,
+            hasher,
+        } = self;
+        nodes.reserve(n);
+        by_id.reserve(n, |&m| hasher.hash_one(nodes[m as usize].id.as_str()));
+    }
+
     pub fn node(&self, n: u32) -> &Node {
         &self.nodes[n as usize]
     }
@@ -88,11 +105,14 @@ impl Tree {
     }
 
     pub fn get(&self, id: &EntryId) -> Option<u32> {
-        self.by_id.get(id).copied()
+        self.get_str(id.as_str())
     }
 
     pub fn get_str(&self, id: &str) -> Option<u32> {
-        EntryId::parse(id).ok().and_then(|id| self.get(&id))
+        let hash = self.hasher.hash_one(id);
+        self.by_id
+            .find(hash, |&n| self.nodes[n as usize].id.as_str() == id)
+            .copied()
     }
 
     /// The entry appended last.
@@ -102,25 +122,13 @@ impl Tree {
 
     /// Checks that an entry could be inserted.
     pub fn check(&self, id: &EntryId, parent: Option<&EntryId>) -> Result<Option<u32>, Reject> {
-        if self.by_id.contains_key(id) {
+        if self.get(id).is_some() {
             return Err(Reject::DuplicateId);
         }
         match parent {
             None => Ok(None),
             Some(p) => self.get(p).map(Some).ok_or(Reject::MissingParent),
         }
-    }
-
-    /// Adds an entry; its parent must already be in the tree.
-    pub fn insert(
-        &mut self,
-        seq: u64,
-        id: EntryId,
-        parent: Option<&EntryId>,
-        kind: Option<EntryKind>,
-    ) -> Result<u32, Reject> {
-        let parent = self.check(&id, parent)?;
-        Ok(self.insert_checked(seq, id, parent, kind))
     }
 
     /// Adds an entry that [`Tree::check`] accepted, under its parent node.
@@ -133,7 +141,14 @@ impl Tree {
     ) -> u32 {
         let depth = parent.map_or(0, |p| self.nodes[p as usize].depth + 1);
         let n = self.nodes.len() as u32;
-        self.by_id.insert(id.clone(), n);
+        let Tree {
+            nodes,
+            by_id,
+            hasher,
+        } = self;
+        by_id.insert_unique(hasher.hash_one(id.as_str()), n, |&m| {
+            hasher.hash_one(nodes[m as usize].id.as_str())
+        });
         self.nodes.push(Node {
             seq,
             id,

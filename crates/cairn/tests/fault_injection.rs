@@ -543,3 +543,80 @@ fn regression_the_unsynced_marker_missed_pages_an_earlier_handle_left_dirty() {
     let seq = ack_after_reopen(&store, &id, "C", "reopen after the failure");
     survives_a_power_loss(&fs, &store, &id, seq, "C");
 }
+
+/// What an open shows: records, leaf and the context's texts.
+fn shown(s: &cairn::Session) -> (u64, Option<cairn::EntryId>, Vec<String>) {
+    let ctx = s.context();
+    let texts = ctx
+        .messages()
+        .iter()
+        .map(|m| m.message().plain_text())
+        .collect();
+    (s.len(), s.leaf(), texts)
+}
+
+#[test]
+fn every_fault_while_an_open_writes_the_index_is_absorbed_or_reported_and_the_next_open_is_right() {
+    // Each faultable operation of a writer's long open (the scan, the sync
+    // of the log, the index's temporary file, its write, sync, rename and
+    // the directory sync) fails in turn, in every way. The open either
+    // fails naming the session, or succeeds with exactly what an open
+    // without the index shows; then, healed, a reopen shows it again —
+    // whatever index (none, a partial one, a stale one) the fault left.
+    let fs = SimFs::new();
+    let store = sim_store(&fs);
+    let (s, id) = buffered_session(&store, "first");
+    for i in 0..1030 {
+        s.append(user(&format!("message {i}"))).expect("append");
+    }
+    s.sync().expect("sync");
+    let want = shown(&s);
+    drop(s);
+    let index = sessions_dir().join(format!("{id}.idx"));
+    let (mut reported, mut absorbed) = (0, 0);
+    for kind in FaultKind::ALL {
+        for nth in 1..=14 {
+            let _ = fs.vfs().remove_file(&index);
+            fs.fail(FaultPlan {
+                ops: faultable(),
+                nth,
+                kind: *kind,
+                sticky: false,
+                suffix: None,
+            });
+            let when = format!("{kind:?} at faultable operation {nth}");
+            match store.open(&id, Access::Write) {
+                Ok(s) => {
+                    absorbed += 1;
+                    assert_eq!(shown(&s), want, "{when}");
+                }
+                Err(e) => {
+                    reported += 1;
+                    let text = cairn::with_causes(&e);
+                    assert!(text.contains(&id.to_string()), "{when}: {text}");
+                }
+            }
+            fs.heal();
+            let s = store
+                .open(&id, Access::Write)
+                .unwrap_or_else(|e| panic!("{when}, then healed: {e}"));
+            assert_eq!(shown(&s), want, "{when}, then healed");
+            drop(s);
+            let again = store.open(&id, Access::Read).expect("open");
+            assert!(
+                again
+                    .open_report()
+                    .index
+                    .as_deref()
+                    .is_some_and(|n| n.starts_with("index used")),
+                "{when}: the healed writer's open wrote a good index: {:?}",
+                again.open_report().index
+            );
+            assert_eq!(shown(&again), want, "{when}, through the index");
+        }
+    }
+    assert!(
+        reported > 0 && absorbed > 0,
+        "{reported} reported, {absorbed} absorbed"
+    );
+}

@@ -1581,3 +1581,49 @@ fn without_hard_links_a_new_session_is_named_by_a_rename() {
         .expect("the renamed session opens");
     assert_eq!(s.len(), 2);
 }
+
+/// Regression: a crash during `create` left `.<id>.jsonl.new`, which was
+/// never listed and never removed. The store's first write removes such a
+/// file unless a create in progress holds its session's lock.
+#[test]
+fn a_crashed_creates_temporary_is_removed_at_the_first_write_unless_in_use() {
+    use cairn::vfs::{OpenMode, StdVfs, Vfs};
+    let home = tempfile::tempdir().expect("temp dir");
+    let store = Store::open_dir(home.path());
+    drop(store.create(NewSession::default()).expect("create"));
+    let dir = sessions_dir(home.path());
+    let tmp = |id: &SessionId| dir.join(format!(".{id}.jsonl.new"));
+    let (stale, locked_free, busy) = (
+        SessionId::generate(),
+        SessionId::generate(),
+        SessionId::generate(),
+    );
+    for id in [&stale, &locked_free, &busy] {
+        fs::write(tmp(id), b"{\"seq\":0,\"ts\":\"2026-").expect("write temporary");
+    }
+    // A lock file nobody holds, and one a create in progress holds.
+    fs::write(dir.join(format!("{locked_free}.lock")), b"4242\n").expect("lock file");
+    let held = StdVfs
+        .open(&dir.join(format!("{busy}.lock")), OpenMode::CreateOrOpen)
+        .expect("open lock");
+    assert!(held.try_lock().expect("lock"));
+
+    // Readers change nothing.
+    let store = Store::open_dir(home.path());
+    store.list().expect("list");
+    assert!(tmp(&stale).exists() && tmp(&locked_free).exists());
+
+    let s = store.create(NewSession::default()).expect("create");
+    assert!(!tmp(&stale).exists(), "no lock file: removed");
+    assert!(!tmp(&locked_free).exists(), "its lock was free: removed");
+    assert!(tmp(&busy).exists(), "its create holds the lock: kept");
+    let listed = store.list().expect("list");
+    assert_eq!(listed.len(), 2, "temporaries are never sessions");
+
+    // Once its create is gone, the next store that writes removes it too.
+    drop((held, s));
+    let again = Store::open_dir(home.path());
+    let first = again.list().expect("list")[0].id.clone();
+    drop(again.open(&first, Access::Write).expect("open for writing"));
+    assert!(!tmp(&busy).exists());
+}

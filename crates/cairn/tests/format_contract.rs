@@ -1257,9 +1257,46 @@ fn write_corpus() {
         ],
     );
     hand_case(
-        "workspace_snapshot_records",
-        "cairn.workspace records (FORMAT.md section 14): log-only, ignorable workspace snapshots a reader that does not know them skips; the context holds the messages only.",
+        "agent_trace_between_operation_records",
+        "A trace record of the reference agent (FORMAT.md section 13): kind agent.trace, ignorable, log-only, between an operation's records; it changes no verdict, status or context.",
         56,
+        &[
+            entry_line(
+                1,
+                "message",
+                "u1",
+                None,
+                r#"{"role":"user","content":[{"type":"text","text":"say hi"}]}"#,
+            ),
+            sealed(&format!(
+                r#"{{"seq":2,"ts":"{}","kind":"op_started","data":{{"op":"op-2","input":"u1"}}"#,
+                ts(2)
+            )),
+            sealed(&format!(
+                r#"{{"seq":3,"ts":"{}","kind":"model_attempted","data":{{"op":"op-2","attempt":1,"entry":"a1","provider":null,"model":null}}"#,
+                ts(3)
+            )),
+            sealed(&format!(
+                r#"{{"seq":4,"ts":"{}","kind":"agent.trace","ignorable":true,"data":{{"op":"op-2","purpose":"turn","attempt":1,"entry":"a1","retry":0,"duration_ms":12,"headers_ms":5,"request":{{"method":"POST","url":"https://llm.example/v1/chat/completions","headers":[["Authorization","Bearer [redacted]"]],"body":{{"text":"{{}}","bytes":2}}}},"response":{{"status":200,"headers":[["Content-Type","text/event-stream"]],"body":{{"text":"data: [DONE]\n","bytes":13}}}}}}"#,
+                ts(4)
+            )),
+            entry_line(
+                5,
+                "message",
+                "a1",
+                Some("u1"),
+                r#"{"role":"assistant","content":[{"type":"text","text":"hi"}]}"#,
+            ),
+            sealed(&format!(
+                r#"{{"seq":6,"ts":"{}","kind":"op_finished","data":{{"op":"op-2","outcome":"completed"}}"#,
+                ts(6)
+            )),
+        ],
+    );
+    hand_case(
+        "workspace_snapshot_records",
+        "cairn.workspace records (FORMAT.md section 18): log-only, ignorable workspace snapshots a reader that does not know them skips; the context holds the messages only.",
+        57,
         &[
             entry_line(1, "message", "m1", None, text),
             sealed(&format!(

@@ -669,3 +669,94 @@ fn regression_a_crash_mid_fork_left_a_valid_looking_prefix_of_the_fork() {
         }
     }
 }
+
+/// What an open shows, to compare an open through the index with one without.
+fn shown(
+    s: &cairn::Session,
+) -> (
+    u64,
+    Option<cairn::EntryId>,
+    Vec<cairn::EntryId>,
+    Vec<String>,
+) {
+    let texts = s
+        .context()
+        .messages()
+        .iter()
+        .map(|m| m.message().plain_text())
+        .collect();
+    (s.len(), s.leaf(), s.branch(), texts)
+}
+
+#[test]
+fn an_index_never_makes_an_open_accept_records_a_power_loss_took() {
+    // Sessions long enough to be indexed (1,024 records parsed), a power
+    // loss in the middle of writing the index on odd seeds, then unsynced
+    // appends after the index and a power loss: every open through whatever
+    // index survived shows exactly what an open without it shows, and never
+    // a record the log does not hold.
+    let (mut used, mut lost_index_writes) = (0, 0);
+    for seed in 0..24u64 {
+        let (w, s) = world_with_a_session(seed);
+        let (id, path) = (s.id().clone(), PathBuf::from(s.location()));
+        let index = path.with_extension("idx");
+        let mut rng = Rng::new(seed ^ 0x1DE5);
+        s.set_durability(cairn::Durability::Buffered);
+        for i in 0..1030 {
+            append_user(&s, &format!("before the index {i}"));
+        }
+        drop(s);
+        if seed % 2 == 1 {
+            w.fs.crash_after(rng.range(1, 8), CrashMode::PowerLoss, seed);
+        }
+        // A writer's long open makes the log durable, then writes the index.
+        drop(w.store.open(&id, Access::Write));
+        if w.fs.halted() {
+            lost_index_writes += 1;
+            w.fs.reboot();
+        } else {
+            w.fs.disarm();
+        }
+        if let Ok(s) = w.store.open(&id, Access::Write) {
+            s.set_durability(cairn::Durability::Buffered);
+            for i in 0..rng.range(1, 40) {
+                append_user(&s, &format!("after the index {i}, never synced"));
+            }
+            drop(s);
+        }
+        w.fs.crash_now(CrashMode::PowerLoss, seed ^ 0xC4);
+        w.fs.reboot();
+        let image = w.fs.read(&path).expect("the session survives");
+        let intact = image
+            .split_inclusive(|b| *b == b'\n')
+            .take_while(|l| cairn::frame::check(l).is_ok())
+            .count() as u64;
+        let through = w
+            .store
+            .open(&id, Access::Read)
+            .unwrap_or_else(|e| panic!("seed {seed}: open through the index: {e}"));
+        if through
+            .open_report()
+            .index
+            .as_deref()
+            .is_some_and(|n| n.starts_with("index used"))
+        {
+            used += 1;
+        }
+        assert_eq!(
+            through.len(),
+            intact,
+            "seed {seed}: the open shows records the log does not hold intact ({:?})",
+            through.open_report().index
+        );
+        check_context(&through).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        let _ = w.fs.vfs().remove_file(&index);
+        let without = w
+            .store
+            .open(&id, Access::Read)
+            .expect("open without the index");
+        assert_eq!(shown(&through), shown(&without), "seed {seed}");
+    }
+    assert!(used > 0, "no open used an index: the test tests nothing");
+    assert!(lost_index_writes > 0, "no crash hit an index write");
+}

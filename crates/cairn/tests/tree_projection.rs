@@ -20,7 +20,8 @@ use cairn::testkit::build::{assistant, tool_results, user};
 use cairn::{
     Access, AppStateChange, AppendError, Appended, Block, Checkout, Compaction, Context, Custom,
     Durability, Entry, EntryBody, EntryId, Invalid, LookupError, MemoryBackend, Message, NewEntry,
-    NewSession, Parent, Role, Session, SessionId, SessionInfo, Settings, Source, Store, StoreError,
+    NewSession, OpenError, Parent, Role, Session, SessionId, SessionInfo, Settings, Source, Store,
+    StoreError,
 };
 use pretty_assertions::assert_eq;
 use proptest::prelude::*;
@@ -1301,6 +1302,30 @@ fn fork_before_the_first_entry_is_empty() {
         })
     );
     assert_eq!(fork.title().as_deref(), Some("test"));
+}
+
+#[test]
+fn fork_as_uses_the_callers_id_and_refuses_one_that_is_taken() {
+    let (store, _dir) = mem_store();
+    let s = new_session(&store, json!({}));
+    let u = add(&s, "u", user("one"));
+    let id = SessionId::parse("01jfxrk0000000000000000000").expect("id");
+    let fork = store.fork_as(&s, Some(&u), None, id.clone()).expect("fork");
+    assert_eq!(fork.id(), &id);
+    assert_eq!(fork.branch(), vec![u.clone()]);
+    drop(fork);
+    let again = store.fork_as(&s, Some(&u), None, id.clone());
+    assert!(
+        matches!(
+            again,
+            Err(StoreError::Open(OpenError::AlreadyExists { .. }))
+        ),
+        "{again:?}"
+    );
+    assert_eq!(
+        store.open(&id, Access::Read).expect("open").entry_count(),
+        1
+    );
 }
 
 /// Regression: a fork drops labels whose target it does not copy, but then

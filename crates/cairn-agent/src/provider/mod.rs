@@ -158,6 +158,35 @@ pub enum ProviderError {
 }
 
 impl ProviderError {
+    /// The same error with every occurrence of `secret` in its text replaced
+    /// by [`REDACTED`]: a server may echo a key back in an error message,
+    /// which would then reach the journal (`op_finished.error`, a trace).
+    #[must_use]
+    pub fn redacted(self, secret: Option<&str>) -> ProviderError {
+        let Some(secret) = secret.filter(|s| !s.is_empty()) else {
+            return self;
+        };
+        let r = |m: String| m.replace(secret, REDACTED);
+        match self {
+            ProviderError::Http {
+                status,
+                message,
+                retry_after,
+            } => ProviderError::Http {
+                status,
+                message: r(message),
+                retry_after,
+            },
+            ProviderError::Connection(m) => ProviderError::Connection(r(m)),
+            ProviderError::Timeout(m) => ProviderError::Timeout(r(m)),
+            ProviderError::Incomplete(m) => ProviderError::Incomplete(r(m)),
+            ProviderError::Malformed(m) => ProviderError::Malformed(r(m)),
+            ProviderError::Api(m) => ProviderError::Api(r(m)),
+            ProviderError::Config(m) => ProviderError::Config(r(m)),
+            ProviderError::Cancelled => ProviderError::Cancelled,
+        }
+    }
+
     /// Whether another attempt may succeed: rate limits, server errors,
     /// broken connections, timeouts and cut-off streams.
     pub fn is_transient(&self) -> bool {
@@ -202,6 +231,87 @@ impl fmt::Display for ProviderError {
 
 impl std::error::Error for ProviderError {}
 
+/// One exchange with a model server, as `cairn agent --trace` records it.
+/// Credentials are redacted by the provider that fills it (headers that
+/// carry them, and the key wherever it appears in a body).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Exchange {
+    /// `POST`, or `SCRIPT` for the scripted provider.
+    pub method: String,
+    /// Where it went (a URL, or the script's path).
+    pub url: String,
+    /// The request's headers, in order (names may repeat).
+    pub request_headers: Vec<(String, String)>,
+    /// The request's body.
+    pub request_body: Vec<u8>,
+    /// The response's status, when one came.
+    pub status: Option<u16>,
+    /// The response's headers, in order.
+    pub response_headers: Vec<(String, String)>,
+    /// The response's body, as received (an event stream is kept raw).
+    pub response_body: Vec<u8>,
+    /// Milliseconds from sending to the response's headers.
+    pub headers_ms: Option<u64>,
+    /// Milliseconds from sending to the end of the response (or the error).
+    pub duration_ms: u64,
+}
+
+/// The text every redacted credential is replaced with.
+pub const REDACTED: &str = "[redacted]";
+
+impl Exchange {
+    /// Whether a header of this name carries a credential (its value is
+    /// redacted): `Authorization`, `Proxy-Authorization`, cookies, and any
+    /// name with `key`, `token`, `secret` or `auth` in it.
+    pub fn is_secret_header(name: &str) -> bool {
+        let n = name.to_ascii_lowercase();
+        ["auth", "cookie", "key", "token", "secret"]
+            .iter()
+            .any(|w| n.contains(w))
+    }
+
+    /// Replaces every occurrence of `secret` in the bodies and header
+    /// values with [`REDACTED`], and the values of credential headers.
+    pub fn redact(&mut self, secret: Option<&str>) {
+        let secret = secret.filter(|s| !s.is_empty());
+        for (name, value) in self
+            .request_headers
+            .iter_mut()
+            .chain(self.response_headers.iter_mut())
+        {
+            if Exchange::is_secret_header(name) {
+                *value = match value.split_once(' ') {
+                    // Keep the scheme: `Bearer [redacted]`.
+                    Some((scheme, _)) if !scheme.is_empty() => format!("{scheme} {REDACTED}"),
+                    _ => REDACTED.to_owned(),
+                };
+            } else if let Some(s) = secret {
+                *value = value.replace(s, REDACTED);
+            }
+        }
+        if let Some(s) = secret {
+            for body in [&mut self.request_body, &mut self.response_body] {
+                *body = replace_bytes(body, s.as_bytes(), REDACTED.as_bytes());
+            }
+        }
+    }
+}
+
+fn replace_bytes(hay: &[u8], needle: &[u8], with: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(hay.len());
+    let mut i = 0;
+    while i < hay.len() {
+        if hay[i..].starts_with(needle) {
+            out.extend_from_slice(with);
+            i += needle.len();
+        } else {
+            out.push(hay[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
 /// A source of model replies.
 pub trait Provider: Send + Sync {
     /// A short name for the journal (`openai-compatible`, `scripted`).
@@ -220,6 +330,17 @@ pub trait Provider: Send + Sync {
         request: &ChatRequest,
         on_event: &mut dyn FnMut(StreamEvent) -> bool,
     ) -> Result<Reply, ProviderError>;
+
+    /// As [`Provider::stream`], and what went over the wire, credentials
+    /// redacted ([`Exchange::redact`]), when the provider makes an exchange
+    /// (default: none).
+    fn stream_traced(
+        &self,
+        request: &ChatRequest,
+        on_event: &mut dyn FnMut(StreamEvent) -> bool,
+    ) -> (Result<Reply, ProviderError>, Option<Exchange>) {
+        (self.stream(request, on_event), None)
+    }
 }
 
 /// The plain text of a tool result's content, with blob references named.
@@ -241,4 +362,60 @@ pub fn result_text(content: &[Block]) -> String {
         out.push_str(&piece);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credential_headers_and_the_key_anywhere_are_redacted() {
+        let mut ex = Exchange {
+            request_headers: vec![
+                ("Authorization".into(), "Bearer sk-1".into()),
+                ("X-Api-Key".into(), "sk-1".into()),
+                ("Accept".into(), "text/event-stream".into()),
+            ],
+            request_body: b"{\"echo\":\"sk-1\"}".to_vec(),
+            response_headers: vec![
+                ("Set-Cookie".into(), "session=abc".into()),
+                ("X-Note".into(), "key sk-1 seen".into()),
+            ],
+            response_body: b"data: sk-1sk-1\n".to_vec(),
+            ..Exchange::default()
+        };
+        ex.redact(Some("sk-1"));
+        assert_eq!(
+            ex.request_headers,
+            [
+                ("Authorization".to_owned(), "Bearer [redacted]".to_owned()),
+                ("X-Api-Key".to_owned(), "[redacted]".to_owned()),
+                ("Accept".to_owned(), "text/event-stream".to_owned()),
+            ]
+        );
+        assert_eq!(ex.response_headers[0].1, "[redacted]");
+        assert_eq!(ex.response_headers[1].1, "key [redacted] seen");
+        assert_eq!(ex.request_body, b"{\"echo\":\"[redacted]\"}");
+        assert_eq!(ex.response_body, b"data: [redacted][redacted]\n");
+    }
+
+    /// Regression: a server that echoed the key in an error message put it
+    /// in the journal (`op_finished.error`), trace or not.
+    #[test]
+    fn an_error_that_echoes_the_key_is_redacted() {
+        let e = ProviderError::Http {
+            status: 401,
+            message: "bad key sk-1".into(),
+            retry_after: None,
+        };
+        assert!(!e.redacted(Some("sk-1")).to_string().contains("sk-1"));
+        let e = ProviderError::Api("sk-1".into()).redacted(Some("sk-1"));
+        assert_eq!(e, ProviderError::Api(REDACTED.into()));
+        let e = ProviderError::Api("x".into()).redacted(Some(""));
+        assert_eq!(
+            e,
+            ProviderError::Api("x".into()),
+            "an empty key redacts nothing"
+        );
+    }
 }

@@ -10,7 +10,9 @@
 //! `tool_calls`; each tool result becomes a `tool` message; blob references
 //! are named in text; thinking is not sent back.
 
+use std::cell::RefCell;
 use std::io::{BufRead, BufReader, Read};
+use std::rc::Rc;
 use std::time::Duration;
 
 use cairn::{Block, Message, Role};
@@ -19,7 +21,9 @@ use serde_json::{Value, json};
 use super::sse::{
     Assembler, Flow, SseDecoder, cut, error_message, map_finish, parse_arguments, parse_usage,
 };
-use super::{ChatRequest, Provider, ProviderError, Reply, ReplyCall, StreamEvent, result_text};
+use super::{
+    ChatRequest, Exchange, Provider, ProviderError, Reply, ReplyCall, StreamEvent, result_text,
+};
 
 /// The environment variables a key is read from, in order.
 pub const KEY_VARS: [&str; 2] = ["CAIRN_API_KEY", "OPENAI_API_KEY"];
@@ -169,18 +173,82 @@ impl Provider for OpenAiProvider {
         request: &ChatRequest,
         on_event: &mut dyn FnMut(StreamEvent) -> bool,
     ) -> Result<Reply, ProviderError> {
-        let mut req = self
-            .agent
-            .post(self.config.url())
-            .header("Content-Type", "application/json")
-            .header("Accept", "text/event-stream");
+        self.send(request, on_event, None)
+            .map_err(|e| e.redacted(self.config.api_key.as_deref()))
+    }
+
+    fn stream_traced(
+        &self,
+        request: &ChatRequest,
+        on_event: &mut dyn FnMut(StreamEvent) -> bool,
+    ) -> (Result<Reply, ProviderError>, Option<Exchange>) {
+        let mut exchange = Exchange::default();
+        let key = self.config.api_key.as_deref();
+        let result = self
+            .send(request, on_event, Some(&mut exchange))
+            .map_err(|e| e.redacted(key));
+        exchange.redact(key);
+        (result, Some(exchange))
+    }
+}
+
+impl OpenAiProvider {
+    /// One request: sends it and reads the reply; fills `trace` (unredacted)
+    /// with what went over the wire when given.
+    fn send(
+        &self,
+        request: &ChatRequest,
+        on_event: &mut dyn FnMut(StreamEvent) -> bool,
+        mut trace: Option<&mut Exchange>,
+    ) -> Result<Reply, ProviderError> {
+        let started = std::time::Instant::now();
+        let ms = || u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let body = self.body(request).to_string();
+        let mut headers: Vec<(&str, String)> = vec![
+            ("Content-Type", "application/json".into()),
+            ("Accept", "text/event-stream".into()),
+        ];
         if let Some(key) = &self.config.api_key {
-            req = req.header("Authorization", format!("Bearer {key}"));
+            headers.push(("Authorization", format!("Bearer {key}")));
         }
-        let resp = req
-            .send(self.body(request).to_string())
-            .map_err(from_ureq)?;
+        if let Some(t) = trace.as_deref_mut() {
+            t.method = "POST".into();
+            t.url = self.config.url();
+            t.request_headers = headers
+                .iter()
+                .map(|(n, v)| ((*n).to_owned(), v.clone()))
+                .collect();
+            t.request_body = body.clone().into_bytes();
+        }
+        let mut req = self.agent.post(self.config.url());
+        for (name, value) in &headers {
+            req = req.header(*name, value);
+        }
+        let sent = req.send(body).map_err(from_ureq);
+        let resp = match sent {
+            Ok(r) => r,
+            Err(e) => {
+                if let Some(t) = trace {
+                    t.duration_ms = ms();
+                }
+                return Err(e);
+            }
+        };
         let status = resp.status().as_u16();
+        if let Some(t) = trace.as_deref_mut() {
+            t.status = Some(status);
+            t.headers_ms = Some(ms());
+            t.response_headers = resp
+                .headers()
+                .iter()
+                .map(|(n, v)| {
+                    (
+                        n.as_str().to_owned(),
+                        String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                    )
+                })
+                .collect();
+        }
         let header = |name: &str| {
             resp.headers()
                 .get(name)
@@ -191,37 +259,75 @@ impl Provider for OpenAiProvider {
             .and_then(|v| v.trim().parse::<u64>().ok())
             .map(Duration::from_secs);
         let json_body = header("content-type").is_some_and(|c| c.contains("json"));
-        let reader = resp
-            .into_body()
-            .into_with_config()
-            .limit(self.config.max_body_bytes)
-            .reader();
-        let prefix = request.reply_id.clone().unwrap_or_else(|| "call".into());
-        if status >= 400 {
-            let mut text = String::new();
-            let _ = reader.take(64 << 10).read_to_string(&mut text);
-            let message = match serde_json::from_str::<Value>(&text) {
-                Ok(v) => v
-                    .get("error")
-                    .map_or_else(|| cut(&v.to_string()), error_message),
-                Err(_) if text.trim().is_empty() => "(no body)".to_owned(),
-                Err(_) => cut(text.trim()),
-            };
-            return Err(ProviderError::Http {
-                status,
-                message,
-                retry_after,
-            });
+        let copy = trace.is_some().then(|| Rc::new(RefCell::new(Vec::new())));
+        let reader = Tee {
+            inner: resp
+                .into_body()
+                .into_with_config()
+                .limit(self.config.max_body_bytes)
+                .reader(),
+            copy: copy.clone(),
+        };
+        let result = read_reply(reader, status, retry_after, json_body, request, on_event);
+        if let (Some(t), Some(copy)) = (trace, copy) {
+            t.response_body = copy.take();
+            t.duration_ms = ms();
         }
-        if json_body {
-            let mut text = String::new();
-            BufReader::new(reader)
-                .read_to_string(&mut text)
-                .map_err(from_io)?;
-            return parse_completion(&text, &prefix, on_event);
-        }
-        read_stream(BufReader::new(reader), &prefix, on_event)
+        result
     }
+}
+
+/// A reader that keeps a copy of what it reads (for the trace).
+struct Tee<R> {
+    inner: R,
+    copy: Option<Rc<RefCell<Vec<u8>>>>,
+}
+
+impl<R: Read> Read for Tee<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        if let Some(c) = &self.copy {
+            c.borrow_mut().extend_from_slice(&buf[..n]);
+        }
+        Ok(n)
+    }
+}
+
+/// Reads a response: an error for a status of 400 or more, else a JSON
+/// completion or an event stream.
+fn read_reply(
+    reader: impl Read,
+    status: u16,
+    retry_after: Option<Duration>,
+    json_body: bool,
+    request: &ChatRequest,
+    on_event: &mut dyn FnMut(StreamEvent) -> bool,
+) -> Result<Reply, ProviderError> {
+    let prefix = request.reply_id.clone().unwrap_or_else(|| "call".into());
+    if status >= 400 {
+        let mut text = String::new();
+        let _ = reader.take(64 << 10).read_to_string(&mut text);
+        let message = match serde_json::from_str::<Value>(&text) {
+            Ok(v) => v
+                .get("error")
+                .map_or_else(|| cut(&v.to_string()), error_message),
+            Err(_) if text.trim().is_empty() => "(no body)".to_owned(),
+            Err(_) => cut(text.trim()),
+        };
+        return Err(ProviderError::Http {
+            status,
+            message,
+            retry_after,
+        });
+    }
+    if json_body {
+        let mut text = String::new();
+        BufReader::new(reader)
+            .read_to_string(&mut text)
+            .map_err(from_io)?;
+        return parse_completion(&text, &prefix, on_event);
+    }
+    read_stream(BufReader::new(reader), &prefix, on_event)
 }
 
 /// Reads an event stream to its end and assembles the reply.

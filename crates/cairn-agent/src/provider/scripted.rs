@@ -56,7 +56,9 @@ use cairn::{Message, Role, Usage};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::{ChatRequest, Provider, ProviderError, Purpose, Reply, ReplyCall, StreamEvent};
+use super::{
+    ChatRequest, Exchange, Provider, ProviderError, Purpose, Reply, ReplyCall, StreamEvent,
+};
 
 /// A script (see the module docs for the format).
 #[derive(Debug, Clone, Deserialize)]
@@ -254,6 +256,42 @@ impl ScriptedProvider {
 impl Provider for ScriptedProvider {
     fn name(&self) -> &str {
         "scripted"
+    }
+
+    /// The exchange of a scripted reply: the request as the OpenAI wire
+    /// format would carry it, and the reply (or the error) as JSON. No
+    /// credentials are involved.
+    fn stream_traced(
+        &self,
+        request: &ChatRequest,
+        on_event: &mut dyn FnMut(StreamEvent) -> bool,
+    ) -> (Result<Reply, ProviderError>, Option<Exchange>) {
+        let started = std::time::Instant::now();
+        let result = self.stream(request, on_event);
+        let body = serde_json::json!({
+            "model": self.model,
+            "messages": super::openai::wire_messages(&request.messages),
+            "tools": request.tools.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(),
+        });
+        let response = match &result {
+            Ok(r) => serde_json::json!({
+                "text": r.text,
+                "tool_calls": r.tool_calls.iter().map(|c| serde_json::json!({"id": c.id, "name": c.name, "arguments": c.arguments})).collect::<Vec<_>>(),
+                "stop_reason": r.stop_reason,
+                "usage": r.usage,
+            }),
+            Err(e) => serde_json::json!({"error": e.to_string()}),
+        };
+        let exchange = Exchange {
+            method: "SCRIPT".into(),
+            url: format!("scripted:{}", self.model),
+            request_body: body.to_string().into_bytes(),
+            status: Some(if result.is_ok() { 200 } else { 500 }),
+            response_body: response.to_string().into_bytes(),
+            duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            ..Exchange::default()
+        };
+        (result, Some(exchange))
     }
 
     fn model(&self) -> &str {

@@ -5,13 +5,16 @@
 //! fixture is written, so no write-back competes with their syncs. The SQLite
 //! group runs last, so figures 1–12 keep their numbers; every large fixture
 //! before it is synced or deleted, and its append rounds rotate all three
-//! sides, so a disk still busy affects each side alike.
+//! sides, so a disk still busy affects each side alike. The CLI figure (17)
+//! comes after it, so figures 1–16 keep their numbers.
 
 mod append;
+mod import;
 mod leaf;
 mod list;
 mod memory;
 mod open;
+mod postgres;
 mod resume;
 mod sqlite;
 mod workspace;
@@ -97,6 +100,21 @@ pub const GROUPS: &[Group] = &[
         name: "sqlite",
         about: "SQLite backend: durable append and open + context vs the file backend and raw SQLite",
         run: sqlite::run,
+    },
+    Group {
+        name: "cli",
+        about: "`cairn context --json` as a whole process vs the library's open + context; its peak memory",
+        run: open::run_cli,
+    },
+    Group {
+        name: "import",
+        about: "import a long pi session vs pi's own open + context of it (node)",
+        run: import::run,
+    },
+    Group {
+        name: "postgres",
+        about: "Postgres backend: durable append vs raw INSERTs, 16 workers vs 1, open + context vs the file backend",
+        run: postgres::run,
     },
     Group {
         name: "workspace",

@@ -53,7 +53,7 @@ pub fn run(b: &Bench) -> Result<Vec<Figure>> {
         best(base_ms),
         Some(Target::AtMost(3.0)),
     )
-    .scaled(scaled.clone())
+    .scaled(scaled)
     .note(format!(
         "{:.1} MiB, no compaction (the context holds all {} messages); writer open; warm page cache; best of {}",
         w.bytes as f64 / 1048576.0,
@@ -82,6 +82,111 @@ pub fn run(b: &Bench) -> Result<Vec<Figure>> {
         crate::report::thousands(allocated(&w.path).unwrap_or(0))
     ));
     Ok(vec![open, size])
+}
+
+/// The CLI figure, on a fixture like figure 4's (same plan, seed and size).
+pub fn run_cli(b: &Bench) -> Result<Vec<Figure>> {
+    let s = &b.sizes;
+    let home = b.sub("cli")?;
+    let w = fixture::write_session(&home, &Plan::linear(s.open_entries, 11), true)?;
+    count_lines(&w.path)?;
+    // Untimed: warms the page cache and writes the persisted index, as the
+    // session's writer would have.
+    open_context(&home, &w.id)?;
+    let scaled = s.scaled("entries", s.open_entries as u64, issue::OPEN_ENTRIES as u64);
+    Ok(vec![cli_figure(&home, &w, s.open_repeats)?.scaled(scaled)])
+}
+
+/// `cairn context --json > /dev/null` as a whole process vs the library's
+/// read-only open + context of the same file, with the process's peak
+/// memory (GNU `time`'s maximum resident set) against the file's size.
+fn cli_figure(home: &Path, w: &fixture::Written, repeats: usize) -> Result<Figure> {
+    let cairn = cairn_binary()?;
+    let mut cli_ms = Vec::new();
+    let mut lib_ms = Vec::new();
+    let mut peak_kib = Vec::new();
+    for _ in 0..repeats {
+        let (t, kib) = timed(|| run_cairn(&cairn, home, &w.id))?;
+        cli_ms.push(t * 1e3);
+        peak_kib.extend(kib);
+        let (t, _) = timed(|| {
+            let s = Store::open_dir(home).open(&w.id, Access::Read)?;
+            let n = s.context().messages().len();
+            Ok::<_, anyhow::Error>((s, n))
+        })?;
+        lib_ms.push(t * 1e3);
+    }
+    let mut fig = Figure::new(
+        "cli_context_json",
+        format!(
+            "`cairn context --json > /dev/null`, {} entries",
+            crate::report::thousands(w.entries)
+        ),
+        Unit::Millis,
+        best(cli_ms),
+        "the library's read-only open + context of the same file",
+        best(lib_ms),
+        Some(Target::AtMost(3.0)),
+    )
+    .note(format!(
+        "whole process (exec, open, context, JSON to /dev/null) of {}; best of {repeats}",
+        cairn.display()
+    ));
+    fig = match peak_kib.iter().copied().max() {
+        Some(kib) => fig.note(format!(
+            "peak memory (max RSS, GNU time): {:.1} MiB = {:.2}x the file's {:.1} MiB (target <= 1x)",
+            kib as f64 / 1024.0,
+            kib as f64 * 1024.0 / w.bytes as f64,
+            w.bytes as f64 / 1048576.0
+        )),
+        None => fig.note("peak memory not measured: /usr/bin/time (GNU time) is not installed"),
+    };
+    Ok(fig)
+}
+
+/// The `cairn` binary built beside this one (`cargo build --release -p cairn-cli`).
+fn cairn_binary() -> Result<std::path::PathBuf> {
+    let me = std::env::current_exe()?;
+    let cairn = me.with_file_name("cairn");
+    if !cairn.exists() {
+        bail!(
+            "{} does not exist: build the CLI first (cargo build --release -p cairn-cli)",
+            cairn.display()
+        );
+    }
+    Ok(cairn)
+}
+
+/// Runs `cairn context --json` on session `id` of store `home`, output to
+/// /dev/null; returns its peak RSS in KiB when GNU time is there to say.
+fn run_cairn(cairn: &Path, home: &Path, id: &SessionId) -> Result<Option<u64>> {
+    use std::process::{Command, Stdio};
+    let gnu_time = Path::new("/usr/bin/time");
+    let report = tempfile::NamedTempFile::new()?;
+    let mut cmd = if gnu_time.exists() {
+        let mut c = Command::new(gnu_time);
+        c.arg("-f")
+            .arg("%M")
+            .arg("-o")
+            .arg(report.path())
+            .arg(cairn);
+        c
+    } else {
+        Command::new(cairn)
+    };
+    let status = cmd
+        .arg("--store")
+        .arg(home)
+        .args(["context", "--json", id.as_str()])
+        .stdout(Stdio::null())
+        .status()
+        .with_context(|| format!("running {}", cairn.display()))?;
+    if !status.success() {
+        bail!("{} context --json exited with {status}", cairn.display());
+    }
+    Ok(std::fs::read_to_string(report.path())
+        .ok()
+        .and_then(|s| s.lines().last().and_then(|l| l.trim().parse().ok())))
 }
 
 /// Opens a session for writing and takes its context: the session (so the

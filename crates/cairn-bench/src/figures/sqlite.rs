@@ -16,7 +16,7 @@
 //!   and its figure the median of its rounds' rates.
 //! - **Open + context.** The open figure's linear session (same plan and
 //!   seed as `open.rs`) is written as a file, copied line for line into the
-//!   SQLite store (`cairn_sqlite::copy_session`), and its lines inserted
+//!   SQLite store (`cairn_stores::copy_session`), and its lines inserted
 //!   into the raw table (this runs first, and also brings both WALs to their
 //!   working size). Both databases are checkpointed, the page cache is
 //!   warmed, then each repeat opens the session for writing and takes its
@@ -29,7 +29,8 @@ use std::sync::Arc;
 
 use anyhow::{Context as _, Result, bail};
 use cairn::{Access, Durability, EntryBody, FileBackend, Session, SessionId, Store};
-use cairn_sqlite::{CopyOutcome, SqliteBackend, copy_session};
+use cairn_sqlite::SqliteBackend;
+use cairn_stores::{CopyOutcome, copy_session};
 use rusqlite::{Connection, TransactionBehavior, params};
 
 use super::Bench;
@@ -230,12 +231,6 @@ fn open_figures(
             }
         }
     }
-    let show = |v: &[f64]| {
-        v.iter()
-            .map(|t| format!("{t:.1}"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
     let times = format!(
         "runs (ms): SQLite {}; file {}; raw SQLite {}; SQLite reader open (no lease) {}, best {:.1}",
         show(&sqlite_ms),
@@ -282,8 +277,16 @@ fn open_figures(
     ])
 }
 
+/// Times in milliseconds, as a list for a note.
+pub(super) fn show(v: &[f64]) -> String {
+    v.iter()
+        .map(|t| format!("{t:.1}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// Appends `bodies`, one `Session::append` each; seconds taken.
-fn append_chunk(session: &Session, bodies: Vec<EntryBody>) -> Result<f64> {
+pub(super) fn append_chunk(session: &Session, bodies: Vec<EntryBody>) -> Result<f64> {
     let (t, ()) = timed(|| {
         for body in bodies {
             session.append(body)?;
@@ -293,19 +296,23 @@ fn append_chunk(session: &Session, bodies: Vec<EntryBody>) -> Result<f64> {
     Ok(t)
 }
 
-/// Opens a session of `store` and takes its context: the session (dropped by
-/// the caller after its clock stops: dropping a writer releases its lease,
-/// another transaction) and the number of messages.
-fn sqlite_open_context(store: &Store, id: &SessionId, access: Access) -> Result<(Session, usize)> {
+/// Opens a session of `store` (any backend) and takes its context: the
+/// session (dropped by the caller after its clock stops: dropping a writer
+/// releases its lease, another transaction) and the number of messages.
+pub(super) fn sqlite_open_context(
+    store: &Store,
+    id: &SessionId,
+    access: Access,
+) -> Result<(Session, usize)> {
     let session = store
         .open(id, access)
-        .with_context(|| format!("opening session {id} in SQLite"))?;
+        .with_context(|| format!("opening session {id} in {}", store.backend().describe()))?;
     let n = session.context().messages().len();
     Ok((session, n))
 }
 
 /// The lines of a session file, newlines included (as cairn stores them).
-fn split_lines(bytes: &[u8]) -> Vec<Vec<u8>> {
+pub(super) fn split_lines(bytes: &[u8]) -> Vec<Vec<u8>> {
     bytes
         .split_inclusive(|&c| c == b'\n')
         .map(<[u8]>::to_vec)

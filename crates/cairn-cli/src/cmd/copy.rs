@@ -1,5 +1,5 @@
-//! `cairn copy`: every session from one store to another (directory or
-//! `sqlite:PATH`), byte for byte, verified by reopening each copy.
+//! `cairn copy`: every session from one store to another (directory,
+//! `sqlite:PATH` or `postgres://…`), byte for byte, verified by reopening each copy.
 
 use std::path::Path;
 
@@ -18,7 +18,7 @@ use crate::target::{Ctx, open_store};
 pub fn run(ctx: &Ctx, from: &Path, to: &Path) -> Result<Status> {
     let source = open_store(from)?;
     let dest = open_store(to)?;
-    let report = cairn_sqlite::copy_store(&**source.backend(), &**dest.backend())?;
+    let report = cairn_stores::copy_store(&**source.backend(), &**dest.backend())?;
     let mut out = ctx.out();
     out.line(&format!(
         "copied {} session(s), {} already there unchanged, {} failed",

@@ -159,13 +159,10 @@ pub fn run(ctx: &Ctx) -> Result<Status> {
 
     // 5. A crash.
     let id = s.id().clone();
-    let s = if matches!(
-        cairn_stores::Location::parse(&home),
-        cairn_stores::Location::Sqlite(_)
-    ) {
-        crash_on_sqlite(&mut tour, &store, s, &panel3)?
-    } else {
-        crash_on_file(&mut tour, &store, s, &panel3)?
+    let s = match cairn_stores::Location::parse(&home) {
+        cairn_stores::Location::Dir(_) => crash_on_file(&mut tour, &store, s, &panel3)?,
+        cairn_stores::Location::Sqlite(_) => crash_on_sqlite(&mut tour, &store, s, &panel3)?,
+        cairn_stores::Location::Postgres(_) => crash_on_postgres(&mut tour, &store, s, &panel3)?,
     };
 
     // 6. Fork.
@@ -247,19 +244,58 @@ fn crash_on_sqlite(
     panel3: &EntryId,
 ) -> Result<Session> {
     tour.step(5, "A crash on SQLite")?;
-    let records = s.len();
-    let id = s.id().clone();
-    drop(s);
-    tour.say(
+    crash_on_database(
+        tour,
+        store,
+        s,
+        panel3,
         "On a SQLite store each append is one transaction whose commit syncs the write-ahead \
          log before it is acknowledged. A crash mid-append rolls the transaction back: a record \
          is stored whole or not at all, so there is no torn line to cut. The demo closes the \
          session and reopens it for writing.",
-    )?;
+    )
+}
+
+/// Step 5 on a Postgres store: an append is one statement, so one
+/// transaction; a crash (of the writer, or of the server) leaves a record
+/// whole or absent.
+fn crash_on_postgres(
+    tour: &mut Tour<'_, '_>,
+    store: &Store,
+    s: Session,
+    panel3: &EntryId,
+) -> Result<Session> {
+    tour.step(5, "A crash on Postgres")?;
+    crash_on_database(
+        tour,
+        store,
+        s,
+        panel3,
+        "On a Postgres store each append is one statement, so one transaction, committed with \
+         synchronous_commit on before it is acknowledged, and fenced by the writer's lease. A \
+         crash mid-append (of the worker, or of the server) rolls it back: a record is stored \
+         whole or not at all, so there is no torn line to cut. The demo closes the session \
+         and reopens it for writing.",
+    )
+}
+
+/// The rest of step 5 on a transactional store: close, say `why`, reopen
+/// for writing, and check nothing acknowledged was lost.
+fn crash_on_database(
+    tour: &mut Tour<'_, '_>,
+    store: &Store,
+    s: Session,
+    panel3: &EntryId,
+    why: &str,
+) -> Result<Session> {
+    let records = s.len();
+    let id = s.id().clone();
+    drop(s);
+    tour.say(why)?;
     let s = store.open(&id, Access::Write)?;
     ensure!(
         s.open_report().torn.is_none(),
-        "a SQLite store has no torn tail"
+        "a transactional store has no torn tail"
     );
     nothing_lost(tour, s, records, panel3)
 }

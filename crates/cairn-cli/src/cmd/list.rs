@@ -12,12 +12,13 @@ use cairn_agent::describe::flat;
 /// How many sessions `ls` shows without `--all`.
 pub const DEFAULT_LIMIT: usize = 20;
 
-/// Runs `cairn ls`.
+/// Runs `cairn ls`: subagent sessions under the session that spawned
+/// them, unless `flat`.
 ///
 /// # Errors
 ///
 /// I/O errors listing the store or writing output.
-pub fn run(ctx: &Ctx, all: bool, json: bool) -> Result<Status> {
+pub fn run(ctx: &Ctx, all: bool, flat_list: bool, json: bool) -> Result<Status> {
     let store = ctx.store()?;
     let sessions = store.list()?;
     let total = sessions.len();
@@ -25,16 +26,14 @@ pub fn run(ctx: &Ctx, all: bool, json: bool) -> Result<Status> {
     // The status is derived from each session's log (and, for an open
     // operation, from whether a writer holds it); "unreadable" when the
     // session could not be read at all.
-    let statuses: Vec<&str> = sessions[..shown]
-        .iter()
-        .map(|s| {
-            if s.records == 0 {
-                "unreadable"
-            } else {
-                s.status.as_str()
-            }
-        })
-        .collect();
+    let status = |s: &SessionSummary| {
+        if s.records == 0 {
+            "unreadable"
+        } else {
+            s.status.as_str()
+        }
+    };
+    let statuses: Vec<&str> = sessions[..shown].iter().map(status).collect();
     let mut out = ctx.out();
     if json {
         let rows: Vec<Value> = sessions[..shown]
@@ -65,9 +64,31 @@ pub fn run(ctx: &Ctx, all: bool, json: bool) -> Result<Status> {
             pad("STATUS", 11)
         ),
     )])?;
-    for (s, status) in sessions[..shown].iter().zip(&statuses) {
+    let rows = if flat_list {
+        (0..total).map(|i| (i, 0)).collect()
+    } else {
+        nested(&sessions)
+    };
+    // The limit counts top-level rows; each keeps its subagents.
+    let mut tops = 0;
+    let rows: Vec<(usize, usize)> = rows
+        .into_iter()
+        .take_while(|&(_, depth)| {
+            tops += usize::from(depth == 0);
+            all || tops <= DEFAULT_LIMIT
+        })
+        .collect();
+    let listed = rows.len();
+    for (i, depth) in rows {
+        let s = &sessions[i];
+        let status = status(s);
         let id = &s.id.as_str()[..idw];
-        let text = describe(s);
+        let indent = if depth == 0 {
+            String::new()
+        } else {
+            format!("{}└ ", "  ".repeat(depth - 1))
+        };
+        let text = format!("{indent}{}", describe(s));
         out.spans(&[
             (Style::Dim, id),
             (Style::Plain, "  "),
@@ -78,16 +99,56 @@ pub fn run(ctx: &Ctx, all: bool, json: bool) -> Result<Status> {
             (Style::Plain, &fit(&text, textw)),
         ])?;
     }
-    if shown < total {
+    if listed < total {
         out.spans(&[(
             Style::Dim,
             &format!(
                 "… {} older; `cairn ls --all` lists every session",
-                total - shown
+                total - listed
             ),
         )])?;
     }
     Ok(Status::Ok)
+}
+
+/// The listing's rows in display order, each with its nesting depth: every
+/// session followed by the subagent sessions it spawned (oldest first, to
+/// any depth); a session whose parent is not in the store stands at the top.
+fn nested(sessions: &[SessionSummary]) -> Vec<(usize, usize)> {
+    let index: std::collections::HashMap<&cairn::SessionId, usize> = sessions
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (&s.id, i))
+        .collect();
+    let mut children: Vec<Vec<usize>> = vec![Vec::new(); sessions.len()];
+    let mut tops = Vec::new();
+    for (i, s) in sessions.iter().enumerate() {
+        match s.parent.as_ref().and_then(|p| index.get(p)) {
+            Some(&p) if p != i => children[p].push(i),
+            Some(_) | None => tops.push(i),
+        }
+    }
+    for c in &mut children {
+        c.sort_by(|&a, &b| {
+            sessions[a]
+                .created
+                .cmp(&sessions[b].created)
+                .then(a.cmp(&b))
+        });
+    }
+    let mut rows = Vec::with_capacity(sessions.len());
+    let mut seen = vec![false; sessions.len()];
+    let mut stack: Vec<(usize, usize)> = tops.into_iter().rev().map(|i| (i, 0)).collect();
+    while let Some((i, depth)) = stack.pop() {
+        if std::mem::replace(&mut seen[i], true) {
+            continue;
+        }
+        rows.push((i, depth));
+        stack.extend(children[i].iter().rev().map(|&c| (c, depth + 1)));
+    }
+    // A cycle of parents (only a hand-made store has one) is listed flat.
+    rows.extend((0..sessions.len()).filter(|&i| !seen[i]).map(|i| (i, 0)));
+    rows
 }
 
 fn status_style(status: &str) -> Style {
@@ -109,6 +170,7 @@ fn row_json(s: &SessionSummary, status: &str) -> Value {
         "records": s.records,
         "first_message": s.first_message,
         "forked_from": s.forked_from,
+        "parent": s.parent,
     })
 }
 

@@ -8,11 +8,13 @@ mod edit;
 mod export;
 mod fsck;
 mod gc;
+mod import;
 mod list;
 mod log;
 mod ops;
 mod rm;
 mod show;
+mod steps;
 mod tree;
 mod workspace;
 
@@ -44,7 +46,7 @@ pub fn run(cli: Cli) -> Result<Status> {
     match cli.command {
         Command::New { title, state } => edit::new(&ctx, title, state.as_deref()),
         Command::Append { target, durability } => append::run(&ctx, &target, durability),
-        Command::Ls { all, json } => list::run(&ctx, all, json),
+        Command::Ls { all, flat, json } => list::run(&ctx, all, flat, json),
         Command::Show {
             target,
             json,
@@ -54,9 +56,15 @@ pub fn run(cli: Cli) -> Result<Status> {
         Command::Tree {
             target,
             ascii,
+            depth,
             json,
-        } => tree::run(&ctx, &target, ascii, json),
-        Command::Log { target, from, json } => log::run(&ctx, &target, from, json),
+        } => tree::run(&ctx, &target, ascii, depth, json),
+        Command::Log {
+            target,
+            from,
+            trace,
+            json,
+        } => log::run(&ctx, &target, from, trace, json),
         Command::Checkout {
             target,
             rest,
@@ -95,6 +103,13 @@ pub fn run(cli: Cli) -> Result<Status> {
             format,
             output,
         } => export::run(&ctx, &target, format, output.as_deref()),
+        Command::Import {
+            from,
+            strict,
+            watch,
+            json,
+            paths,
+        } => import::run(&ctx, from, strict, watch, json, &paths),
         Command::Demo { journal: true } => demo::run(&ctx),
         Command::Demo { journal: false } => demo::agent(&ctx),
         Command::Agent(a) => {
@@ -105,13 +120,31 @@ pub fn run(cli: Cli) -> Result<Status> {
         }
         Command::Steps {
             target,
+            rest,
             count,
+            depth,
             json,
-        } => ops::steps(&ctx, &target, count, json),
+        } => steps::run(
+            &ctx,
+            &steps::Request {
+                target: &target,
+                rest: &rest,
+                last: count,
+                depth,
+                json,
+            },
+        ),
+        Command::Recover {
+            all: true,
+            policy: Some(policy),
+            json,
+            ..
+        } => ops::recover_all(&ctx, policy, json),
         Command::Recover {
             target,
             policy,
             json,
+            ..
         } => ops::recover(&ctx, &target, policy, json),
         Command::Memory { target, json } => ops::memory(&ctx, &target, json),
         Command::Copy { from, to } => copy::run(&ctx, &from, &to),

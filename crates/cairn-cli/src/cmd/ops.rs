@@ -1,90 +1,122 @@
-//! The operation-journal commands: `cairn steps` (the numbered steps),
-//! `cairn recover` (the recovery verdict, and its resolution by policy or by
-//! asking), and `cairn memory` (the session memory derived from the branch).
+//! The operation-journal commands: `cairn recover` (the recovery verdict,
+//! and its resolution by policy or by asking), and `cairn memory` (the session memory derived from the branch).
 
 use std::io::{BufRead, IsTerminal, Write};
 
 use anyhow::{Result, bail};
 use cairn::memory::MemoryConfig;
-use cairn::steps::{Step, StepKind, StepStatus};
 use cairn::{Access, Decision, Pending, Policy, Resolver, ToolOutput, Verdict, recover_with};
 use serde_json::json;
 
 use super::Status;
 use crate::args::{RecoverPolicy, SessionArg};
 use crate::target::{self, Ctx};
-use crate::term::{Lines, Out, Style, clean, fit, pad};
+use crate::term::{Lines, Out, Style, clean};
 
-/// Runs `cairn steps`.
+/// Runs `cairn recover --all --policy …`: claims interrupted sessions one
+/// at a time (the backend's claim, so concurrent workers get different
+/// ones; else the listing, skipping sessions another writer holds) and
+/// resolves each under the policy.
 ///
 /// # Errors
 ///
-/// Opening or reading the session, or writing output.
-pub fn steps(ctx: &Ctx, arg: &SessionArg, last: Option<usize>, json: bool) -> Result<Status> {
-    let (_, session) = target::open(ctx, &target::spec(arg)?, Access::Read)?;
-    let all = session.steps()?;
-    let skip = last.map_or(0, |n| all.len().saturating_sub(n));
-    let shown = &all[skip..];
+/// Opening the store or claiming; a session that fails to recover is
+/// reported and the others are still recovered (exit 2 at the end).
+pub fn recover_all(ctx: &Ctx, policy: RecoverPolicy, json: bool) -> Result<Status> {
+    let store = ctx.store()?;
+    let mut seen: Vec<cairn::SessionId> = Vec::new();
+    let mut recovered = Vec::new();
+    let mut skipped = Vec::new();
+    let mut failed = Vec::new();
+    let mut listed: Option<Vec<cairn::SessionId>> = None;
+    loop {
+        let id = match store.backend().claim_interrupted(&seen)? {
+            cairn::Claim::Claimed(id) => id,
+            cairn::Claim::NoneLeft => break,
+            cairn::Claim::Unsupported => {
+                let queue = match &mut listed {
+                    Some(q) => q,
+                    None => listed.insert(
+                        store
+                            .list()?
+                            .into_iter()
+                            .filter(|s| s.status == cairn::Status::Interrupted)
+                            .map(|s| s.id)
+                            .rev()
+                            .collect(),
+                    ),
+                };
+                match queue.pop() {
+                    Some(id) => id,
+                    None => break,
+                }
+            }
+        };
+        seen.push(id.clone());
+        let session = match store.open(&id, Access::Write) {
+            Ok(s) => s,
+            Err(cairn::OpenError::InUse { .. }) => {
+                skipped.push(id);
+                continue;
+            }
+            Err(e) => {
+                failed.push((id, cairn::with_causes(&e)));
+                continue;
+            }
+        };
+        let resolved = match policy {
+            RecoverPolicy::Unknown => recover_with(&session, &mut Policy::close_all()),
+        };
+        match resolved {
+            Ok(report) => recovered.push((id, report)),
+            Err(e) => failed.push((id, cairn::with_causes(&e))),
+        }
+    }
     let mut out = ctx.out();
     if json {
-        out.json(&serde_json::to_value(shown)?)?;
-        return Ok(Status::Ok);
-    }
-    if shown.is_empty() {
-        out.line("no steps yet: steps come from operations (`cairn agent`, or op_* records)")?;
-        return Ok(Status::Ok);
-    }
-    out.put(
-        Style::Dim,
-        "STEP   TYPE   NAME                         STATUS       TIME    TOKENS",
-    )?;
-    out.nl()?;
-    for s in shown {
-        step_line(&mut out, s)?;
+        let recovered: Vec<_> = recovered
+            .iter()
+            .map(|(id, r)| {
+                let actions: Vec<String> = r.actions.iter().map(ToString::to_string).collect();
+                json!({"session": id, "actions": actions, "after": r.after})
+            })
+            .collect();
+        let failed: Vec<_> = failed
+            .iter()
+            .map(|(id, e)| json!({"session": id, "error": e}))
+            .collect();
+        out.json(&json!({"recovered": recovered, "skipped": skipped, "failed": failed}))?;
+    } else {
+        for (id, r) in &recovered {
+            out.line(&format!("{id}: {} action(s)", r.actions.len()))?;
+            for a in &r.actions {
+                out.line(&format!(
+                    "  done: {}",
+                    clean(&a.to_string(), Lines::Flatten)
+                ))?;
+            }
+        }
+        for id in &skipped {
+            out.line(&format!("{id}: skipped, another writer holds it"))?;
+        }
+        for (id, e) in &failed {
+            out.line(&format!("{id}: failed: {}", clean(e, Lines::Flatten)))?;
+        }
+        out.line(&format!(
+            "recovered {} session(s), skipped {}, failed {}",
+            recovered.len(),
+            skipped.len(),
+            failed.len()
+        ))?;
     }
     out.flush()?;
-    Ok(Status::Ok)
-}
-
-fn step_line(out: &mut Out<'_>, s: &Step) -> Result<()> {
-    let kind = match s.kind {
-        StepKind::Input => "input",
-        StepKind::Model => "model",
-        StepKind::Tool => "tool",
-    };
-    let indent = if s.parent.is_some() { "└ " } else { "" };
-    let name = format!("{indent}{}", clean(&s.name, Lines::Flatten));
-    let (status, style) = match s.status {
-        StepStatus::Ok => ("ok", Style::Plain),
-        StepStatus::Error => ("error", Style::Warn),
-        StepStatus::Running => ("running", Style::Bold),
-        StepStatus::Interrupted => ("interrupted", Style::Warn),
-        StepStatus::Unknown => ("unknown", Style::Warn),
-        StepStatus::NotStarted => ("not started", Style::Dim),
-        StepStatus::Denied => ("denied", Style::Dim),
-    };
-    let time = s.duration_ms.map_or_else(|| "-".to_owned(), duration);
-    let tokens = s
-        .usage
-        .as_ref()
-        .map_or_else(|| "-".to_owned(), |u| format!("{}/{}", u.input, u.output));
-    out.spans(&[
-        (Style::Bold, &format!("{}  ", s.label())),
-        (Style::Plain, &pad(kind, 7)),
-        (Style::Plain, &pad(&fit(&name, 28), 29)),
-        (style, &pad(status, 13)),
-        (Style::Dim, &pad(&time, 8)),
-        (Style::Dim, &tokens),
-    ])?;
-    Ok(())
-}
-
-fn duration(ms: u64) -> String {
-    if ms < 1000 {
-        format!("{ms}ms")
-    } else {
-        format!("{:.1}s", ms as f64 / 1000.0)
+    if !failed.is_empty() {
+        bail!(
+            "{} session(s) could not be recovered (listed above)",
+            failed.len()
+        );
     }
+    Ok(Status::Ok)
 }
 
 /// Runs `cairn recover`.

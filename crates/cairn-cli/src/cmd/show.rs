@@ -11,7 +11,7 @@ use crate::args::SessionArg;
 use crate::shapes;
 use crate::target::{self, Ctx};
 use crate::term::{Out, Style};
-use cairn_agent::describe::{compact, role_style};
+use cairn_agent::describe::{compact, flat, role_style};
 
 /// Runs `cairn show`.
 ///
@@ -29,8 +29,14 @@ pub fn show(ctx: &Ctx, arg: &SessionArg, json: bool, with_memory: bool) -> Resul
     };
     let mut out = ctx.out();
     if json {
+        let children: Vec<_> = store
+            .children(session.id())?
+            .into_iter()
+            .map(|(c, origin)| json!({"id": c.id, "call_id": origin.call_id, "title": c.title, "status": c.status.as_str()}))
+            .collect();
         let mut v = json!({
             "session": shapes::session(&store, &session),
+            "children": children,
             "context": shapes::context(&session, &context),
         });
         if let Some(m) = &memory {
@@ -61,7 +67,10 @@ pub fn context(ctx: &Ctx, arg: &SessionArg, json: bool) -> Result<Status> {
     let context = session.context();
     let mut out = ctx.out();
     if json {
-        out.json(&shapes::context(&session, &context))?;
+        out.json_stream(&shapes::ContextShape {
+            session: &session,
+            ctx: &context,
+        })?;
     } else {
         render_context(&mut out, &context)?;
     }
@@ -100,10 +109,26 @@ fn metadata(out: &mut Out<'_>, store: &Store, s: &Session) -> std::io::Result<()
     if let Some(p) = &h.lineage.parent {
         field(
             out,
-            "spawned",
+            "parent",
             &format!(
-                "by {} (tool call {}, depth {})",
-                p.session, p.call_id, p.depth
+                "{} spawned it (tool call {}, depth {})",
+                p.session,
+                flat(&p.call_id),
+                p.depth
+            ),
+        )?;
+    }
+    // A listing that fails leaves the children out; the rest still shows.
+    for (child, origin) in store.children(s.id()).unwrap_or_default() {
+        let title = child.title.as_deref().map(flat).unwrap_or_default();
+        field(
+            out,
+            "child",
+            &format!(
+                "{} (tool call {}, {}) {title}",
+                child.id,
+                flat(&origin.call_id),
+                child.status.as_str()
             ),
         )?;
     }

@@ -46,8 +46,8 @@ pub const ASCII: Glyphs = Glyphs {
 /// # Errors
 ///
 /// Opening or reading the session, or writing output.
-pub fn run(ctx: &Ctx, arg: &SessionArg, ascii: bool, json: bool) -> Result<Status> {
-    let (_, session) = target::open(ctx, &target::spec(arg)?, Access::Read)?;
+pub fn run(ctx: &Ctx, arg: &SessionArg, ascii: bool, depth: usize, json: bool) -> Result<Status> {
+    let (store, session) = target::open(ctx, &target::spec(arg)?, Access::Read)?;
     let view = TreeView::load(&session)?;
     let mut out = ctx.out();
     if json {
@@ -73,8 +73,55 @@ pub fn run(ctx: &Ctx, arg: &SessionArg, ascii: bool, json: bool) -> Result<Statu
     if view.nodes.is_empty() {
         out.spans(&[(Style::Dim, "(no entries yet)")])?;
     }
-    draw(&mut out, &view, if ascii { ASCII } else { UNICODE })?;
+    let g = if ascii { ASCII } else { UNICODE };
+    draw_nested(&mut out, &store, &view, g, depth, "")?;
     Ok(Status::Ok)
+}
+
+/// Draws the tree with, under each tool result that names a subagent
+/// session, that session's tree, `depth` levels deep.
+fn draw_nested(
+    out: &mut Out<'_>,
+    store: &cairn::Store,
+    view: &TreeView,
+    g: Glyphs,
+    depth: usize,
+    outer: &str,
+) -> Result<()> {
+    for (n, prefix) in view.rows(g.lines) {
+        line(out, view, n, &format!("{outer}{prefix}"), g)?;
+        let cairn::EntryBody::Message(m) = &view.nodes[n].body else {
+            continue;
+        };
+        let children = m.content.iter().flat_map(|b| match b {
+            cairn::Block::ToolResult { content, .. } => content.as_slice(),
+            _ => &[],
+        });
+        for child in children.filter_map(cairn::referenced_session) {
+            let bar = if g.ascii { "|" } else { "│" };
+            let inner = format!("{outer}{}  {bar} ", " ".repeat(width(&prefix)));
+            let opened = (depth > 0)
+                .then(|| store.open(&child, Access::Read))
+                .transpose();
+            let text = match &opened {
+                Ok(Some(_)) => format!("subagent session {child}"),
+                Ok(None) => format!("subagent session {child} (--depth shows its tree)"),
+                Err(_) => format!("subagent session {child}: cannot be opened (run `cairn fsck`)"),
+            };
+            out.spans(&[
+                (Style::Dim, &inner),
+                (
+                    Style::Bold,
+                    &fit(&text, out.look.width.saturating_sub(width(&inner))),
+                ),
+            ])?;
+            if let Ok(Some(session)) = opened {
+                let child_view = TreeView::load(&session)?;
+                draw_nested(out, store, &child_view, g, depth - 1, &inner)?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Draws the tree, one line per entry.

@@ -391,3 +391,235 @@ pub fn normalize(text: &str, home: &Home) -> String {
         .join("\n")
         + "\n"
 }
+
+/// The delegating fixture session's id (`delegation`).
+pub const BOSS: &str = "01jf0000000000000000000b0s";
+/// Its subagent session's id.
+pub const HELPER: &str = "01jf0000000000000000000c1d";
+
+/// One operation of the delegation fixture, written record by record with
+/// fixed ids.
+struct Run<'s> {
+    s: &'s Session,
+    op: String,
+}
+
+impl Run<'_> {
+    fn record(&self, r: OpRecord) {
+        self.s.append_op(r).unwrap();
+    }
+
+    fn model(&self, entry: &str, m: Message) {
+        self.record(OpRecord::ModelAttempted(ModelAttempted {
+            op: self.op.clone(),
+            attempt: 1,
+            entry: eid(entry),
+            provider: Some("scripted".into()),
+            model: Some("demo-model".into()),
+        }));
+        put(
+            self.s,
+            entry,
+            Parent::Leaf,
+            EntryBody::Message(Message {
+                usage: Some(Usage {
+                    input: 200,
+                    output: 20,
+                    cached: 0,
+                    cost: None,
+                }),
+                model: Some("demo-model".into()),
+                ..m
+            }),
+        );
+    }
+
+    fn ask(&self, call: &str, tool: &str, approved: bool) {
+        self.record(OpRecord::ApprovalRequested(cairn::ApprovalRequested {
+            op: self.op.clone(),
+            call_id: call.into(),
+            tool: tool.into(),
+        }));
+        self.record(OpRecord::ApprovalResolved(cairn::ApprovalResolved {
+            op: self.op.clone(),
+            call_id: call.into(),
+            approved,
+            by: Some("person".into()),
+        }));
+    }
+
+    fn dispatch(&self, call: &str, tool: &str, args: serde_json::Value, result: &str) {
+        self.record(OpRecord::ToolDispatched(ToolDispatched {
+            op: self.op.clone(),
+            call_id: call.into(),
+            tool: tool.into(),
+            args_hash: cairn::args_hash(&args),
+            effect: EffectClass::SideEffect,
+            key: cairn::idempotency_key(self.s.id(), &self.op, call),
+            result_entry: eid(result),
+        }));
+    }
+
+    fn answer(&self, id: &str, call: &str, content: Vec<Block>, is_error: bool) {
+        put(
+            self.s,
+            id,
+            Parent::Leaf,
+            EntryBody::Message(Message {
+                role: Role::Tool,
+                content: vec![Block::ToolResult {
+                    call_id: call.into(),
+                    content,
+                    is_error,
+                    code: None,
+                }],
+                usage: None,
+                model: None,
+                stop_reason: None,
+            }),
+        );
+    }
+
+    fn finish(self) {
+        self.record(OpRecord::OpFinished(cairn::OpFinished {
+            op: self.op.clone(),
+            outcome: cairn::Outcome::Completed,
+            error: None,
+        }));
+    }
+}
+
+fn start<'s>(s: &'s Session, op: &str, input: &str, text: &str) -> Run<'s> {
+    put(s, input, Parent::Leaf, user(text));
+    s.append_op(OpRecord::OpStarted(OpStarted {
+        op: op.into(),
+        input: Some(eid(input)),
+    }))
+    .unwrap();
+    Run { s, op: op.into() }
+}
+
+fn text(t: &str) -> Block {
+    Block::Text { text: t.into() }
+}
+
+/// Builds the delegation fixture: one operation whose model reads a file
+/// (ok), publishes after a person approved it, is refused a deletion (a
+/// person denied it), fails a render (a tool error), and delegates to a
+/// subagent session, whose own operation runs a tool and answers; ids and
+/// times are fixed.
+pub fn delegation(home: &Home) {
+    let store = home.store();
+    let boss = store
+        .create(NewSession {
+            id: Some(SessionId::parse(BOSS).unwrap()),
+            title: Some("issue 7 of the comic".into()),
+            cwd: Some("/work".into()),
+            ..NewSession::default()
+        })
+        .unwrap();
+    let run = start(
+        &boss,
+        "op-1",
+        "u1",
+        "Finish issue 7: check the notes, publish, clean up.",
+    );
+    run.model(
+        "a1",
+        calls(
+            "Reading the notes and publishing.",
+            &[
+                ("call-1", "read_file", json!({"path": "notes.md"})),
+                ("call-2", "publish", json!({"issue": 7})),
+                ("call-3", "delete_drafts", json!({"all": true})),
+            ],
+        ),
+    );
+    run.dispatch("call-1", "read_file", json!({"path": "notes.md"}), "t1");
+    run.answer(
+        "t1",
+        "call-1",
+        vec![text("Panel 6 needs more ink.\nPanel 7 is fine.")],
+        false,
+    );
+    run.ask("call-2", "publish", true);
+    run.dispatch("call-2", "publish", json!({"issue": 7}), "t2");
+    run.answer("t2", "call-2", vec![text("issue 7 published")], false);
+    run.ask("call-3", "delete_drafts", false);
+    run.answer(
+        "t3",
+        "call-3",
+        vec![text("A person denied this call; it was not run.")],
+        true,
+    );
+    run.model(
+        "a2",
+        calls(
+            "Rendering panel 6 and asking the ink supplier.",
+            &[
+                ("call-4", "render_panel", json!({"panel": 6})),
+                ("call-5", "delegate", json!({"task": "Order more ink."})),
+            ],
+        ),
+    );
+    run.dispatch("call-4", "render_panel", json!({"panel": 6}), "t4");
+    run.answer("t4", "call-4", vec![text("renderer out of ink")], true);
+    run.dispatch(
+        "call-5",
+        "delegate",
+        json!({"task": "Order more ink."}),
+        "t5",
+    );
+
+    let helper = store
+        .create(NewSession {
+            id: Some(SessionId::parse(HELPER).unwrap()),
+            title: Some("ink supplier".into()),
+            cwd: Some("/work".into()),
+            lineage: cairn::Lineage {
+                forked_from: None,
+                parent: Some(cairn::SpawnOrigin {
+                    session: boss.id().clone(),
+                    call_id: "call-5".into(),
+                    depth: 1,
+                }),
+                ..cairn::Lineage::default()
+            },
+            ..NewSession::default()
+        })
+        .unwrap();
+    let sub = start(&helper, "op-1", "h1", "Order more ink.");
+    sub.model(
+        "h2",
+        calls(
+            "Ordering.",
+            &[("call-1", "order", json!({"item": "ink", "qty": 2}))],
+        ),
+    );
+    sub.dispatch("call-1", "order", json!({"item": "ink", "qty": 2}), "h3");
+    sub.answer("h3", "call-1", vec![text("order #88 placed")], false);
+    sub.model(
+        "h4",
+        Message::text(Role::Assistant, "Ordered two bottles of ink (order #88)."),
+    );
+    sub.finish();
+    drop(helper);
+    fix_times(&home.file(HELPER));
+
+    run.answer(
+        "t5",
+        "call-5",
+        vec![
+            text("Ordered two bottles of ink (order #88)."),
+            cairn::child_reference(&SessionId::parse(HELPER).unwrap()),
+        ],
+        false,
+    );
+    run.model(
+        "a3",
+        Message::text(Role::Assistant, "Issue 7 is published; ink is on its way."),
+    );
+    run.finish();
+    drop(boss);
+    fix_times(&home.file(BOSS));
+}

@@ -18,6 +18,7 @@ pub use memory::MemoryBackend;
 
 use crate::error::{AppendError, IoFailure, OpenError, ReadError, StoreError};
 use crate::id::SessionId;
+pub use crate::index::IndexedPrefix;
 use crate::summary::SessionSummary;
 
 /// Whether an open may write.
@@ -67,6 +68,17 @@ pub struct Opened {
 /// What [`Backend::open`] returns: the opened log, or why it could not be
 /// opened.
 pub type Opening = Result<Opened, OpenError>;
+
+/// What [`Backend::open_indexed`] found.
+#[derive(Debug)]
+pub enum IndexedOpen {
+    /// The log still begins with the indexed lines: it is open, and the
+    /// visitor saw only the lines after them.
+    Opened(Opened),
+    /// The index does not describe the log (why, for the open report);
+    /// nothing was opened or locked, the caller opens the whole log.
+    Stale(String),
+}
 
 /// Cheap facts about a stored session, used to validate cached listings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -156,6 +168,53 @@ pub trait Backend: Send + Sync + fmt::Debug {
         Ok(lines)
     }
 
+    /// The session's persisted index (`docs/FORMAT.md`, "Index"), if the
+    /// backend keeps one and it exists. The default keeps none.
+    fn load_index(&self, id: &SessionId) -> Option<Vec<u8>> {
+        let _ = id;
+        None
+    }
+
+    /// Whether the backend keeps persisted indexes ([`Backend::save_index`]
+    /// stores them). The default keeps none.
+    fn keeps_index(&self) -> bool {
+        false
+    }
+
+    /// Replaces the session's persisted index, atomically. Called only by
+    /// a writer's open, after the open made the whole log durable (so an
+    /// index never describes lines a power loss could take). Best effort:
+    /// it is only a cache, checked against the log at every open. The
+    /// default keeps none.
+    fn save_index(&self, id: &SessionId, bytes: &[u8]) {
+        let _ = (id, bytes);
+    }
+
+    /// Opens a session like [`Backend::open`], trusting that the log still
+    /// begins with the lines `prefix` describes: the backend checks that the
+    /// log is at least `prefix.end` long and that its last indexed line is
+    /// intact with the CRC-32C `prefix.last_line_crc`, then verifies and
+    /// hands to `visit` only the lines after the prefix (their `index`
+    /// continuing from `prefix.offsets.len()`), cutting or ignoring a torn
+    /// tail after it as `open` does. When the check fails it returns
+    /// [`IndexedOpen::Stale`] having opened and locked nothing.
+    ///
+    /// The default (a backend without an index) always answers `Stale`.
+    ///
+    /// # Errors
+    ///
+    /// As [`Backend::open`].
+    fn open_indexed(
+        &self,
+        id: &SessionId,
+        access: Access,
+        prefix: IndexedPrefix,
+        visit: &mut Visitor<'_>,
+    ) -> Result<IndexedOpen, OpenError> {
+        let _ = (id, access, prefix, visit);
+        Ok(IndexedOpen::Stale("this backend keeps no index".into()))
+    }
+
     /// The ids of all sessions, in no particular order.
     ///
     /// # Errors
@@ -188,6 +247,33 @@ pub trait Backend: Send + Sync + fmt::Debug {
 
     /// Replaces the listing cache (best effort: it is only a cache).
     fn save_catalog(&self, catalog: &Catalog);
+
+    /// Claims, for this process, one session whose last operation was
+    /// interrupted (open, no writer), other than those in `skip`, so that
+    /// workers recovering at the same time each get a different one: the
+    /// next [`Backend::open`] for writing of it in this process holds it.
+    /// The default is [`Claim::Unsupported`]: callers then list the
+    /// interrupted sessions and open each for writing, skipping those
+    /// another writer holds ([`OpenError::InUse`]).
+    ///
+    /// # Errors
+    ///
+    /// I/O errors reading the store.
+    fn claim_interrupted(&self, skip: &[SessionId]) -> Result<Claim, StoreError> {
+        let _ = skip;
+        Ok(Claim::Unsupported)
+    }
+}
+
+/// What [`Backend::claim_interrupted`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// A session claimed for this process.
+    Claimed(SessionId),
+    /// No interrupted session is left to claim.
+    NoneLeft,
+    /// The backend cannot claim; list and open instead.
+    Unsupported,
 }
 
 /// One session's log: framed lines, appended in order.

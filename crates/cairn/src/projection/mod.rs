@@ -15,7 +15,10 @@ use crate::record::{
     AppStateChange, Compaction, Entry, EntryBody, Message, Role, SessionInfo, value_text,
 };
 
+mod list;
 mod projector;
+
+pub use list::{Iter as MessagesIter, Messages};
 
 pub(crate) use projector::{CheckError, EntrySource, Projector};
 
@@ -24,7 +27,7 @@ pub(crate) use projector::{CheckError, EntrySource, Projector};
 #[derive(Debug, Clone, PartialEq)]
 pub struct Context {
     leaf: Option<EntryId>,
-    messages: Vec<ContextMessage>,
+    messages: Messages,
     app_state: Value,
     settings: Map<String, Value>,
     compaction: Option<ActiveCompaction>,
@@ -95,7 +98,7 @@ impl Context {
     pub fn empty(initial_state: Value) -> Context {
         Context {
             leaf: None,
-            messages: Vec::new(),
+            messages: Messages::new(),
             app_state: initial_state,
             settings: Map::new(),
             compaction: None,
@@ -108,7 +111,7 @@ impl Context {
         self.leaf.as_ref()
     }
     /// The messages the model sees, in order.
-    pub fn messages(&self) -> &[ContextMessage] {
+    pub fn messages(&self) -> &Messages {
         &self.messages
     }
     /// The application state at the leaf.

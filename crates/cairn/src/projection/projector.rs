@@ -9,7 +9,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 
 use super::{
-    Context, ContextMessage, Source, active, apply_state, merge_settings, message_of,
+    Context, ContextMessage, Messages, Source, active, apply_state, merge_settings, message_of,
     summary_message,
 };
 use crate::error::{Invalid, ReadError};
@@ -215,9 +215,10 @@ impl Projector {
         if dropped_compaction {
             self.rebuild_messages(tree, src)?;
         } else {
-            Arc::make_mut(&mut self.ctx)
-                .messages
-                .retain(|m| m.pos < keep32);
+            let messages = &mut Arc::make_mut(&mut self.ctx).messages;
+            // Positions rise along the list: keep the prefix before `keep`.
+            let kept = messages.iter().take_while(|m| m.pos < keep32).count();
+            messages.truncate(kept);
             self.calls.retain(|_, c| c.pos < keep32);
             for c in self.calls.values_mut() {
                 if c.answered.is_some_and(|a| a >= keep32) {
@@ -249,7 +250,7 @@ impl Projector {
 
     /// Recomputes the messages from the active compaction's kept range (or the root).
     fn rebuild_messages(&mut self, tree: &Tree, src: &dyn EntrySource) -> Result<(), ReadError> {
-        let mut messages = Vec::new();
+        let mut messages = Messages::new();
         self.calls.clear();
         let mut compaction = None;
         let start = match self.compactions.last() {
@@ -359,9 +360,14 @@ impl Projector {
                     self.kept_from = fk;
                     self.calls.retain(|_, call| call.pos >= fk);
                     let ctx = Arc::make_mut(&mut self.ctx);
-                    ctx.messages
-                        .retain(|m| m.pos >= fk && m.source != Source::CompactionSummary);
-                    ctx.messages.insert(0, summary_message(&entry.id, pos, c));
+                    ctx.messages = std::iter::once(summary_message(&entry.id, pos, c))
+                        .chain(
+                            ctx.messages
+                                .iter()
+                                .filter(|m| m.pos >= fk && m.source != Source::CompactionSummary)
+                                .cloned(),
+                        )
+                        .collect();
                     ctx.compaction = Some(active(&entry.id, c));
                 } else {
                     self.rebuild_messages(tree, src)?;

@@ -40,11 +40,41 @@ impl Session {
         self.append_entry_at(new, None, None)
     }
 
+    /// Appends an entry brought in from another tool's session (an
+    /// importer): checked exactly as [`Session::append_entry`], written with
+    /// the source's time as `ts` (RFC 3339 UTC with milliseconds, as
+    /// `ts` is written; the append's own time when `None`) and with `extra`
+    /// members in its `data` object: the source fields cairn has no place
+    /// for, which readers ignore (`docs/FORMAT.md` section 1) and which stay
+    /// in the line's bytes.
+    ///
+    /// # Errors
+    ///
+    /// As [`Session::append_entry`].
+    pub fn append_imported(
+        &self,
+        new: NewEntry,
+        ts: Option<String>,
+        extra: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<Appended, AppendError> {
+        self.append_entry_with(new, ts, None, extra)
+    }
+
     pub(crate) fn append_entry_at(
         &self,
         new: NewEntry,
         ts: Option<String>,
         durability: Option<Durability>,
+    ) -> Result<Appended, AppendError> {
+        self.append_entry_with(new, ts, durability, &serde_json::Map::new())
+    }
+
+    fn append_entry_with(
+        &self,
+        new: NewEntry,
+        ts: Option<String>,
+        durability: Option<Durability>,
+        extra: &serde_json::Map<String, serde_json::Value>,
     ) -> Result<Appended, AppendError> {
         let (durability, mut g) = self.begin_write(durability)?;
         let inner = &mut *g;
@@ -129,7 +159,9 @@ impl Session {
                 CheckError::Invalid(i) => AppendError::from(i),
                 CheckError::Read(r) => r.into(),
             })?;
-        let seq = self.write_line(inner, ts, |seq, ts| frame::encode_entry(seq, ts, &entry))?;
+        let seq = self.write_line(inner, ts, |seq, ts| {
+            frame::encode_entry_with(seq, ts, &entry, extra)
+        })?;
         if let Some(p) = moved {
             inner.proj = p;
         }

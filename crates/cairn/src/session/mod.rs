@@ -90,6 +90,10 @@ pub struct OpenReport {
     pub records: u64,
     /// A torn tail cut (writers) or ignored (readers).
     pub torn: Option<TornTail>,
+    /// What became of the persisted index (`docs/FORMAT.md`, "Index"), for
+    /// people: used, rebuilt (and why), or `None` when the backend keeps
+    /// none or the session is too short to need one.
+    pub index: Option<String>,
 }
 
 /// An entry of the tree, as the index knows it (no payload).
@@ -234,6 +238,7 @@ impl Session {
             report: OpenReport {
                 records: 1,
                 torn: None,
+                index: None,
             },
         })
     }

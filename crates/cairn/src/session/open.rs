@@ -7,11 +7,12 @@ use std::sync::Mutex;
 use serde_json::Value;
 
 use super::{Inner, OpenReport, Reader, Session, read_record};
-use crate::backend::{Access, Backend, Log, RawLine};
+use crate::backend::{Access, Backend, IndexedOpen, Log, RawLine};
 use crate::commit::{Durability, GroupCommit};
 use crate::error::{Damage, IoFailure, OpenError, ReadError};
 use crate::frame::{self, Class, Frame};
 use crate::id::SessionId;
+use crate::index;
 use crate::journal::OpFold;
 use crate::kind::{EntryKind, OpKind};
 use crate::projection::{EntrySource, Projector, SessionWide};
@@ -38,73 +39,46 @@ impl Session {
         access: Access,
     ) -> Result<Session, OpenError> {
         let location = backend.location(id);
-        let mut header: Option<Header> = None;
-        let mut tree = Tree::default();
-        let mut ops = Vec::new();
-        let mut last_ts = String::new();
-        let mut visit = |raw: RawLine<'_>| -> Result<(), OpenError> {
-            let damaged = |problem: String| {
-                OpenError::Damaged(Box::new(Damage {
-                    location: location.clone(),
-                    line: raw.index + 1,
-                    offset: raw.offset,
-                    problem,
-                }))
-            };
-            let frame = Frame::parse(raw.bytes).map_err(|e| damaged(e.to_string()))?;
-            if frame.seq != raw.index {
-                return Err(damaged(format!(
-                    "its seq is {} but it is record {} (a gap, repeat or reordering)",
-                    frame.seq, raw.index
-                )));
+        let loaded = backend
+            .load_index(id)
+            .map(|bytes| index::decode(&bytes, id));
+        let mut note = None;
+        let mut st = Scanned::default();
+        let opened = match loaded {
+            Some(Ok(decoded)) => {
+                st.tree = decoded.tree;
+                st.ops = decoded.ops;
+                st.indexed = decoded.prefix.offsets.len() as u64;
+                let mut visit = |raw: RawLine<'_>| st.line(raw, id, &location);
+                match backend.open_indexed(id, access, decoded.prefix, &mut visit)? {
+                    IndexedOpen::Opened(o) => Some(o),
+                    IndexedOpen::Stale(why) => {
+                        note = Some(format!("index not used ({why})"));
+                        None
+                    }
+                }
             }
-            let class = frame.class().map_err(|e| damaged(e.to_string()))?;
-            match (raw.index, class) {
-                (0, Class::Header) => {
-                    let h = check_header(&frame, id, &location).map_err(|e| match e {
-                        HeaderProblem::Newer(found) => OpenError::NewerFormat {
-                            location: location.clone(),
-                            found,
-                            supported: FORMAT_VERSION,
-                        },
-                        HeaderProblem::Bad(p) => damaged(p),
-                    })?;
-                    header = Some(h);
-                }
-                (0, _) => {
-                    return Err(OpenError::NotASession {
-                        location: location.clone(),
-                        problem: format!("its first record is a {:?}, not a header", frame.kind),
-                    });
-                }
-                (_, Class::Header) => return Err(damaged("a second header record".into())),
-                (_, Class::Entry) => {
-                    let (Some(eid), Some(parent)) = (frame.id.clone(), frame.parent.clone()) else {
-                        return Err(damaged("an entry without id or parent".into()));
-                    };
-                    let kind = EntryKind::from_name(&frame.kind);
-                    tree.insert(frame.seq, eid.clone(), parent.as_ref(), kind)
-                        .map_err(|r| match r {
-                            Reject::DuplicateId => damaged(format!("entry id {eid} is used twice")),
-                            Reject::MissingParent => damaged(format!(
-                                "the parent {} of entry {eid} does not appear before it",
-                                parent.as_ref().map_or("?", |p| p.as_str())
-                            )),
-                        })?;
-                }
-                (_, Class::Op) => ops.push((frame.seq, frame.kind.clone().into_owned())),
+            Some(Err(why)) => {
+                note = Some(format!("index not used ({why})"));
+                None
             }
-            last_ts.clear();
-            last_ts.push_str(&frame.ts);
-            Ok(())
+            None => None,
         };
-        let opened = backend.open(id, access, &mut visit)?;
-        let Some(header) = header else {
-            return Err(OpenError::NotASession {
-                location,
-                problem: "it has no header".into(),
-            });
+        let opened = match opened {
+            Some(o) => o,
+            None => {
+                st = Scanned::default();
+                let mut visit = |raw: RawLine<'_>| st.line(raw, id, &location);
+                backend.open(id, access, &mut visit)?
+            }
         };
+        let Scanned {
+            mut header,
+            tree,
+            ops,
+            mut last_ts,
+            indexed,
+        } = st;
         let log = opened.log;
         let records = log.len();
         let read_err = |e: ReadError| match e {
@@ -117,6 +91,48 @@ impl Session {
                 problem: format!("record {seq} vanished while opening"),
             },
         };
+        if indexed > 0 {
+            // The indexed lines were not parsed: the header and the time of
+            // the last record come from the log itself, checksums verified.
+            let line = log.read(0).map_err(read_err)?;
+            let frame = Frame::parse(&line).map_err(|e| damaged_at(&location, 0, e.to_string()))?;
+            header = Some(header_of(&frame, id, &location)?);
+            if last_ts.is_empty() {
+                let line = log.read(indexed - 1).map_err(read_err)?;
+                let frame = Frame::parse(&line)
+                    .map_err(|e| damaged_at(&location, indexed - 1, e.to_string()))?;
+                last_ts.push_str(&frame.ts);
+            }
+        }
+        let Some(header) = header else {
+            return Err(OpenError::NotASession {
+                location,
+                problem: "it has no header".into(),
+            });
+        };
+        // Only a writer saves: its open has made the whole log durable (a
+        // reader may see lines a writer has not synced yet).
+        if access == Access::Write
+            && records - indexed >= index::INDEX_AFTER_RECORDS
+            && backend.keeps_index()
+        {
+            let saved = match save_index(backend, id, &*log, &tree, &ops) {
+                Ok(()) => format!(
+                    "{records} records ({} parsed now, {indexed} from the old index)",
+                    records - indexed
+                ),
+                Err(e) => format!("not saved: {e}"),
+            };
+            note = Some(match note {
+                Some(stale) => format!("{stale}: rebuilt from the log, {saved}"),
+                None => format!("index written: {saved}"),
+            });
+        } else if indexed > 0 && note.is_none() {
+            note = Some(format!(
+                "index used: {indexed} records from the index, {} verified after it",
+                records - indexed
+            ));
+        }
         let mut proj = Projector::new(header.app_state.clone());
         let mut wide = SessionWide::new(header.title.clone());
         {
@@ -169,9 +185,120 @@ impl Session {
             report: OpenReport {
                 records,
                 torn: opened.torn,
+                index: note,
             },
         })
     }
+}
+
+/// What the scan of the lines collects: the header, the tree, the
+/// operation records and the time of the last record; `indexed` lines came
+/// from the persisted index instead.
+#[derive(Default)]
+struct Scanned {
+    header: Option<Header>,
+    tree: Tree,
+    ops: Vec<(u64, String)>,
+    last_ts: String,
+    indexed: u64,
+}
+
+impl Scanned {
+    /// Checks one intact line (framing, `seq` continuity, the header, the
+    /// tree) and adds it.
+    fn line(&mut self, raw: RawLine<'_>, id: &SessionId, location: &str) -> Result<(), OpenError> {
+        let damaged = |problem: String| {
+            OpenError::Damaged(Box::new(Damage {
+                location: location.to_owned(),
+                line: raw.index + 1,
+                offset: raw.offset,
+                problem,
+            }))
+        };
+        let frame = Frame::parse(raw.bytes).map_err(|e| damaged(e.to_string()))?;
+        if frame.seq != raw.index {
+            return Err(damaged(format!(
+                "its seq is {} but it is record {} (a gap, repeat or reordering)",
+                frame.seq, raw.index
+            )));
+        }
+        let class = frame.class().map_err(|e| damaged(e.to_string()))?;
+        match (raw.index, class) {
+            (0, Class::Header) => self.header = Some(header_of(&frame, id, location)?),
+            (0, _) => {
+                return Err(OpenError::NotASession {
+                    location: location.to_owned(),
+                    problem: format!("its first record is a {:?}, not a header", frame.kind),
+                });
+            }
+            (_, Class::Header) => return Err(damaged("a second header record".into())),
+            (_, Class::Entry) => {
+                let (Some(eid), Some(parent)) = (frame.id.clone(), frame.parent.clone()) else {
+                    return Err(damaged("an entry without id or parent".into()));
+                };
+                let kind = EntryKind::from_name(&frame.kind);
+                let parent = self
+                    .tree
+                    .check(&eid, parent.as_ref())
+                    .map_err(|r| match r {
+                        Reject::DuplicateId => damaged(format!("entry id {eid} is used twice")),
+                        Reject::MissingParent => damaged(format!(
+                            "the parent {} of entry {eid} does not appear before it",
+                            parent.as_ref().map_or("?", |p| p.as_str())
+                        )),
+                    })?;
+                self.tree.insert_checked(frame.seq, eid, parent, kind);
+            }
+            (_, Class::Op) => self.ops.push((frame.seq, frame.kind.clone().into_owned())),
+        }
+        self.last_ts.clear();
+        self.last_ts.push_str(&frame.ts);
+        Ok(())
+    }
+}
+
+fn damaged_at(location: &str, seq: u64, problem: String) -> OpenError {
+    OpenError::Damaged(Box::new(Damage {
+        location: location.to_owned(),
+        line: seq + 1,
+        offset: 0,
+        problem,
+    }))
+}
+
+/// The header in record 0's frame, checked (version, session id).
+fn header_of(frame: &Frame<'_>, id: &SessionId, location: &str) -> Result<Header, OpenError> {
+    check_header(frame, id, location).map_err(|e| match e {
+        HeaderProblem::Newer(found) => OpenError::NewerFormat {
+            location: location.to_owned(),
+            found,
+            supported: FORMAT_VERSION,
+        },
+        HeaderProblem::Bad(p) => damaged_at(location, 0, p),
+    })
+}
+
+/// Saves the persisted index of every record of `log`.
+fn save_index(
+    backend: &dyn Backend,
+    id: &SessionId,
+    log: &dyn Log,
+    tree: &Tree,
+    ops: &[(u64, String)],
+) -> Result<(), ReadError> {
+    let records = log.len();
+    let last = log.read(records.saturating_sub(1))?;
+    let mut offsets: Vec<u64> = (0..records).map(|seq| log.offset(seq)).collect();
+    offsets.push(log.byte_len());
+    let bytes = index::encode(&index::Source {
+        session: id,
+        tree,
+        ops,
+        offsets: &offsets,
+        last_line_crc: crc32c::crc32c(&last),
+    });
+    backend.save_index(id, &bytes);
+    Ok(())
 }
 
 /// Folds the operation journal from the last `op_started` on: only the last

@@ -161,6 +161,7 @@ pub fn render(session: &Session) -> Result<String> {
         "<section id=\"state\">\n<h2>App state at the leaf</h2>\n<pre>{}</pre>\n</section>",
         esc(&state)
     );
+    trace_section(&mut h, session)?;
     let _ = writeln!(
         h,
         "<footer class=\"meta\"><p>Exported by {} from {}.</p></footer>\n</body>\n</html>",
@@ -168,6 +169,61 @@ pub fn render(session: &Session) -> Result<String> {
         esc(session.location())
     );
     Ok(h)
+}
+
+/// The exchanges `cairn agent --trace` recorded, each a collapsed
+/// `<details>`: headers and bodies (as much as the record holds). None: no
+/// section.
+fn trace_section(h: &mut String, session: &Session) -> Result<()> {
+    let mut traced = Vec::new();
+    for (seq, kind) in session.op_records() {
+        if kind != cairn_agent::trace::KIND {
+            continue;
+        }
+        let record = session.record(seq)?;
+        if let cairn::Body::Op(cairn::OpRecord::Ignored(u)) = &record.body
+            && let Some(t) = cairn_agent::trace::Traced::parse(&u.data)
+        {
+            traced.push((seq, record.ts, t));
+        }
+    }
+    if traced.is_empty() {
+        return Ok(());
+    }
+    h.push_str("<section id=\"trace\">\n<h2>Trace (exchanges with the model server; never in the context)</h2>\n");
+    for (seq, ts, t) in traced {
+        let mut text = String::new();
+        for (title, headers, body) in [
+            ("request", &t.request_headers, &t.request_body),
+            ("response", &t.response_headers, &t.response_body),
+        ] {
+            let _ = writeln!(text, "{title}:");
+            for (n, v) in headers {
+                let _ = writeln!(text, "  {n}: {v}");
+            }
+            let _ = writeln!(text, "{}", body.text);
+            if let Some(blob) = &body.blob {
+                let _ = writeln!(
+                    text,
+                    "… cut at {} of {} bytes; the whole body is {blob}",
+                    body.text.len(),
+                    body.bytes
+                );
+            }
+        }
+        if let Some(e) = &t.error {
+            let _ = writeln!(text, "error: {e}");
+        }
+        let _ = writeln!(
+            h,
+            "<details class=\"trace\"><summary>#{seq} {} · {}</summary><pre>{}</pre></details>",
+            esc(&ts),
+            esc(&t.headline()),
+            esc(&text)
+        );
+    }
+    h.push_str("</section>\n");
+    Ok(())
 }
 
 fn block(h: &mut String, b: &Block, calls: &mut HashMap<String, String>) {

@@ -1,5 +1,6 @@
-//! `cairn export`: a session as a Markdown transcript, JSON, or a
-//! self-contained HTML page with the tree drawn as SVG.
+//! `cairn export`: a session as a Markdown transcript, JSON, a
+//! self-contained HTML page with the tree drawn as SVG, or a pi session file
+//! (`cairn_import::export_pi`).
 
 mod html;
 mod markdown;
@@ -33,6 +34,11 @@ pub fn run(ctx: &Ctx, arg: &SessionArg, format: Format, output: Option<&Path>) -
             s
         }
         Format::Html => html::render(&session)?,
+        Format::Pi => {
+            let mut bytes = Vec::new();
+            cairn_import::export_pi(&session, &mut bytes)?;
+            String::from_utf8(bytes)?
+        }
     };
     match output {
         Some(path) => {
@@ -45,7 +51,7 @@ pub fn run(ctx: &Ctx, arg: &SessionArg, format: Format, output: Option<&Path>) -
             // Markdown and HTML are text for people: keep control characters
             // from reaching a terminal. JSON escapes them itself.
             let text = match format {
-                Format::Json => text,
+                Format::Json | Format::Pi => text,
                 Format::Md | Format::Html if ctx.look.tty => clean(&text, Lines::Keep).into_owned(),
                 Format::Md | Format::Html => text,
             };

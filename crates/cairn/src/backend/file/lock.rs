@@ -78,6 +78,39 @@ pub(super) fn forget_unsynced(location: &str) {
 const LOCK_WAITS_MS: [u64; 9] = [1, 2, 4, 8, 16, 32, 64, 128, 256];
 
 impl FileBackend {
+    /// Removes the temporary files of creates that crashed
+    /// (`.<id>.jsonl.new`, FORMAT.md §10), once per backend, at its first
+    /// write. A create holds the session's writer lock for as long as its
+    /// temporary exists, so one whose lock can be taken (or that has no
+    /// lock file) is not in use. Best effort: a file that cannot be probed
+    /// or removed stays for the next time.
+    pub(super) fn sweep_stale_creates(&self) {
+        if self.swept.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
+        let Ok(names) = self.vfs.read_dir(&self.dir) else {
+            return;
+        };
+        for name in names {
+            let Some(id) = name
+                .strip_prefix('.')
+                .and_then(|n| n.strip_suffix(".jsonl.new"))
+                .and_then(|n| SessionId::parse(n).ok())
+            else {
+                continue;
+            };
+            let free = match self.vfs.open(&self.lock_path(&id), OpenMode::ReadWrite) {
+                // Held until dropped, after the removal below.
+                Ok(lock) => lock.try_lock().ok().filter(|&l| l).map(|_| Some(lock)),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some(None),
+                Err(_) => None,
+            };
+            if let Some(_lock) = free {
+                let _ = self.vfs.remove_file(&self.dir.join(&name));
+            }
+        }
+    }
+
     /// Takes the writer lock of a session, writing our pid into the lock file.
     /// Takes the writer lock. Returns the lock file and, when the previous
     /// writer recorded a failed write or sync, the offset from which the log

@@ -8,8 +8,12 @@
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 
-use super::{Access, Backend, Catalog, Log, Opened, Opening, Stamp, TornTail, Visitor};
+use super::{
+    Access, Backend, Catalog, IndexedOpen, IndexedPrefix, Log, Opened, Opening, Stamp, TornTail,
+    Visitor,
+};
 use crate::error::{IoFailure, OpenError, StoreError};
 use crate::id::SessionId;
 use crate::vfs::{self, OpenMode, StdVfs, Vfs, VfsFile};
@@ -20,6 +24,9 @@ pub struct FileBackend {
     dir: PathBuf,
     catalog: PathBuf,
     vfs: Arc<dyn Vfs>,
+    /// Whether this backend has removed the temporaries of crashed creates
+    /// (once, at its first write: `sweep_stale_creates`).
+    swept: Arc<AtomicBool>,
 }
 
 mod lock;
@@ -45,7 +52,12 @@ impl FileBackend {
         let catalog = dir
             .parent()
             .map_or_else(|| dir.join("catalog.json"), |p| p.join("catalog.json"));
-        FileBackend { dir, catalog, vfs }
+        FileBackend {
+            dir,
+            catalog,
+            vfs,
+            swept: Arc::new(AtomicBool::new(false)),
+        }
     }
 
     /// Creates the sessions directory (and missing parents) durably: each
@@ -138,6 +150,7 @@ impl Backend for FileBackend {
         }
         self.ensure_dir()
             .map_err(|e| io_err("create the directory of", e))?;
+        self.sweep_stale_creates();
         let (lock, _) = self.lock(id)?;
         let exists = || OpenError::AlreadyExists {
             session: id.to_string(),
@@ -205,71 +218,36 @@ impl Backend for FileBackend {
     }
 
     fn open(&self, id: &SessionId, access: Access, visit: &mut Visitor<'_>) -> Opening {
-        let path = self.regular_file(id)?;
-        let location = path.display().to_string();
-        let io_err = |action, source| OpenError::Io(IoFailure::new(action, &location, source));
-        let (lock, unsynced) = match access {
-            Access::Write => {
-                let (f, unsynced) = self.lock(id)?;
-                (Some(f), unsynced)
-            }
-            Access::Read => (None, None),
-        };
-        let mode = if lock.is_some() {
-            OpenMode::ReadWrite
-        } else {
-            OpenMode::Read
-        };
-        let file = self.vfs.open(&path, mode).map_err(|e| io_err("open", e))?;
-        let scan = scan(&*file, &location, visit)?;
-        let mut torn = None;
-        if let Some(bad) = scan.bad {
-            let len = scan.file_len - bad.offset;
-            let problem = if bad.intact_after {
-                format!(
-                    "{}; it holds zeros where a write never reached the disk, so the \
-                     records after it were never durable (a power loss kept a later \
-                     unsynced write and lost an earlier one)",
-                    bad.problem
-                )
-            } else {
-                bad.problem
-            };
-            let mut tail = TornTail {
-                offset: bad.offset,
-                len,
-                saved_to: None,
-                cut: false,
-                problem,
-            };
-            if lock.is_some() {
-                let saved = self
-                    .save_torn(&path, &*file, bad.offset, len)
-                    .map_err(|e| io_err("save the torn tail of", e))?;
-                file.set_len(bad.offset)
-                    .map_err(|e| io_err("cut the torn tail of", e))?;
-                file.sync_data().map_err(|e| io_err("sync", e))?;
-                tail.saved_to = Some(saved.display().to_string());
-                tail.cut = true;
-            }
-            torn = Some(tail);
+        match self.open_from(id, access, None, visit)? {
+            IndexedOpen::Opened(o) => Ok(o),
+            // Without a prefix there is nothing to find stale.
+            IndexedOpen::Stale(why) => Err(OpenError::NotASession {
+                location: self.location(id),
+                problem: why,
+            }),
         }
-        if let Some(lock) = &lock {
-            self.make_durable(
-                &location,
-                &*file,
-                &**lock,
-                unsynced,
-                torn.is_some(),
-                scan.end,
-            )
-            .map_err(|e| io_err("make durable again the unsynced part of", e))?;
-        }
-        let log = FileLog::new(location, file, lock, scan.offsets, scan.end);
-        Ok(Opened {
-            log: Box::new(log),
-            torn,
-        })
+    }
+
+    fn load_index(&self, id: &SessionId) -> Option<Vec<u8>> {
+        vfs::read_all(&*self.vfs, &self.index_path(id)).ok()
+    }
+
+    fn keeps_index(&self) -> bool {
+        true
+    }
+
+    fn save_index(&self, id: &SessionId, bytes: &[u8]) {
+        let _ = vfs::write_atomic(&*self.vfs, &self.index_path(id), bytes);
+    }
+
+    fn open_indexed(
+        &self,
+        id: &SessionId,
+        access: Access,
+        prefix: IndexedPrefix,
+        visit: &mut Visitor<'_>,
+    ) -> Result<IndexedOpen, OpenError> {
+        self.open_from(id, access, Some(prefix), visit)
     }
 
     fn stored_lines(&self, id: &SessionId) -> Result<Vec<Vec<u8>>, OpenError> {
@@ -335,6 +313,7 @@ impl Backend for FileBackend {
         self.vfs.remove_file(&path).map_err(|source| {
             StoreError::Io(IoFailure::new("remove", path.display().to_string(), source))
         })?;
+        let _ = self.vfs.remove_file(&self.index_path(id));
         let _ = self.vfs.remove_file(&self.lock_path(id));
         drop(lock);
         self.vfs
@@ -352,6 +331,95 @@ impl Backend for FileBackend {
 }
 
 impl FileBackend {
+    /// Opens a session, from the end of `prefix` when given (see
+    /// [`Backend::open_indexed`]).
+    fn open_from(
+        &self,
+        id: &SessionId,
+        access: Access,
+        prefix: Option<IndexedPrefix>,
+        visit: &mut Visitor<'_>,
+    ) -> Result<IndexedOpen, OpenError> {
+        let path = self.regular_file(id)?;
+        let location = path.display().to_string();
+        let io_err = |action, source| OpenError::Io(IoFailure::new(action, &location, source));
+        let (lock, unsynced) = match access {
+            Access::Write => {
+                self.sweep_stale_creates();
+                let (f, unsynced) = self.lock(id)?;
+                (Some(f), unsynced)
+            }
+            Access::Read => (None, None),
+        };
+        let mode = if lock.is_some() {
+            OpenMode::ReadWrite
+        } else {
+            OpenMode::Read
+        };
+        let file = self.vfs.open(&path, mode).map_err(|e| io_err("open", e))?;
+        let (offsets, end) = match prefix {
+            None => (Vec::new(), 0),
+            Some(p) => match check_prefix(&*file, &p).map_err(|e| io_err("read", e))? {
+                Some(why) => return Ok(IndexedOpen::Stale(why)),
+                None => (p.offsets, p.end),
+            },
+        };
+        let scan = scan(&*file, &location, offsets, end, visit)?;
+        let mut torn = None;
+        if let Some(bad) = scan.bad {
+            let len = scan.file_len - bad.offset;
+            let problem = if bad.intact_after {
+                format!(
+                    "{}; it holds zeros where a write never reached the disk, so the \
+                     records after it were never durable (a power loss kept a later \
+                     unsynced write and lost an earlier one)",
+                    bad.problem
+                )
+            } else {
+                bad.problem
+            };
+            let mut tail = TornTail {
+                offset: bad.offset,
+                len,
+                saved_to: None,
+                cut: false,
+                problem,
+            };
+            if lock.is_some() {
+                let saved = self
+                    .save_torn(&path, &*file, bad.offset, len)
+                    .map_err(|e| io_err("save the torn tail of", e))?;
+                file.set_len(bad.offset)
+                    .map_err(|e| io_err("cut the torn tail of", e))?;
+                file.sync_data().map_err(|e| io_err("sync", e))?;
+                tail.saved_to = Some(saved.display().to_string());
+                tail.cut = true;
+            }
+            torn = Some(tail);
+        }
+        if let Some(lock) = &lock {
+            self.make_durable(
+                &location,
+                &*file,
+                &**lock,
+                unsynced,
+                torn.is_some(),
+                scan.end,
+            )
+            .map_err(|e| io_err("make durable again the unsynced part of", e))?;
+        }
+        let log = FileLog::new(location, file, lock, scan.offsets, scan.end);
+        Ok(IndexedOpen::Opened(Opened {
+            log: Box::new(log),
+            torn,
+        }))
+    }
+
+    /// The path of a session's persisted index.
+    pub(crate) fn index_path(&self, id: &SessionId) -> PathBuf {
+        self.dir.join(format!("{id}.idx"))
+    }
+
     /// The path of a session's log, refused unless it is a regular file: a
     /// symlink in the store is never followed.
     fn regular_file(&self, id: &SessionId) -> Result<PathBuf, OpenError> {
@@ -449,4 +517,38 @@ impl FileBackend {
         self.vfs.sync_dir(&self.dir)?;
         Ok(target)
     }
+}
+
+/// Whether the log in `file` still begins with the lines `prefix`
+/// describes: `None` when it does, or why not. Checks the file's length and
+/// the last indexed line (intact, the CRC-32C the index holds); the lines
+/// before it are verified when they are read.
+fn check_prefix(file: &dyn VfsFile, prefix: &IndexedPrefix) -> io::Result<Option<String>> {
+    let len = file.len()?;
+    let Some(&last) = prefix.offsets.last() else {
+        return Ok(Some("it indexes no records".into()));
+    };
+    if len < prefix.end {
+        return Ok(Some(format!(
+            "the log is {len} bytes, shorter than the {} it indexes",
+            prefix.end
+        )));
+    }
+    let Some(n) = prefix
+        .end
+        .checked_sub(last)
+        .and_then(|n| usize::try_from(n).ok())
+        .filter(|&n| n > 0)
+    else {
+        return Ok(Some("its last line has no length".into()));
+    };
+    let mut line = vec![0u8; n];
+    read_exact_at(file, &mut line, last)?;
+    if crate::frame::check(&line).is_err() || crc32c::crc32c(&line) != prefix.last_line_crc {
+        return Ok(Some(format!(
+            "the log's line {} is not the one it indexed",
+            prefix.offsets.len()
+        )));
+    }
+    Ok(None)
 }

@@ -44,7 +44,9 @@ pub(super) struct Scan {
     pub(super) bad: Option<Bad>,
 }
 
-/// Reads the file in chunks, checking each line's framing. Intact lines are
+/// Reads the file in chunks from byte `start_end`, where the lines at
+/// `start_offsets` end (both empty/0 for the whole file), checking each
+/// line's framing. Intact lines are
 /// handed to `visit` until the first damaged one. Everything from there to
 /// the end of the file is a torn tail when no intact line follows, or when
 /// the first damaged line is a hole ([`is_hole`]); otherwise an intact line
@@ -52,22 +54,24 @@ pub(super) struct Scan {
 pub(super) fn scan(
     file: &dyn VfsFile,
     location: &str,
+    start_offsets: Vec<u64>,
+    start_end: u64,
     visit: &mut Visitor<'_>,
 ) -> Result<Scan, OpenError> {
     let io_err = |source| OpenError::Io(IoFailure::new("read", location.to_owned(), source));
     let file_len = file.len().map_err(io_err)?;
     let mut lines = Lines {
         location,
-        offsets: Vec::new(),
+        offsets: start_offsets,
         bad: None,
-        end: 0,
+        end: start_end,
     };
     // A line split across chunks is joined in `carry`; whole lines are
     // handled in place.
     let mut carry: Vec<u8> = Vec::new();
     let mut chunk = vec![0u8; READ_CHUNK];
-    let mut pos: u64 = 0; // file offset of the next line (of carry[0] if any)
-    let mut read_off: u64 = 0;
+    let mut pos: u64 = start_end; // file offset of the next line (of carry[0] if any)
+    let mut read_off: u64 = start_end;
     loop {
         // Never past the length measured above: a reader racing a writer's
         // append would otherwise see a tail beyond `file_len`.

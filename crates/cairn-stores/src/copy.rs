@@ -1,4 +1,4 @@
-//! Copying sessions between any two backends (files to SQLite and back),
+//! Copying sessions between any two backends (files, SQLite, Postgres),
 //! record for record: the destination gets the exact lines of the source,
 //! so checksums, `seq`s, ids and times are preserved byte for byte.
 //!
@@ -106,7 +106,8 @@ pub enum CopyError {
 /// # let dir = tempfile::tempdir()?;
 /// use std::sync::Arc;
 /// use cairn::{EntryBody, FileBackend, Message, NewSession, Role, Store};
-/// use cairn_sqlite::{SqliteBackend, copy_store};
+/// use cairn_sqlite::SqliteBackend;
+/// use cairn_stores::copy_store;
 ///
 /// let files = FileBackend::new(dir.path().join("sessions"));
 /// let s = Store::with_backend(Arc::new(files.clone())).create(NewSession::default())?;

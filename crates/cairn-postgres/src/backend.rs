@@ -1,0 +1,652 @@
+//! [`PostgresBackend`]: the core's [`Backend`] over one Postgres schema —
+//! create, open (lease, then one ordered read of the session's records),
+//! list, stamp, remove, and the listing cache made from the `sessions`
+//! table. The SQL-only lookups (summaries, claims, following) are in
+//! `queries.rs`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use cairn::OpPhase;
+use cairn::{Access, Backend, Catalog, Claim, Log, Opened, Opening, Stamp, Visitor};
+use cairn::{ListingFold, OpenError, SessionId, StoreError};
+use cairn_sqlite::Holder;
+use cairn_sqlite::rows::{Scan, Writer};
+use cairn_sqlite::summary::{self, HeaderInfo, Summary};
+use postgres::types::Type;
+
+use crate::config::PgUrl;
+use crate::error::{PgError, io, open_err, store_err};
+use crate::lease::{self, Lease};
+use crate::log::PgLog;
+use crate::pool::Pool;
+use crate::schema;
+
+/// The statements used on hot paths, with the schema's name filled in.
+#[derive(Debug)]
+pub(crate) struct Sql {
+    pub append: String,
+    pub read_ahead: String,
+    pub scan: String,
+    pub renew: String,
+    pub release: String,
+    pub lease_of: String,
+    pub sid: String,
+    pub summary: String,
+}
+
+impl Sql {
+    fn new(s: &str) -> Sql {
+        Sql {
+            // The fence and the summary update lock the session's row; the
+            // records are inserted only if it was updated. One statement:
+            // one round trip, one transaction.
+            append: format!(
+                "WITH fence AS (
+                    UPDATE {s}.sessions
+                       SET updated = greatest($3 COLLATE \"C\", created COLLATE \"C\"),
+                           title = $4, first_message = $5, phase = $6, op_state = $7,
+                           entries = $8, records = $9, bytes = $10,
+                           lease_expires = now() + make_interval(secs => $11)
+                     WHERE sid = $1 AND lease_token = $2 AND lease_expires > now()
+                       AND records = $12
+                 RETURNING sid
+                 ), ins AS (
+                    INSERT INTO {s}.records (session, seq, kind, id, parent, crc, payload, writer)
+                    SELECT fence.sid, u.seq, u.kind, u.id, u.parent, u.crc, u.payload, $2
+                      FROM fence,
+                           unnest($13::int8[], $14::text[], $15::text[], $16::text[],
+                                  $17::int8[], $18::bytea[])
+                           AS u(seq, kind, id, parent, crc, payload)
+                 RETURNING 1
+                 )
+                 SELECT (SELECT count(*) FROM fence), (SELECT count(*) FROM ins)"
+            ),
+            // Records $2 ≤ seq < $3, stopping after the one that reaches $4
+            // bytes (at least one).
+            read_ahead: format!(
+                "SELECT seq, payload FROM (
+                    SELECT seq, payload,
+                           sum(octet_length(payload)) OVER (ORDER BY seq)
+                               - octet_length(payload) AS before
+                      FROM {s}.records WHERE session = $1 AND seq >= $2 AND seq < $3
+                 ) w WHERE before < $4 ORDER BY seq"
+            ),
+            scan: format!("SELECT seq, payload FROM {s}.records WHERE session = $1 ORDER BY seq"),
+            renew: lease::renew_sql(s),
+            release: lease::release_sql(s),
+            lease_of: format!(
+                "SELECT {}, records FROM {s}.sessions WHERE sid = $1",
+                lease::COLUMNS
+            ),
+            sid: format!("SELECT sid FROM {s}.sessions WHERE id = $1"),
+            summary: format!(
+                "SELECT updated, title, first_message, op_state, entries, records, bytes
+                   FROM {s}.sessions WHERE sid = $1"
+            ),
+        }
+    }
+}
+
+/// How many bytes of a session's last records an open keeps for the reads
+/// that follow it (see `PgLog`'s read-ahead).
+const RETAIN_BYTES: u64 = 32 << 20;
+
+/// One session's row: key, id, header facts, summary, lease.
+pub(crate) type Row = (i64, SessionId, HeaderInfo, Summary, Option<Lease>);
+
+/// What an open's scan found.
+struct Scanned {
+    offsets: Vec<u64>,
+    end: u64,
+    /// Records `first_kept..` as read.
+    first_kept: u64,
+    tail: Vec<Vec<u8>>,
+}
+
+/// What the backend and its open logs share.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub url: PgUrl,
+    pub pool: Pool,
+    pub sql: Sql,
+}
+
+/// Many sessions in one Postgres schema, for many processes and hosts at
+/// once. See the crate docs for the schema, durability and the lease.
+#[derive(Debug)]
+pub struct PostgresBackend {
+    pub(crate) shared: Arc<Shared>,
+    /// Leases this process took by claiming, by session: the next open for
+    /// writing adopts the lease instead of taking a new one.
+    pub(crate) claimed: Mutex<HashMap<SessionId, i64>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+pub(crate) fn count(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+pub(crate) fn uncount(n: i64) -> u64 {
+    u64::try_from(n).unwrap_or(0)
+}
+
+impl PostgresBackend {
+    /// Connects to the store a `postgres://` (or `postgresql://`) URL names,
+    /// checks its schema is cairn's and of a version this build knows, and
+    /// applies pending migrations (creating the schema if needed). See
+    /// [`crate::PgUrl`] for cairn's URL parameters.
+    ///
+    /// # Errors
+    ///
+    /// [`PgError::BadUrl`], [`PgError::Connect`], [`PgError::NewerSchema`],
+    /// [`PgError::NotCairn`], or a failed migration.
+    ///
+    /// ```no_run
+    /// use std::sync::Arc;
+    /// use cairn::{EntryBody, Message, NewSession, Role, Store};
+    ///
+    /// let backend = cairn_postgres::PostgresBackend::open("postgres://postgres@127.0.0.1/test")?;
+    /// let store = Store::with_backend(Arc::new(backend));
+    /// let s = store.create(NewSession::default())?;
+    /// s.append(EntryBody::Message(Message::text(Role::User, "hello")))?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn open(url: &str) -> Result<PostgresBackend, PgError> {
+        let url = PgUrl::parse(url)?;
+        let pool = Pool::new(url.config()?);
+        {
+            let mut conn = pool.get().map_err(|source| PgError::Connect {
+                url: url.shown.clone(),
+                source,
+            })?;
+            schema::prepare(&mut conn, &url.schema)?;
+        }
+        let sql = Sql::new(&url.schema);
+        Ok(PostgresBackend {
+            shared: Arc::new(Shared { url, pool, sql }),
+            claimed: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The store's URL (password hidden) and settings.
+    pub fn url(&self) -> &PgUrl {
+        &self.shared.url
+    }
+
+    /// The schema version of the store (as applied in the database).
+    ///
+    /// # Errors
+    ///
+    /// The server cannot be reached.
+    pub fn schema_version(&self) -> Result<i32, PgError> {
+        let mut conn = self.shared.pool.live().map_err(|source| PgError::Connect {
+            url: self.shared.url.shown.clone(),
+            source,
+        })?;
+        schema::applied(&mut conn, &self.shared.url.schema)
+    }
+
+    /// `synchronous_commit` as it is in force on cairn's connections: `on`
+    /// unless a pooler in front of the server dropped cairn's `SET` (see
+    /// the crate docs on durability).
+    ///
+    /// # Errors
+    ///
+    /// The server cannot be reached.
+    pub fn synchronous_commit(&self) -> Result<String, StoreError> {
+        self.shared
+            .pool
+            .run(|c| c.query_typed_one("SELECT current_setting('synchronous_commit')", &[]))
+            .and_then(|r| r.try_get(0))
+            .map_err(store_err("read the settings of", &self.describe()))
+    }
+
+    pub(crate) fn schema(&self) -> &str {
+        &self.shared.url.schema
+    }
+
+    pub(crate) fn pool(&self) -> &Pool {
+        &self.shared.pool
+    }
+
+    pub(crate) fn no_such(&self, id: &SessionId) -> StoreError {
+        StoreError::NoSuchSession {
+            query: id.to_string(),
+            store: self.describe(),
+        }
+    }
+
+    fn not_found(&self, id: &SessionId) -> OpenError {
+        OpenError::NotFound {
+            session: id.to_string(),
+            location: self.describe(),
+        }
+    }
+
+    pub(crate) fn sid(&self, id: &SessionId) -> Result<Option<i64>, postgres::Error> {
+        self.shared
+            .pool
+            .run(|c| c.query_typed_opt(&self.shared.sql.sid, &[(&id.as_str(), Type::TEXT)]))?
+            .map(|r| r.try_get(0))
+            .transpose()
+    }
+
+    /// Takes the writer lease of session `id` (replacing an expired or dead
+    /// holder's; adopting one this process claimed). Returns `(sid, token)`.
+    fn take_lease(&self, id: &SessionId, location: &str) -> Result<(i64, i64), OpenError> {
+        let claimed = lock(&self.claimed).remove(id);
+        let err = open_err("lock", location);
+        let schema = self.schema();
+        let mut conn = self.shared.pool.live().map_err(&err)?;
+        let mut tx = conn.transaction().map_err(&err)?;
+        let (sid, held) = self
+            .lock_row(&mut tx, id)
+            .map_err(&err)?
+            .ok_or_else(|| self.not_found(id))?;
+        if let Some(held) = held {
+            let mine = claimed == Some(held.token) && &held.holder == Holder::me();
+            if mine && !held.expired {
+                tx.commit().map_err(&err)?;
+                return Ok((sid, held.token));
+            }
+            if held.holds() {
+                return Err(in_use(id, &held));
+            }
+        }
+        let token = lease::acquire(&mut tx, schema, sid, self.shared.url.lease).map_err(&err)?;
+        tx.commit().map_err(&err)?;
+        Ok((sid, token))
+    }
+
+    /// Locks session `id`'s row for the rest of `tx` (`FOR UPDATE`): its key
+    /// and lease, `None` if there is no such session.
+    fn lock_row(
+        &self,
+        tx: &mut postgres::Transaction<'_>,
+        id: &SessionId,
+    ) -> Result<Option<(i64, Option<Lease>)>, postgres::Error> {
+        let row = tx.query_typed_opt(
+            &format!(
+                "SELECT sid, {} FROM {}.sessions WHERE id = $1 FOR UPDATE",
+                lease::COLUMNS,
+                self.schema()
+            ),
+            &[(&id.as_str(), Type::TEXT)],
+        )?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        Ok(Some((row.try_get(0)?, lease::from_row(&row, 1)?)))
+    }
+
+    /// Reads the summary columns a writer continues from.
+    fn load_summary(&self, sid: i64) -> Result<Summary, postgres::Error> {
+        let r = self
+            .shared
+            .pool
+            .run(|c| c.query_typed_one(&self.shared.sql.summary, &[(&sid, Type::INT8)]))?;
+        summary_at(&r, 0)
+    }
+
+    fn release(&self, sid: i64, token: i64) {
+        let _ = self.shared.pool.run(|c| {
+            c.query_typed(
+                &self.shared.sql.release,
+                &[(&sid, Type::INT8), (&token, Type::INT8)],
+            )
+        });
+    }
+
+    /// Streams a session's records in `seq` order to `visit`, checking each
+    /// line's checksum and that `seq`s have no gap. Returns the offsets, and
+    /// the last records up to [`RETAIN_BYTES`] (the first read-ahead window:
+    /// the records an open reads back for the context are the branch's,
+    /// mostly at the end).
+    fn scan(
+        &self,
+        sid: i64,
+        location: &str,
+        visit: &mut Visitor<'_>,
+    ) -> Result<Scanned, OpenError> {
+        let err = open_err("read", location);
+        let rows = self
+            .shared
+            .pool
+            .run(|c| c.query_typed(&self.shared.sql.scan, &[(&sid, Type::INT8)]))
+            .map_err(&err)?;
+        let mut scan = Scan::new(location);
+        for row in &rows {
+            let seq: i64 = row.try_get(0).map_err(&err)?;
+            let bytes: &[u8] = row.try_get(1).map_err(&err)?;
+            scan.row(seq, bytes, visit)?;
+        }
+        let (offsets, end) = scan.finish()?;
+        let mut kept = 0;
+        let mut bytes = 0u64;
+        for row in rows.iter().rev() {
+            let len = row.try_get::<_, &[u8]>(1).map_or(0, |b| b.len() as u64);
+            if bytes + len > RETAIN_BYTES {
+                break;
+            }
+            bytes += len;
+            kept += 1;
+        }
+        let tail = rows[rows.len() - kept..]
+            .iter()
+            .map(|r| r.try_get::<_, Vec<u8>>(1))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(&err)?;
+        Ok(Scanned {
+            first_kept: (offsets.len() - kept) as u64,
+            offsets,
+            end,
+            tail,
+        })
+    }
+
+    /// Every session's row: key, id, header facts, summary, lease.
+    pub(crate) fn rows(&self) -> Result<Vec<Row>, postgres::Error> {
+        let schema = self.schema();
+        let rows = self.shared.pool.run(|c| {
+            c.query_typed(
+                &format!(
+                    "SELECT sid, id, header, created, forked_from, parent, updated, title,
+                            first_message, op_state, entries, records, bytes, {}
+                       FROM {schema}.sessions",
+                    lease::COLUMNS
+                ),
+                &[],
+            )
+        })?;
+        let mut out = Vec::with_capacity(rows.len());
+        for r in &rows {
+            let id: String = r.try_get(1)?;
+            // Rows are written by cairn with valid ids; skip anything else.
+            let Ok(id) = SessionId::parse(&id) else {
+                continue;
+            };
+            let info = HeaderInfo {
+                json: r.try_get(2)?,
+                created: r.try_get(3)?,
+                forked_from: r.try_get(4)?,
+                parent: r.try_get(5)?,
+            };
+            let summary = summary_at(r, 6)?;
+            out.push((r.try_get(0)?, id, info, summary, lease::from_row(r, 13)?));
+        }
+        Ok(out)
+    }
+}
+
+/// The summary columns `updated, title, first_message, op_state, entries,
+/// records, bytes` of a row, from column `at` on.
+fn summary_at(r: &postgres::Row, at: usize) -> Result<Summary, postgres::Error> {
+    Ok(Summary {
+        fold: ListingFold {
+            updated: r.try_get(at)?,
+            title: r.try_get(at + 1)?,
+            first_message: r.try_get(at + 2)?,
+            op: summary::op_state_from(r.try_get(at + 3)?),
+            entries: uncount(r.try_get(at + 4)?),
+            records: uncount(r.try_get(at + 5)?),
+        },
+        bytes: uncount(r.try_get(at + 6)?),
+    })
+}
+
+pub(crate) fn in_use(id: &SessionId, held: &Lease) -> OpenError {
+    OpenError::InUse {
+        session: id.to_string(),
+        holder: Some(held.holder.pid),
+    }
+}
+
+impl Backend for PostgresBackend {
+    fn describe(&self) -> String {
+        self.shared.url.shown.clone()
+    }
+
+    fn location(&self, id: &SessionId) -> String {
+        format!("{}#{id}", self.shared.url.shown)
+    }
+
+    fn create(&self, id: &SessionId, header: &[u8]) -> Result<Box<dyn Log>, OpenError> {
+        let location = self.location(id);
+        let (info, summary) =
+            summary::header_info(header).map_err(|problem| OpenError::NotASession {
+                location: location.clone(),
+                problem: format!("its header cannot be stored: {problem}"),
+            })?;
+        let err = open_err("create", &location);
+        let schema = self.schema();
+        let mut conn = self.shared.pool.live().map_err(&err)?;
+        let mut tx = conn.transaction().map_err(&err)?;
+        let phase = summary::phase_json(OpPhase::None);
+        let op_state = summary::op_state_json(&summary.fold.op);
+        let bytes = count(summary.bytes);
+        let sid: Option<i64> = tx
+            .query_typed_opt(
+                &format!(
+                    "INSERT INTO {schema}.sessions (id, header, created, updated, title,
+                         first_message, forked_from, parent, phase, op_state, entries, records,
+                         bytes)
+                     VALUES ($1, $2, $3, $4, $5, NULL, $6, $7, $8, $9, 0, 1, $10)
+                     ON CONFLICT (id) DO NOTHING
+                     RETURNING sid"
+                ),
+                &[
+                    (&id.as_str(), Type::TEXT),
+                    (&info.json, Type::TEXT),
+                    (&info.created, Type::TEXT),
+                    (&summary.fold.updated, Type::TEXT),
+                    (&summary.fold.title, Type::TEXT),
+                    (&info.forked_from, Type::TEXT),
+                    (&info.parent, Type::TEXT),
+                    (&phase, Type::TEXT),
+                    (&op_state, Type::TEXT),
+                    (&bytes, Type::INT8),
+                ],
+            )
+            .map_err(&err)?
+            .map(|r| r.try_get(0))
+            .transpose()
+            .map_err(&err)?;
+        let Some(sid) = sid else {
+            return Err(OpenError::AlreadyExists {
+                session: id.to_string(),
+                location: self.describe(),
+            });
+        };
+        let token = lease::acquire(&mut tx, schema, sid, self.shared.url.lease).map_err(&err)?;
+        tx.query_typed(
+            &format!(
+                "INSERT INTO {schema}.records (session, seq, kind, id, parent, crc, payload, writer)
+                 VALUES ($1, 0, 'header', NULL, NULL, $2, $3, $4)"
+            ),
+            &[
+                (&sid, Type::INT8),
+                (&summary::crc_of(header), Type::INT8),
+                (&header, Type::BYTEA),
+                (&token, Type::INT8),
+            ],
+        )
+        .map_err(&err)?;
+        tx.commit().map_err(&err)?;
+        drop(conn);
+        Ok(Box::new(PgLog::new(
+            location,
+            sid,
+            Arc::clone(&self.shared),
+            vec![0],
+            header.len() as u64,
+            Some(Writer { token, summary }),
+        )))
+    }
+
+    fn open(&self, id: &SessionId, access: Access, visit: &mut Visitor<'_>) -> Opening {
+        let location = self.location(id);
+        let (sid, token) = match access {
+            Access::Write => {
+                let (sid, token) = self.take_lease(id, &location)?;
+                (sid, Some(token))
+            }
+            Access::Read => {
+                let sid = self
+                    .sid(id)
+                    .map_err(open_err("read", &location))?
+                    .ok_or_else(|| self.not_found(id))?;
+                (sid, None)
+            }
+        };
+        // From here on a failure must give the lease back.
+        let scanned = (|| {
+            let scanned = self.scan(sid, &location, visit)?;
+            let writer = match token {
+                Some(token) => Some(Writer {
+                    token,
+                    summary: self
+                        .load_summary(sid)
+                        .map_err(open_err("read", &location))?,
+                }),
+                None => None,
+            };
+            Ok((scanned, writer))
+        })();
+        match scanned {
+            Ok((scanned, writer)) => {
+                let log = PgLog::new(
+                    location,
+                    sid,
+                    Arc::clone(&self.shared),
+                    scanned.offsets,
+                    scanned.end,
+                    writer,
+                );
+                log.keep(scanned.first_kept, scanned.tail);
+                Ok(Opened {
+                    log: Box::new(log),
+                    torn: None,
+                })
+            }
+            Err(e) => {
+                if let Some(token) = token {
+                    self.release(sid, token);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    fn stored_lines(&self, id: &SessionId) -> Result<Vec<Vec<u8>>, OpenError> {
+        let location = self.location(id);
+        let err = open_err("read", &location);
+        let sid = self
+            .sid(id)
+            .map_err(&err)?
+            .ok_or_else(|| self.not_found(id))?;
+        let rows = self
+            .shared
+            .pool
+            .run(|c| c.query_typed(&self.shared.sql.scan, &[(&sid, Type::INT8)]))
+            .map_err(&err)?;
+        rows.iter()
+            .map(|r| r.try_get::<_, Vec<u8>>(1))
+            .collect::<Result<_, _>>()
+            .map_err(&err)
+    }
+
+    fn list(&self) -> Result<Vec<SessionId>, StoreError> {
+        let schema = self.schema();
+        let rows = self
+            .shared
+            .pool
+            .run(|c| c.query_typed(&format!("SELECT id FROM {schema}.sessions"), &[]))
+            .map_err(store_err("list", &self.describe()))?;
+        Ok(rows
+            .iter()
+            .filter_map(|r| r.try_get::<_, String>(0).ok())
+            .filter_map(|i| SessionId::parse(&i).ok())
+            .collect())
+    }
+
+    fn stamp(&self, id: &SessionId) -> Result<Stamp, StoreError> {
+        let schema = self.schema();
+        let row = self
+            .shared
+            .pool
+            .run(|c| {
+                c.query_typed_opt(
+                    &format!("SELECT bytes, records FROM {schema}.sessions WHERE id = $1"),
+                    &[(&id.as_str(), Type::TEXT)],
+                )
+            })
+            .map_err(store_err("inspect", &self.location(id)))?
+            .ok_or_else(|| self.no_such(id))?;
+        let get = |i: usize| {
+            row.try_get::<_, i64>(i).map(uncount).map_err(|e| {
+                StoreError::Io(cairn::IoFailure::new("inspect", self.location(id), io(e)))
+            })
+        };
+        Ok(Summary {
+            bytes: get(0)?,
+            fold: ListingFold {
+                records: get(1)?,
+                ..ListingFold::default()
+            },
+        }
+        .stamp())
+    }
+
+    fn writer_active(&self, id: &SessionId) -> bool {
+        self.lease(id).ok().flatten().is_some_and(|l| l.holds())
+    }
+
+    fn remove(&self, id: &SessionId) -> Result<(), StoreError> {
+        let location = self.location(id);
+        let err = store_err("remove", &location);
+        let schema = self.schema();
+        let mut conn = self.shared.pool.live().map_err(&err)?;
+        let mut tx = conn.transaction().map_err(&err)?;
+        let (sid, held) = self
+            .lock_row(&mut tx, id)
+            .map_err(&err)?
+            .ok_or_else(|| self.no_such(id))?;
+        if let Some(held) = held
+            && held.holds()
+        {
+            return Err(in_use(id, &held).into());
+        }
+        tx.query_typed(
+            &format!("DELETE FROM {schema}.sessions WHERE sid = $1"),
+            &[(&sid, Type::INT8)],
+        )
+        .map_err(&err)?;
+        tx.commit().map_err(&err)
+    }
+
+    /// The listing cache, made on the fly from the `sessions` table (no
+    /// payload is read): every session with the stamp [`Backend::stamp`]
+    /// reports, so the core's listing trusts every entry.
+    fn load_catalog(&self) -> Option<Catalog> {
+        let rows = self.rows().ok()?;
+        Some(summary::catalog(
+            rows.into_iter().map(|(_, id, info, s, _)| (id, info, s)),
+        ))
+    }
+
+    /// Nothing to save: the `sessions` table is the catalog, kept current by
+    /// every append.
+    fn save_catalog(&self, _catalog: &Catalog) {}
+
+    /// [`PostgresBackend::claim`]: `FOR UPDATE SKIP LOCKED`, lease taken.
+    fn claim_interrupted(&self, skip: &[SessionId]) -> Result<Claim, StoreError> {
+        Ok(match self.claim(skip)? {
+            Some(id) => Claim::Claimed(id),
+            None => Claim::NoneLeft,
+        })
+    }
+}

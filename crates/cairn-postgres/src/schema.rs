@@ -1,0 +1,168 @@
+//! The schema and its embedded numbered migrations.
+//!
+//! cairn's tables live in one Postgres schema (`cairn` unless the URL says
+//! `cairn_schema=…`). Its `migrations` table holds one row per applied
+//! migration; migration *n* (1-based) takes the schema from version *n − 1*
+//! to *n*. Migrating runs in one transaction that first takes a
+//! transaction-level advisory lock (released at commit, so it is safe
+//! behind PgBouncer), then re-reads the version: concurrent openers migrate
+//! once. A schema whose version is greater than [`SCHEMA_VERSION`] was
+//! written by a newer cairn-postgres and is refused unchanged; a schema of
+//! that name holding other tables but no `migrations` table is refused too.
+
+use postgres::types::Type;
+use postgres::{Client, Transaction};
+
+use crate::error::PgError;
+
+/// Migration *n* (1-based) brings a schema from version *n − 1* to *n*; `{s}`
+/// is the schema's name. Never edit a released migration: append one.
+const MIGRATIONS: &[&str] = &[
+    // 1: sessions (with the writer lease), records. No index covers a
+    // column every append changes (`updated`, the counts, the lease's
+    // expiry), and the table keeps half of each page free, so the append's
+    // update of the session's row is a HOT update: no index is written.
+    "
+    CREATE TABLE {s}.sessions (
+        sid            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        id             text    NOT NULL UNIQUE,
+        header         text    NOT NULL,
+        created        text    NOT NULL,
+        updated        text    NOT NULL,
+        title          text,
+        first_message  text,
+        forked_from    text,
+        parent         text,
+        phase          text    NOT NULL,
+        op_state       text    NOT NULL,
+        entries        bigint  NOT NULL,
+        records        bigint  NOT NULL,
+        bytes          bigint  NOT NULL,
+        lease_token    bigint  NOT NULL DEFAULT 0,
+        lease_expires  timestamptz,
+        lease_acquired timestamptz,
+        holder_pid     integer,
+        holder_machine text,
+        holder_boot    text,
+        holder_pid_ns  text,
+        holder_started bigint
+    ) WITH (fillfactor = 50);
+    CREATE INDEX sessions_by_fork ON {s}.sessions (forked_from) WHERE forked_from IS NOT NULL;
+    CREATE INDEX sessions_by_parent ON {s}.sessions (parent) WHERE parent IS NOT NULL;
+    CREATE INDEX sessions_with_open_operation ON {s}.sessions (sid)
+        WHERE phase = '\"open\"';
+
+    CREATE TABLE {s}.records (
+        session bigint NOT NULL REFERENCES {s}.sessions (sid) ON DELETE CASCADE,
+        seq     bigint NOT NULL,
+        kind    text   NOT NULL,
+        id      text,
+        parent  text,
+        crc     bigint NOT NULL,
+        payload bytea  NOT NULL,
+        writer  bigint NOT NULL,
+        PRIMARY KEY (session, seq)
+    );
+    CREATE UNIQUE INDEX records_by_id ON {s}.records (session, id) WHERE id IS NOT NULL;
+    ",
+];
+
+/// The schema version this build writes and reads.
+pub const SCHEMA_VERSION: i32 = MIGRATIONS.len() as i32;
+
+fn pg(action: &'static str, schema: &str) -> impl Fn(postgres::Error) -> PgError {
+    let schema = schema.to_owned();
+    move |source| PgError::Postgres {
+        action,
+        location: format!("schema {schema}"),
+        source,
+    }
+}
+
+/// The applied version of `schema`: `None` when it has no `migrations`
+/// table; an error when it holds other tables without one.
+fn version(client: &mut Transaction<'_>, schema: &str) -> Result<i32, PgError> {
+    let err = pg("read the schema version of", schema);
+    let tables: Vec<String> = client
+        .query_typed(
+            "SELECT table_name::text FROM information_schema.tables WHERE table_schema = $1",
+            &[(&schema, Type::TEXT)],
+        )
+        .map_err(&err)?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    if tables.is_empty() {
+        return Ok(0);
+    }
+    if !tables.iter().any(|t| t == "migrations") {
+        return Err(PgError::NotCairn {
+            schema: schema.to_owned(),
+            why: format!(
+                "it holds {} tables of another application and no cairn migrations table",
+                tables.len()
+            ),
+        });
+    }
+    let v: Option<i32> = client
+        .query_typed_one(
+            &format!("SELECT max(version) FROM {schema}.migrations"),
+            &[],
+        )
+        .map_err(&err)?
+        .get(0);
+    Ok(v.unwrap_or(0))
+}
+
+fn refuse_newer(schema: &str, found: i32) -> Result<(), PgError> {
+    if found > SCHEMA_VERSION {
+        return Err(PgError::NewerSchema {
+            schema: schema.to_owned(),
+            found,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    Ok(())
+}
+
+/// Brings `schema` to [`SCHEMA_VERSION`], creating it if needed, or refuses it.
+pub(crate) fn prepare(client: &mut Client, schema: &str) -> Result<(), PgError> {
+    let err = pg("migrate", schema);
+    let mut tx = client.transaction().map_err(&err)?;
+    tx.batch_execute(&format!(
+        "SELECT pg_advisory_xact_lock(hashtext('cairn migrations {schema}'))"
+    ))
+    .map_err(&err)?;
+    let found = version(&mut tx, schema)?;
+    refuse_newer(schema, found)?;
+    if found == SCHEMA_VERSION {
+        return tx.rollback().map_err(&err);
+    }
+    tx.batch_execute(&format!(
+        "CREATE SCHEMA IF NOT EXISTS {schema};
+         CREATE TABLE IF NOT EXISTS {schema}.migrations (
+             version integer PRIMARY KEY,
+             applied timestamptz NOT NULL DEFAULT now()
+         );"
+    ))
+    .map_err(&err)?;
+    let from = usize::try_from(found).unwrap_or(0);
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(from) {
+        tx.batch_execute(&sql.replace("{s}", schema))
+            .map_err(&err)?;
+        tx.batch_execute(&format!(
+            "INSERT INTO {schema}.migrations (version) VALUES ({})",
+            i + 1
+        ))
+        .map_err(&err)?;
+    }
+    tx.commit().map_err(&err)
+}
+
+/// The applied version of `schema` (tests and tools).
+pub(crate) fn applied(client: &mut Client, schema: &str) -> Result<i32, PgError> {
+    let mut tx = client
+        .transaction()
+        .map_err(pg("read the schema version of", schema))?;
+    version(&mut tx, schema)
+}

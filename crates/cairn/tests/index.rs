@@ -1,0 +1,351 @@
+//! The persisted index (`docs/FORMAT.md`, "Index"): written by an open that
+//! had to parse a long log, used by the next open, and never trusted over
+//! the log — deleted, damaged, cut short, stale or foreign, it is rebuilt
+//! with a line in the open report, and an open through it sees exactly the
+//! records a full open sees, damage included.
+
+#![allow(clippy::expect_used)]
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use cairn::testkit::build::{assistant, user};
+use cairn::{
+    Access, AppStateChange, Compaction, Durability, EntryBody, NewSession, OpenError, Session,
+    SessionId, Store,
+};
+use pretty_assertions::assert_eq;
+use serde_json::json;
+
+/// Records beyond which an open writes an index (`index::INDEX_AFTER_RECORDS`).
+const LONG: usize = 1100;
+
+struct Fixture {
+    home: tempfile::TempDir,
+    id: SessionId,
+}
+
+impl Fixture {
+    /// A session of `LONG` messages with a compaction, app-state patches and
+    /// a label, closed without an index.
+    fn new() -> Fixture {
+        let home = tempfile::tempdir().expect("tempdir");
+        let store = Store::open_dir(home.path());
+        let s = store.create(NewSession::default()).expect("create");
+        s.set_durability(Durability::Buffered);
+        let mut kept = None;
+        for i in 0..LONG {
+            let body = if i % 2 == 0 {
+                user(&format!("question {i}"))
+            } else {
+                assistant(&format!("answer {i}"))
+            };
+            let a = s.append(body).expect("append");
+            if i == LONG - 40 {
+                kept = a.id;
+            }
+            if i % 100 == 7 {
+                s.append(EntryBody::AppState(AppStateChange::Patch(
+                    json!({ "turn": i }),
+                )))
+                .expect("state");
+            }
+        }
+        s.append(EntryBody::Compaction(Compaction {
+            summary: "the story so far".into(),
+            first_kept: kept,
+            tokens_before: None,
+        }))
+        .expect("compact");
+        s.append(user("after the compaction")).expect("append");
+        let leaf = s.leaf().expect("leaf");
+        s.label("here", Some(&leaf)).expect("label");
+        s.sync().expect("sync");
+        let id = s.id().clone();
+        drop(s);
+        Fixture { home, id }
+    }
+
+    /// A fixture opened once by a writer (which writes the index), then
+    /// given five more messages the index does not cover.
+    fn indexed_then_five_more() -> Fixture {
+        let f = Fixture::new();
+        drop(f.open(Access::Write).expect("index"));
+        let s = f.open(Access::Write).expect("open");
+        for i in 0..5 {
+            s.append(user(&format!("more {i}"))).expect("append");
+        }
+        drop(s);
+        f
+    }
+
+    fn store(&self) -> Store {
+        Store::open_dir(self.home.path())
+    }
+
+    fn dir(&self) -> PathBuf {
+        self.home.path().join("sessions")
+    }
+
+    fn log(&self) -> PathBuf {
+        self.dir().join(format!("{}.jsonl", self.id))
+    }
+
+    fn index(&self) -> PathBuf {
+        self.dir().join(format!("{}.idx", self.id))
+    }
+
+    fn open(&self, access: Access) -> Result<Session, OpenError> {
+        self.store().open(&self.id, access)
+    }
+
+    /// Opens read-only with no index at all: the reference every open
+    /// through an index must equal.
+    fn reference(&self) -> View {
+        let saved = fs::read(self.index()).ok();
+        let _ = fs::remove_file(self.index());
+        let s = self.open(Access::Read).expect("open");
+        let v = View::of(&s);
+        drop(s);
+        match saved {
+            Some(bytes) => fs::write(self.index(), bytes).expect("restore index"),
+            None => {
+                let _ = fs::remove_file(self.index());
+            }
+        }
+        v
+    }
+}
+
+/// What an open shows.
+#[derive(Debug, PartialEq)]
+struct View {
+    records: u64,
+    leaf: Option<String>,
+    texts: Vec<String>,
+    state: serde_json::Value,
+    labels: Vec<String>,
+    branch: usize,
+}
+
+impl View {
+    fn of(s: &Session) -> View {
+        let ctx = s.context();
+        View {
+            records: s.len(),
+            leaf: s.leaf().map(|l| l.to_string()),
+            texts: ctx
+                .messages()
+                .iter()
+                .map(|m| m.message().plain_text())
+                .collect(),
+            state: ctx.app_state().clone(),
+            labels: ctx.labels().keys().cloned().collect(),
+            branch: s.branch().len(),
+        }
+    }
+}
+
+fn note(s: &Session) -> String {
+    s.open_report().index.clone().unwrap_or_default()
+}
+
+/// Opens the fixture; its open report's index line must contain `says`.
+fn open_saying(f: &Fixture, access: Access, says: &str) -> Session {
+    let s = f.open(access).expect("open");
+    assert!(note(&s).contains(says), "expected {says:?}: {}", note(&s));
+    s
+}
+
+/// The byte offset after every newline of `bytes`.
+fn line_ends(bytes: &[u8]) -> Vec<usize> {
+    bytes
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| **b == b'\n')
+        .map(|(i, _)| i + 1)
+        .collect()
+}
+
+fn flip(path: &Path, at: usize) {
+    let mut b = fs::read(path).expect("read");
+    b[at] ^= 0x20;
+    fs::write(path, b).expect("write");
+}
+
+#[test]
+fn a_long_open_writes_the_index_and_the_next_open_uses_it() {
+    let f = Fixture::new();
+    assert!(!f.index().exists());
+    let first = f.open(Access::Write).expect("open");
+    assert!(
+        note(&first).starts_with("index written"),
+        "{}",
+        note(&first)
+    );
+    let want = View::of(&first);
+    drop(first);
+    assert!(f.index().exists());
+    for access in [Access::Read, Access::Write] {
+        let s = open_saying(&f, access, "index used");
+        assert_eq!(View::of(&s), want);
+    }
+    assert_eq!(f.reference(), want);
+}
+
+#[test]
+fn appends_after_the_index_are_verified_and_reindexed_only_when_many() {
+    let f = Fixture::indexed_then_five_more();
+    let s = open_saying(&f, Access::Read, "5 verified after it");
+    assert_eq!(View::of(&s), f.reference());
+}
+
+#[test]
+fn deleting_the_index_is_safe() {
+    let f = Fixture::new();
+    drop(f.open(Access::Write).expect("index"));
+    let want = f.reference();
+    fs::remove_file(f.index()).expect("delete");
+    let s = f.open(Access::Read).expect("open");
+    assert_eq!(s.open_report().index, None, "a reader writes no index");
+    assert_eq!(View::of(&s), want);
+    drop(s);
+    assert!(!f.index().exists());
+    let s = open_saying(&f, Access::Write, "index written");
+    assert_eq!(View::of(&s), want);
+}
+
+#[test]
+fn a_damaged_or_cut_index_is_rebuilt_and_the_report_says_why() {
+    let f = Fixture::new();
+    drop(f.open(Access::Write).expect("index"));
+    let want = f.reference();
+    let good = fs::read(f.index()).expect("read");
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("checksum", {
+            let mut b = good.clone();
+            let mid = b.len() / 2;
+            b[mid] ^= 1;
+            b
+        }),
+        ("cut short", good[..good.len() / 3].to_vec()),
+        ("shorter than its header", Vec::new()),
+        ("magic", {
+            let mut b = good.clone();
+            b[0] = b'X';
+            b
+        }),
+    ];
+    for (why, bytes) in cases {
+        fs::write(f.index(), &bytes).expect("write");
+        let s = f.open(Access::Write).expect("open");
+        let n = note(&s);
+        assert!(
+            n.starts_with("index not used") && n.contains("rebuilt"),
+            "{n}"
+        );
+        assert!(n.contains(why), "{why}: {n}");
+        assert_eq!(View::of(&s), want, "{why}");
+        drop(s);
+        assert_eq!(
+            fs::read(f.index()).expect("read"),
+            good,
+            "rebuilt as it was"
+        );
+    }
+}
+
+#[test]
+fn an_index_longer_than_the_log_is_stale_and_never_shows_records_the_log_lost() {
+    let f = Fixture::new();
+    drop(f.open(Access::Write).expect("index"));
+    // The log loses its last records (as if restored from an older copy).
+    let bytes = fs::read(f.log()).expect("read");
+    let cut = line_ends(&bytes)[600];
+    fs::write(f.log(), &bytes[..cut]).expect("cut");
+    let s = open_saying(&f, Access::Read, "shorter than");
+    assert_eq!(s.len(), 601);
+    assert_eq!(View::of(&s), f.reference());
+}
+
+#[test]
+fn an_index_of_other_lines_is_stale() {
+    let f = Fixture::new();
+    drop(f.open(Access::Write).expect("index"));
+    let idx = fs::read(f.index()).expect("read");
+    // The same session written again with other content of at least the
+    // same length: the last indexed line differs.
+    let store = f.store();
+    store.remove(&f.id).expect("remove");
+    let s = store
+        .create(NewSession {
+            id: Some(f.id.clone()),
+            ..NewSession::default()
+        })
+        .expect("create");
+    s.set_durability(Durability::Buffered);
+    for i in 0..LONG + 200 {
+        s.append(user(&format!("another story, line {i}")))
+            .expect("append");
+    }
+    drop(s);
+    fs::write(f.index(), idx).expect("put the old index back");
+    let s = open_saying(&f, Access::Read, "is not the one it indexed");
+    assert_eq!(View::of(&s), f.reference());
+
+    // An index of another session is not used either.
+    let other = Fixture::new();
+    drop(other.open(Access::Write).expect("index"));
+    fs::copy(other.index(), f.index()).expect("copy");
+    open_saying(&f, Access::Read, "another session");
+}
+
+#[test]
+fn damage_after_the_index_refuses_to_open() {
+    let f = Fixture::indexed_then_five_more();
+    let bytes = fs::read(f.log()).expect("read");
+    // A flipped bit in the second of the five new lines (not the tail).
+    let ends = line_ends(&bytes);
+    let second_new = ends[ends.len() - 5];
+    flip(&f.log(), second_new + 30);
+    for access in [Access::Read, Access::Write] {
+        match f.open(access) {
+            Err(OpenError::Damaged(d)) => assert_eq!(d.line as usize, ends.len() - 3),
+            other => panic!("expected damage, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn damage_in_an_indexed_record_of_the_context_refuses_to_open_and_fsck_finds_it() {
+    let f = Fixture::new();
+    drop(f.open(Access::Write).expect("index"));
+    let bytes = fs::read(f.log()).expect("read");
+    // A message in the kept range: its line is 20 from the end.
+    let ends = line_ends(&bytes);
+    let at = ends[ends.len() - 20] + 40;
+    flip(&f.log(), at);
+    match f.open(Access::Read) {
+        Err(OpenError::Damaged(_)) => {}
+        other => panic!("expected damage, got {other:?}"),
+    }
+    let report = cairn::fsck::check(&**f.store().backend(), &f.id).expect("fsck");
+    assert!(!report.problems.is_empty(), "fsck reads every line");
+}
+
+#[test]
+fn a_short_session_writes_no_index() {
+    let home = tempfile::tempdir().expect("tempdir");
+    let store = Store::open_dir(home.path());
+    let s = store.create(NewSession::default()).expect("create");
+    s.append(EntryBody::Message(cairn::Message::text(
+        cairn::Role::User,
+        "hi",
+    )))
+    .expect("append");
+    let id = s.id().clone();
+    drop(s);
+    let s = store.open(&id, Access::Write).expect("open");
+    assert_eq!(s.open_report().index, None);
+    assert!(!home.path().join(format!("sessions/{id}.idx")).exists());
+}
