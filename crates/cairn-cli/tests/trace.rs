@@ -74,7 +74,7 @@ fn log_shows_a_trace_record_in_one_line_and_whole_with_trace() {
         "Authorization: Bearer [redacted]",
         "X-Request-Id: req-42",
         "| data: [DONE]",
-        "cut at 64 of 515 bytes; the whole body is file://",
+        "cut at 64 of 515 bytes; the whole body is cairn-blob:sha256:",
     ] {
         assert!(text.contains(shown), "{shown:?} in {text}");
     }
