@@ -12,6 +12,7 @@ mod list;
 mod log;
 mod ops;
 mod rm;
+mod serve;
 mod show;
 mod steps;
 mod tree;
@@ -136,5 +137,6 @@ pub fn run(cli: Cli) -> Result<Status> {
         } => ops::recover(&ctx, &target, policy, json),
         Command::Memory { target, json } => ops::memory(&ctx, &target, json),
         Command::Copy { from, to } => copy::run(&ctx, &from, &to),
+        Command::Serve(args) => serve::run(&ctx, args),
     }
 }
