@@ -87,6 +87,21 @@ fn poisoned<T>(r: &Result<T, ApiError>) -> bool {
     matches!(r, Err(e) if e.code == "write_failed")
 }
 
+/// The largest integer a JSON number holds exactly (2^53 - 1): the bound of
+/// every seq, offset and count parameter.
+pub const MAX_INT: u64 = (1 << 53) - 1;
+
+/// Refuses a seq, offset or count parameter past [`MAX_INT`].
+pub fn bounded(name: &str, v: Option<u64>) -> Result<(), ApiError> {
+    match v {
+        Some(n) if n > MAX_INT => Err(ApiError::bad_request(
+            format!("{name} {n} is larger than 2^53 - 1"),
+            format!("{name} is an integer from 0 to {MAX_INT}"),
+        )),
+        _ => Ok(()),
+    }
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ListQuery {
@@ -132,6 +147,7 @@ async fn list(
             "limit is from 1 to 1000 (default 50); page with offset",
         ));
     }
+    bounded("offset", q.offset.map(|n| n as u64))?;
     let offset = q.offset.unwrap_or(0);
     let hub = Arc::clone(&st.hub);
     let all = blocking(move || Ok(hub.store().list()?)).await?;
@@ -291,6 +307,7 @@ async fn append(
     }
     let v = write(&st, id, move |_, h| {
         let s = &h.session;
+        bounded("expected_seq", b.expected_seq)?;
         if let Some(expected) = b.expected_seq
             && expected != s.len()
         {
@@ -367,6 +384,8 @@ async fn history(
     Path(id): Path<String>,
     Query(q): Query<HistoryQuery>,
 ) -> Result<Response, ApiError> {
+    bounded("from", q.from)?;
+    bounded("to", q.to)?;
     let limit = q.limit.unwrap_or(1000);
     if !(1..=10_000).contains(&limit) {
         return Err(ApiError::bad_request(

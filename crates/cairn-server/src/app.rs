@@ -191,14 +191,24 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for Json<T> {
                 ApiError::bad_request(format!("cannot read the body: {e}"), "resend the request")
             }
         })?;
-        serde_json::from_slice(&bytes).map(Json).map_err(|e| {
+        let invalid = |why: String| {
             ApiError::new(
                 StatusCode::BAD_REQUEST,
                 "invalid_json",
-                format!("the body is not the JSON this path takes: {e}"),
+                format!("the body is not the JSON this path takes: {why}"),
                 "GET /openapi.json gives the schema of every request body",
             )
-        })
+        };
+        // Every body is an object: serde would also read a struct from an
+        // array of its fields in order (`[null, null]`).
+        let value: serde_json::Value =
+            serde_json::from_slice(&bytes).map_err(|e| invalid(e.to_string()))?;
+        if !value.is_object() {
+            return Err(invalid("it must be a JSON object".into()));
+        }
+        serde_json::from_value(value)
+            .map(Json)
+            .map_err(|e| invalid(e.to_string()))
     }
 }
 

@@ -4,6 +4,8 @@
 
 use serde_json::{Value, json};
 
+use crate::api::MAX_INT;
+
 /// A `$ref` to a schema of `components`.
 fn schema(name: &str) -> Value {
     json!({"$ref": format!("#/components/schemas/{name}")})
@@ -61,6 +63,14 @@ fn open_object(required: &[&str], props: Value) -> Value {
     json!({"type": "object", "required": required, "properties": props})
 }
 
+/// One block type: its `type` tag and fields.
+fn block(tag: &str, required: &[&str], mut props: Value) -> Value {
+    props["type"] = json!({"const": tag});
+    let mut req = vec!["type"];
+    req.extend_from_slice(required);
+    json!({"type": "object", "required": req, "properties": props})
+}
+
 fn sse(summary: &str, params: Vec<Value>, desc: &str) -> Value {
     json!({
         "summary": summary,
@@ -105,11 +115,11 @@ pub fn document() -> Value {
                     query("updated_after", "Only sessions updated after this RFC 3339 time.", json!({"type": "string"})),
                     query("updated_before", "Only sessions updated before this RFC 3339 time.", json!({"type": "string"})),
                     query("limit", "Page size.", json!({"type": "integer", "minimum": 1, "maximum": 1000, "default": 50})),
-                    query("offset", "Sessions to skip.", json!({"type": "integer", "minimum": 0, "default": 0})),
+                    query("offset", "Sessions to skip.", json!({"type": "integer", "minimum": 0, "maximum": MAX_INT, "default": 0})),
                 ], None, ("200", open_object(&["sessions", "total", "offset", "limit"], json!({
                     "sessions": {"type": "array", "items": schema("Summary")},
-                    "total": {"type": "integer", "minimum": 0},
-                    "offset": {"type": "integer", "minimum": 0},
+                    "total": {"type": "integer", "minimum": 0, "maximum": MAX_INT},
+                    "offset": {"type": "integer", "minimum": 0, "maximum": MAX_INT},
                     "limit": {"type": "integer", "minimum": 1},
                 })))),
                 "post": op("Create a session", vec![], Some(object(&[], json!({
@@ -122,7 +132,7 @@ pub fn document() -> Value {
                 "get": op("Get a session", id(), None, ("200", schema("Session"))),
                 "delete": {
                     "summary": "Delete a session (guarded: repeat its full id in confirm; refused while an operation is open or another process writes it)",
-                    "parameters": [params(&["id"]).remove(0), query("confirm", "The session's full id, again.", json!({"type": "string"}))],
+                    "parameters": [params(&["id"]).remove(0), {"name": "confirm", "in": "query", "required": true, "description": "The session's full id, again.", "schema": {"type": "string"}}],
                     "responses": {
                         "204": {"description": "Deleted."},
                         "default": {"$ref": "#/components/responses/Error"},
@@ -133,7 +143,7 @@ pub fn document() -> Value {
                 "post": op("Append a batch of records; each is acknowledged with its seq and id once durable under the durability asked for", id(), Some(object(&["records"], json!({
                     "records": {"type": "array", "minItems": 1, "items": schema("InputRecord")},
                     "durability": {"type": ["string", "null"], "enum": ["sync", "group", "buffered", null]},
-                    "expected_seq": {"type": ["integer", "null"], "minimum": 0, "description": "Refuse the batch (409 seq_mismatch) unless the first record would get this seq."},
+                    "expected_seq": {"type": ["integer", "null"], "minimum": 0, "maximum": MAX_INT, "description": "Refuse the batch (409 seq_mismatch) unless the first record would get this seq."},
                 }))), ("200", open_object(&["appended", "next_seq"], json!({
                     "appended": {"type": "array", "items": ack.clone()},
                     "next_seq": {"type": "integer"},
@@ -142,8 +152,8 @@ pub fn document() -> Value {
             "/sessions/{id}/history": {
                 "get": op("Read the log by seq range", vec![
                     params(&["id"]).remove(0),
-                    query("from", "First seq.", json!({"type": "integer", "minimum": 0})),
-                    query("to", "Last seq (inclusive).", json!({"type": "integer", "minimum": 0})),
+                    query("from", "First seq.", json!({"type": "integer", "minimum": 0, "maximum": MAX_INT})),
+                    query("to", "Last seq (inclusive).", json!({"type": "integer", "minimum": 0, "maximum": MAX_INT})),
                     query("limit", "Most records.", json!({"type": "integer", "minimum": 1, "maximum": 10000, "default": 1000})),
                 ], None, ("200", open_object(&["records", "next", "len"], json!({
                     "records": {"type": "array", "items": schema("Record")},
@@ -204,7 +214,7 @@ pub fn document() -> Value {
             },
             "/sessions/{id}/labels": {
                 "post": op("Set a label on an entry, or remove it (target null)", id(), Some(object(&["name"], json!({
-                    "name": {"type": "string"}, "target": {"type": ["string", "null"]},
+                    "name": schema("EntryId"), "target": {"type": ["string", "null"]},
                 }))), ("200", open_object(&["appended", "labels"], json!({
                     "appended": ack.clone(), "labels": {"type": "object", "additionalProperties": {"type": "string"}},
                 })))),
@@ -214,8 +224,8 @@ pub fn document() -> Value {
                     ("201", open_object(&["op", "input", "next_seq"], json!({"op": {"type": "string"}, "input": nullable_str.clone(), "next_seq": {"type": "integer"}})))),
             },
             "/sessions/{id}/operations/current": {
-                "get": op("The open operation", id(), None, ("200", open_object(&["op", "phase", "verdict"], json!({
-                    "op": {"type": "string"}, "phase": {"type": "string"}, "verdict": schema("Verdict"),
+                "get": op("The open operation (op is null when none is open)", id(), None, ("200", open_object(&["op", "phase", "verdict"], json!({
+                    "op": nullable_str.clone(), "phase": {"description": "The last operation's phase: none, open, or {\"finished\": OUTCOME}."}, "verdict": schema("Verdict"),
                 })))),
             },
             "/sessions/{id}/operations/{op}/attempts": {
@@ -225,8 +235,8 @@ pub fn document() -> Value {
             },
             "/sessions/{id}/operations/{op}/replies": {
                 "post": op("Record the model's reply under its attempt's id (and its usage)", id_op(), Some(object(&["entry", "message"], json!({
-                    "entry": {"type": "string"}, "message": schema("Message"),
-                    "usage": {"type": ["object", "null"]}, "latency_ms": {"type": ["integer", "null"], "minimum": 0},
+                    "entry": schema("EntryId"), "message": schema("Message"),
+                    "usage": {"type": ["object", "null"]}, "latency_ms": {"type": ["integer", "null"], "minimum": 0, "maximum": MAX_INT},
                 }))), ("201", ack.clone())),
             },
             "/sessions/{id}/operations/{op}/dispatches": {
@@ -278,7 +288,7 @@ pub fn document() -> Value {
             "/sessions/{id}/stream": {
                 "get": sse("Live tail of a session's records", vec![
                     params(&["id"]).remove(0),
-                    query("from", "First seq to send (0 when left out). A Last-Event-ID header wins over it.", json!({"type": "integer", "minimum": 0})),
+                    query("from", "First seq to send (0 when left out). A Last-Event-ID header wins over it.", json!({"type": "integer", "minimum": 0, "maximum": MAX_INT})),
                 ], "Every record from `from` on, then each new one as it is written: `event: record`, `id:` the record's seq, `data:` the record (as in history). Reconnecting with `Last-Event-ID: N` resumes exactly after N. `event: removed` when the session is deleted."),
             },
             "/streams/sessions": {
@@ -298,14 +308,15 @@ pub fn document() -> Value {
                     "request_id": {"type": "string"},
                     "detail": {"description": "More, for programs: for a refused batch, the records appended before it and the index of the refused one."},
                 }))})),
-                "Ack": open_object(&["seq", "id"], json!({"seq": {"type": "integer", "minimum": 0}, "id": nullable_str.clone()})),
+                "EntryId": {"type": "string", "pattern": "^[A-Za-z0-9._-]{1,64}$", "description": "An entry id or label name: 1 to 64 of A-Z, a-z, 0-9, '-', '_' and '.'."},
+                "Ack": open_object(&["seq", "id"], json!({"seq": {"type": "integer", "minimum": 0, "maximum": MAX_INT}, "id": nullable_str.clone()})),
                 "Status": {"type": "string", "enum": ["init", "running", "interrupted", "paused", "succeeded", "failed"]},
                 "Verdict": open_object(&["verdict"], json!({"verdict": {"type": "string", "enum": ["indeterminate_tool", "finished", "awaiting_approval", "provider_interrupted", "tools_not_started", "ready"]}})),
                 "Summary": open_object(&["id", "created", "updated", "entries", "records", "status"], json!({
                     "id": {"type": "string"}, "title": nullable_str.clone(), "created": {"type": "string"},
                     "updated": {"type": "string"}, "entries": {"type": "integer"}, "records": {"type": "integer"},
                     "first_message": nullable_str.clone(), "forked_from": nullable_str.clone(), "parent": nullable_str.clone(),
-                    "phase": {"type": "string"}, "status": schema("Status"),
+                    "phase": {"description": "The last operation's phase: none, open, or {\"finished\": OUTCOME}."}, "status": schema("Status"),
                 })),
                 "Session": open_object(&["id", "title", "created", "updated", "records", "entries", "leaf", "status"], json!({
                     "id": {"type": "string"}, "title": nullable_str.clone(), "location": {"type": "string"},
@@ -316,7 +327,7 @@ pub fn document() -> Value {
                     "in_use": {"type": "boolean"}, "torn_tail": {"type": ["object", "null"]}, "status": schema("Status"),
                 })),
                 "Record": open_object(&["seq", "ts", "kind", "data"], json!({
-                    "seq": {"type": "integer", "minimum": 0}, "ts": {"type": "string"}, "kind": {"type": "string"},
+                    "seq": {"type": "integer", "minimum": 0, "maximum": MAX_INT}, "ts": {"type": "string"}, "kind": {"type": "string"},
                     "ignorable": {"type": "boolean"}, "id": {"type": "string"}, "parent": nullable_str.clone(), "data": {},
                 })),
                 "InputRecord": object(&["kind", "data"], json!({
@@ -328,7 +339,14 @@ pub fn document() -> Value {
                     "role": {"type": "string", "enum": ["user", "assistant", "tool", "system", "developer"]},
                     "content": {"type": "array", "items": schema("Block")},
                 })),
-                "Block": open_object(&["type"], json!({"type": {"type": "string", "enum": ["text", "thinking", "tool_call", "tool_result", "image", "blob"]}})),
+                "Block": {"oneOf": [
+                    block("text", &["text"], json!({"text": {"type": "string"}})),
+                    block("thinking", &["thinking"], json!({"thinking": {"type": "string"}, "signature": {"type": ["string", "null"]}})),
+                    block("tool_call", &["call_id", "name", "arguments"], json!({"call_id": {"type": "string"}, "name": {"type": "string"}, "arguments": {}})),
+                    block("tool_result", &["call_id", "content"], json!({"call_id": {"type": "string"}, "content": {"type": "array", "items": schema("Block")}, "is_error": {"type": ["boolean", "null"]}, "code": {"type": ["string", "null"]}})),
+                    block("image", &["media_type", "data"], json!({"media_type": {"type": "string"}, "data": {"type": "string"}})),
+                    block("blob", &["uri"], json!({"uri": {"type": "string"}, "media_type": {"type": ["string", "null"]}, "size": {"type": ["integer", "null"], "minimum": 0}})),
+                ]},
                 "Context": open_object(&["session", "leaf", "messages", "app_state", "settings", "labels"], json!({
                     "session": {"type": "string"}, "leaf": nullable_str.clone(),
                     "messages": {"type": "array", "items": open_object(&["entry", "source", "message"], json!({

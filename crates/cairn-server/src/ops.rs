@@ -139,13 +139,8 @@ async fn start(
 
 async fn current(State(st): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
     let v = read(&st, id, |_, s| {
-        let Some(op) = s.resume_operation() else {
-            return Err(ApiError::not_found(
-                format!("session {} has no open operation", s.id()),
-                "start one with POST /sessions/{id}/operations",
-            ));
-        };
-        Ok(json!({"op": op.id(), "phase": s.phase(), "verdict": s.verdict()}))
+        let op = s.resume_operation().map(|o| o.id().to_owned());
+        Ok(json!({"op": op, "phase": s.phase(), "verdict": s.verdict()}))
     })
     .await?;
     Ok(json(StatusCode::OK, &v))
@@ -185,6 +180,7 @@ async fn reply(
     Path((id, op)): Path<(String, String)>,
     Json(b): Json<ReplyBody>,
 ) -> Result<Response, ApiError> {
+    crate::api::bounded("latency_ms", b.latency_ms)?;
     let m = message(&b.message)?;
     if m.role != Role::Assistant {
         return Err(ApiError::bad_request(

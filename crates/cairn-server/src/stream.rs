@@ -67,6 +67,7 @@ async fn tail(
                 })?,
         ),
     };
+    crate::api::bounded("from", q.from)?;
     // Last-Event-ID wins over ?from: it is where the client really stopped.
     let from = resume.map_or(q.from.unwrap_or(0), |n| n.saturating_add(1));
     let hub = Arc::clone(&st.hub);

@@ -56,13 +56,19 @@ fn a_tail_sees_records_another_process_writes() {
     };
     for i in 0..3 {
         writer
-            .append(EntryBody::Message(Message::text(Role::User, format!("outside {i}"))))
+            .append(EntryBody::Message(Message::text(
+                Role::User,
+                format!("outside {i}"),
+            )))
             .unwrap();
     }
     for i in 0..3 {
         let (seq, rec) = events.record();
         assert_eq!(seq, i + 1);
-        assert_eq!(rec["data"]["content"][0]["text"], json!(format!("outside {i}")));
+        assert_eq!(
+            rec["data"]["content"][0]["text"],
+            json!(format!("outside {i}"))
+        );
     }
 }
 
