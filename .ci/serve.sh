@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # cairn serve's checks beyond `cargo test`: the web view in headless
 # Chromium (Debian's chromium + playwright-core from npm), the OpenAPI
-# document against the running server (schemathesis from PyPI, in a venv),
-# and the bounded load test (short in CI; `LOAD_SECONDS=30` for the full
-# run). Installs what it needs, idempotently, under the target directory.
+# document against the running server (schemathesis from PyPI, in a venv).
+# (The load test is `tests/load.rs`, run by `cargo test`.) Installs what it
+# needs, idempotently, under the target directory.
 # With CI=true a missing browser is a failure, not a skip.
 #
 #   bash .ci/serve.sh            # everything
-#   bash .ci/serve.sh browser    # one part: browser | schema | load
+#   bash .ci/serve.sh browser    # one part: browser | schema
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -71,14 +71,9 @@ schema() {
     --report junit --report-dir "$artifacts/schemathesis"
 }
 
-load() {
-  cargo run --locked --release -p cairn-server --example load -- --seconds "${LOAD_SECONDS:-5}"
-}
-
 case "$what" in
-  all) browser; schema; load ;;
+  all) browser; schema ;;
   browser) browser ;;
   schema) schema ;;
-  load) load ;;
-  *) echo "usage: .ci/serve.sh [browser|schema|load]" >&2; exit 2 ;;
+  *) echo "usage: .ci/serve.sh [browser|schema]" >&2; exit 2 ;;
 esac

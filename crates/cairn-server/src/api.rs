@@ -320,10 +320,19 @@ async fn append(
                 "read what was appended (GET /sessions/{id}/history?from=SEQ) and retry with the new expected_seq",
             ));
         }
+        // A batch under Group is written and then synced once: every record
+        // is covered by a sync that started after it was written, which is
+        // what Group promises, and the acknowledgements wait for it.
         let before = s.durability();
-        s.set_durability(durability);
+        s.set_durability(match durability {
+            Durability::Group => Durability::Buffered,
+            other => other,
+        });
         let result = append_all(s, &b.records);
         s.set_durability(before);
+        if durability == Durability::Group {
+            s.sync()?;
+        }
         result
     })
     .await?;
@@ -505,7 +514,7 @@ async fn memory(State(st): State<AppState>, Path(id): Path<String>) -> Result<Re
         Ok(json!({
             "session": s.id(),
             "memory": memory,
-            "rendered": memory.render(),
+            "text": memory.render(),
         }))
     })
     .await?;

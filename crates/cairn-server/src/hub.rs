@@ -98,6 +98,11 @@ impl Hub {
                 "a session id is 26 characters of Crockford base 32 (letters and digits), or a unique prefix of one",
             ));
         }
+        // A full id needs no listing (opening it says whether it exists);
+        // only a prefix is looked up among every session.
+        if let Ok(id) = SessionId::parse(&query.to_ascii_lowercase()) {
+            return Ok(id);
+        }
         Ok(self.store.resolve(query)?)
     }
 

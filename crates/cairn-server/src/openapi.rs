@@ -190,8 +190,8 @@ pub fn document() -> Value {
                 })))),
             },
             "/sessions/{id}/memory": {
-                "get": op("The session memory of the current branch", id(), None, ("200", open_object(&["session", "memory", "rendered"], json!({
-                    "session": {"type": "string"}, "memory": {"type": "object"}, "rendered": {"type": "string"},
+                "get": op("The session memory of the current branch", id(), None, ("200", open_object(&["session", "memory", "text"], json!({
+                    "session": {"type": "string"}, "memory": {"type": "object"}, "text": {"type": "string"},
                 })))),
             },
             "/sessions/{id}/verdict": {

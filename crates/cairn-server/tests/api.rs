@@ -417,12 +417,7 @@ fn tree_steps_memory_and_verdict_are_served() {
     assert_eq!(s["steps"], json!([]));
     let (st, m) = srv.get(&format!("/sessions/{id}/memory"));
     assert_eq!(st, 200);
-    assert!(
-        m["rendered"]
-            .as_str()
-            .unwrap()
-            .starts_with("Session memory")
-    );
+    assert!(m["text"].as_str().unwrap().starts_with("Session memory"));
     let (st, v) = srv.get(&format!("/sessions/{id}/verdict"));
     assert_eq!(st, 200);
     assert_eq!(v["verdict"]["verdict"], json!("ready"));
