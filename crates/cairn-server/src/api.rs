@@ -113,32 +113,18 @@ struct ListQuery {
     offset: Option<usize>,
 }
 
-const STATUSES: [Status; 6] = [
-    Status::Init,
-    Status::Running,
-    Status::Interrupted,
-    Status::Paused,
-    Status::Succeeded,
-    Status::Failed,
-];
-
 async fn list(
     State(st): State<AppState>,
     Query(q): Query<ListQuery>,
 ) -> Result<Response, ApiError> {
     let status = match &q.status {
         None => None,
-        Some(s) => Some(
-            STATUSES
-                .into_iter()
-                .find(|x| x.as_str() == s)
-                .ok_or_else(|| {
-                    ApiError::bad_request(
-                        format!("unknown status {s:?}"),
-                        "status is one of init, running, interrupted, paused, succeeded, failed",
-                    )
-                })?,
-        ),
+        Some(s) => Some(serde_json::from_value::<Status>(json!(s)).map_err(|_| {
+            ApiError::bad_request(
+                format!("unknown status {s:?}"),
+                "status is one of init, running, interrupted, paused, succeeded, failed",
+            )
+        })?),
     };
     let limit = q.limit.unwrap_or(50);
     if !(1..=1000).contains(&limit) {

@@ -94,13 +94,11 @@ fn sessions_are_created_listed_filtered_paged_and_shown() {
     let (st, v) = srv.get("/sessions");
     assert_eq!(st, 200);
     assert_eq!(v["total"], json!(2));
-    let ids: Vec<&str> = v["sessions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["id"].as_str().unwrap())
-        .collect();
-    assert_eq!(ids, [b.as_str(), a.as_str()], "newest first");
+    assert_eq!(
+        support::fields(&v["sessions"], "id"),
+        [b.as_str(), a.as_str()],
+        "newest first"
+    );
     // Title search also matches the first message, case-insensitively.
     let (_, v) = srv.get("/sessions?title=ALPHA");
     assert_eq!(v["total"], json!(2));
@@ -609,13 +607,10 @@ fn an_operation_runs_end_to_end_over_http_with_the_librarys_guarantees() {
     assert_eq!(st, 200);
     assert_eq!(cur["op"], Value::Null);
     let (_, steps) = srv.get(&format!("/sessions/{id}/steps"));
-    let kinds: Vec<&str> = steps["steps"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["kind"].as_str().unwrap())
-        .collect();
-    assert_eq!(kinds, ["input", "model", "tool"]);
+    assert_eq!(
+        support::fields(&steps["steps"], "kind"),
+        ["input", "model", "tool"]
+    );
     assert_eq!(steps["steps"][1]["usage"]["input"], json!(10));
 }
 
@@ -670,12 +665,7 @@ fn approvals_denials_and_recovery_over_http() {
     let (st, r) = srv.post(&format!("/sessions/{id}/recover"), &json!({}));
     assert_eq!(st, 200, "{r}");
     assert_eq!(r["before"]["verdict"], json!("indeterminate_tool"));
-    let actions: Vec<&str> = r["actions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a["action"].as_str().unwrap())
-        .collect();
+    let actions = support::fields(&r["actions"], "action");
     assert_eq!(actions.len(), 2, "{r}");
     assert_eq!(r["after"]["verdict"], json!("ready"));
 }

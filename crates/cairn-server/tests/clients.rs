@@ -49,13 +49,10 @@ fn run_example(interpreter: &str, file: &str) {
         json!(cairn::idempotency_key(&sid, op, "call-1"))
     );
     let (_, steps) = srv.get(&format!("/sessions/{id}/steps"));
-    let kinds: Vec<&str> = steps["steps"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["kind"].as_str().unwrap())
-        .collect();
-    assert_eq!(kinds, ["input", "model", "tool", "model"]);
+    assert_eq!(
+        support::fields(&steps["steps"], "kind"),
+        ["input", "model", "tool", "model"]
+    );
     let (_, ctx) = srv.get(&format!("/sessions/{id}/context"));
     let last = ctx["messages"].as_array().unwrap().last().unwrap();
     assert_eq!(last["message"]["content"][0]["text"], json!("5 words."));

@@ -266,3 +266,13 @@ pub fn user(text: &str) -> Value {
 pub fn user_message(text: &str) -> Value {
     json!({"role": "user", "content": [{"type": "text", "text": text}]})
 }
+
+/// One string field of every object of an array.
+pub fn fields<'v>(array: &'v Value, field: &str) -> Vec<&'v str> {
+    array
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v[field].as_str().unwrap())
+        .collect()
+}
