@@ -20,7 +20,7 @@ pub struct ApiError {
     /// What to do about it.
     pub hint: String,
     /// More, for programs (the records a refused batch appended before it).
-    pub detail: Option<serde_json::Value>,
+    pub detail: Option<Box<serde_json::Value>>,
 }
 
 impl ApiError {
@@ -42,7 +42,7 @@ impl ApiError {
 
     /// The error with `detail` added to its body.
     pub fn with_detail(mut self, detail: serde_json::Value) -> ApiError {
-        self.detail = Some(detail);
+        self.detail = Some(Box::new(detail));
         self
     }
 
@@ -81,7 +81,7 @@ impl ApiError {
         if let (Some(d), Some(e)) = (&self.detail, body.get_mut("error"))
             && let Some(m) = e.as_object_mut()
         {
-            m.insert("detail".into(), d.clone());
+            m.insert("detail".into(), (**d).clone());
         }
         body
     }

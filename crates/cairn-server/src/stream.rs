@@ -101,7 +101,7 @@ async fn follow(hub: Arc<Hub>, id: SessionId, mut next: u64, poll: Duration, tx:
     let mut changes = hub.subscribe();
     let mut seen: Option<Stamp> = None;
     loop {
-        let (h, i, s) = (Arc::clone(&hub), id.clone(), seen.clone());
+        let (h, i, s) = (Arc::clone(&hub), id.clone(), seen);
         let found = blocking(move || Ok(look(&h, &i, next, s))).await;
         let more = match found {
             Ok(Found::Records(records, stamp)) => {

@@ -22,6 +22,9 @@ use support::{Srv, options, user};
 const CLIENTS: usize = 32;
 const END: &str = "end of the load test";
 
+/// One appender's session, its acknowledgements (seq, id) and latencies (ms).
+type Client = (String, Vec<(u64, String)>, Vec<f64>);
+
 fn seconds() -> f64 {
     std::env::var("CAIRN_LOAD_SECONDS")
         .ok()
@@ -101,8 +104,7 @@ fn thirty_two_appenders_and_thirty_two_readers_lose_nothing_and_repeat_nothing()
 
     std::thread::sleep(Duration::from_secs_f64(seconds()));
     stop.store(true, Ordering::Relaxed);
-    let results: Vec<(String, Vec<(u64, String)>, Vec<f64>)> =
-        appenders.into_iter().map(|h| h.join().unwrap()).collect();
+    let results: Vec<Client> = appenders.into_iter().map(|h| h.join().unwrap()).collect();
     let elapsed = started.elapsed().as_secs_f64();
     let ends: Vec<u64> = ids
         .iter()
