@@ -253,6 +253,14 @@ pub fn document() -> Value {
                     "is_error": {"type": "boolean"}, "code": {"type": ["string", "null"]},
                 }))), ("201", ack.clone())),
             },
+            "/sessions/{id}/operations/{op}/reruns": {
+                "post": op("Re-run a dispatched call that has no result (after a crash): T1 again with its recorded key and result id; a side effect needs decided_by", id_op(), Some(object(&["call_id"], json!({
+                    "call_id": {"type": "string"}, "decided_by": {"type": ["string", "null"]},
+                }))), ("201", open_object(&["call_id", "tool", "key", "effect", "result_entry"], json!({
+                    "call_id": {"type": "string"}, "tool": {"type": "string"}, "key": {"type": "string"},
+                    "effect": {"type": "string"}, "result_entry": {"type": "string"},
+                })))),
+            },
             "/sessions/{id}/operations/{op}/approvals": {
                 "post": op("Record that a person is asked to approve a call", id_op(), Some(object(&["call_id", "tool"], json!({
                     "call_id": {"type": "string"}, "tool": {"type": "string"},

@@ -33,6 +33,7 @@ pub fn routes() -> Router<AppState> {
         .route("/sessions/{id}/operations/{op}/replies", post(reply))
         .route("/sessions/{id}/operations/{op}/dispatches", post(dispatch))
         .route("/sessions/{id}/operations/{op}/results", post(result))
+        .route("/sessions/{id}/operations/{op}/reruns", post(rerun))
         .route(
             "/sessions/{id}/operations/{op}/approvals",
             post(request_approval),
@@ -219,13 +220,7 @@ async fn dispatch(
 ) -> Result<Response, ApiError> {
     let v = with_op(&st, id, op, move |_, op| {
         let t = op.dispatch_tool(&b.call_id, b.effect)?;
-        Ok(json!({
-            "call_id": t.call_id(),
-            "tool": t.tool(),
-            "key": t.key(),
-            "effect": t.effect(),
-            "result_entry": t.result_entry(),
-        }))
+        Ok(ticket(&t))
     })
     .await?;
     Ok(json(StatusCode::CREATED, &v))
@@ -239,6 +234,50 @@ struct ResultBody {
     #[serde(default)]
     is_error: bool,
     code: Option<String>,
+}
+
+/// The ticket a dispatch or a re-run answers with.
+fn ticket(t: &cairn::ToolTicket) -> Value {
+    json!({
+        "call_id": t.call_id(),
+        "tool": t.tool(),
+        "key": t.key(),
+        "effect": t.effect(),
+        "result_entry": t.result_entry(),
+    })
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RerunBody {
+    call_id: String,
+    /// Who decided to run a side effect again (required for one).
+    decided_by: Option<String>,
+}
+
+/// Re-runs a call that was dispatched and has no result (after a crash):
+/// T1 again with the recorded idempotency key and result id. A side effect
+/// needs a person's decision, recorded as an approval.
+async fn rerun(
+    State(st): State<AppState>,
+    Path((id, op)): Path<(String, String)>,
+    Json(b): Json<RerunBody>,
+) -> Result<Response, ApiError> {
+    let v = with_op(&st, id, op, move |s, op| {
+        let Verdict::IndeterminateTool { calls, .. } = s.verdict() else {
+            return Err(not_dispatched(&b.call_id));
+        };
+        let Some(call) = calls.iter().find(|c| c.call_id == b.call_id) else {
+            return Err(not_dispatched(&b.call_id));
+        };
+        let t = match (call.effect, b.decided_by.as_deref()) {
+            (EffectClass::SideEffect, Some(by)) => op.rerun_side_effect(call, by)?,
+            _ => op.rerun(call)?,
+        };
+        Ok(ticket(&t))
+    })
+    .await?;
+    Ok(json(StatusCode::CREATED, &v))
 }
 
 async fn result(

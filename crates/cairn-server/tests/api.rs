@@ -847,6 +847,7 @@ fn the_openapi_document_lists_every_route() {
         "/sessions/{id}/operations/{op}/replies",
         "/sessions/{id}/operations/{op}/dispatches",
         "/sessions/{id}/operations/{op}/results",
+        "/sessions/{id}/operations/{op}/reruns",
         "/sessions/{id}/operations/{op}/approvals",
         "/sessions/{id}/operations/{op}/approvals/{call_id}",
         "/sessions/{id}/operations/{op}/denials",
@@ -858,7 +859,7 @@ fn the_openapi_document_lists_every_route() {
     ] {
         assert!(paths.contains_key(p), "{p} is not in the document");
     }
-    assert_eq!(paths.len(), 27, "a route is missing from the list above");
+    assert_eq!(paths.len(), 28, "a route is missing from the list above");
 }
 
 #[test]
@@ -876,4 +877,68 @@ fn a_sqlite_store_is_served_the_same_way() {
             .join(cairn_server::TOKEN_FILE)
             .exists()
     );
+}
+
+#[test]
+fn a_call_left_without_a_result_by_a_crash_is_rerun_with_its_recorded_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let (id, op, t1) = {
+        let srv = Srv::start_at(dir.path(), options(), Router::new());
+        let id = srv.new_session("crash");
+        let base = format!("/sessions/{id}/operations");
+        let (_, v) = srv.post(&base, &json!({"input": user_message("fetch")}));
+        let op = v["op"].as_str().unwrap().to_owned();
+        let o = format!("{base}/{op}");
+        let (_, t) = srv.post(&format!("{o}/attempts"), &json!({}));
+        let reply = json!({"role": "assistant", "content": [
+            {"type": "tool_call", "call_id": "g1", "name": "get", "arguments": {}},
+            {"type": "tool_call", "call_id": "s1", "name": "send", "arguments": {}}]});
+        srv.post(
+            &format!("{o}/replies"),
+            &json!({"entry": t["entry"], "message": reply}),
+        );
+        let (_, t1) = srv.post(
+            &format!("{o}/dispatches"),
+            &json!({"call_id": "g1", "effect": "idempotent"}),
+        );
+        srv.post(
+            &format!("{o}/dispatches"),
+            &json!({"call_id": "s1", "effect": "side_effect"}),
+        );
+        (id, op, t1)
+        // The server goes away here with both calls dispatched, unanswered.
+    };
+    let srv = Srv::start_at(dir.path(), options(), Router::new());
+    let o = format!("/sessions/{id}/operations/{op}");
+    let (_, v) = srv.get(&format!("/sessions/{id}/verdict"));
+    assert_eq!(v["verdict"]["verdict"], json!("indeterminate_tool"));
+    let (st, again) = srv.post(&format!("{o}/reruns"), &json!({"call_id": "g1"}));
+    assert_eq!(st, 201, "{again}");
+    assert_eq!(again["key"], t1["key"], "the same idempotency key");
+    assert_eq!(again["result_entry"], t1["result_entry"]);
+    // A side effect is not run again without a person's decision.
+    refused(
+        srv.post(&format!("{o}/reruns"), &json!({"call_id": "s1"})),
+        422,
+        "invalid_record",
+    );
+    let (st, v) = srv.post(
+        &format!("{o}/reruns"),
+        &json!({"call_id": "s1", "decided_by": "ann"}),
+    );
+    assert_eq!(st, 201, "{v}");
+    refused(
+        srv.post(&format!("{o}/reruns"), &json!({"call_id": "zz"})),
+        409,
+        "not_dispatched",
+    );
+    for call in ["g1", "s1"] {
+        let (st, v) = srv.post(
+            &format!("{o}/results"),
+            &json!({"call_id": call, "content": [{"type": "text", "text": "done"}]}),
+        );
+        assert_eq!(st, 201, "{v}");
+    }
+    let (_, v) = srv.get(&format!("/sessions/{id}/verdict"));
+    assert_eq!(v["verdict"]["verdict"], json!("ready"));
 }
