@@ -190,7 +190,11 @@ impl From<LookupError> for ApiError {
             LookupError::Ambiguous { .. } => {
                 ApiError::bad_request(message, "give more characters of the entry id")
             }
-            _ => ApiError::not_found(
+            // The session exists (404 would say it does not): the request
+            // names an entry it does not have.
+            _ => ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "unknown_entry",
                 message,
                 "name an entry by its id, a unique prefix of it, or a label (GET /sessions/{id}/tree lists them)",
             ),

@@ -310,7 +310,7 @@ pub fn document() -> Value {
             },
             "schemas": {
                 "Error": object(&["error"], json!({"error": open_object(&["code", "message", "hint", "request_id"], json!({
-                    "code": {"type": "string", "description": "Stable: unauthorized, not_found, bad_request, invalid_json, bad_record, invalid_record, seq_mismatch, in_use, too_large, unsupported_media_type, method_not_allowed, operation_open, no_open_operation, wrong_operation, not_dispatched, cross_origin, write_failed, damaged, newer_format, internal."},
+                    "code": {"type": "string", "description": "Stable: unauthorized, not_found, unknown_entry, bad_request, invalid_json, bad_record, invalid_record, seq_mismatch, in_use, too_large, unsupported_media_type, method_not_allowed, operation_open, no_open_operation, wrong_operation, not_dispatched, cross_origin, write_failed, damaged, newer_format, internal."},
                     "message": {"type": "string"},
                     "hint": {"type": "string", "description": "What to do about it."},
                     "request_id": {"type": "string"},

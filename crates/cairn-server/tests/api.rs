@@ -223,8 +223,8 @@ fn a_refused_record_keeps_the_ones_before_it_and_says_which_it_was() {
             &format!("/sessions/{id}/records"),
             &json!({"records": [user("kept"), {"kind": "message", "parent": "nope", "data": user("x")["data"]}]}),
         ),
-        404,
-        "not_found",
+        422,
+        "unknown_entry",
     );
     let detail = &v["error"]["detail"];
     assert_eq!(detail["failed_index"], json!(1));
@@ -395,8 +395,8 @@ fn context_and_state_are_shown_as_of_any_entry() {
     assert_eq!(st["app_state"], json!({"mode": "build"}));
     refused(
         srv.get(&format!("/sessions/{id}/context?at=zzzz")),
-        404,
-        "not_found",
+        422,
+        "unknown_entry",
     );
 }
 
@@ -468,21 +468,21 @@ fn checkout_copy_and_labels_change_the_tree() {
             &format!("/sessions/{id}/checkout"),
             &json!({"target": "nope"}),
         ),
-        404,
-        "not_found",
+        422,
+        "unknown_entry",
     );
     refused(
         srv.post(
             &format!("/sessions/{id}/labels"),
             &json!({"name": "x", "target": "nope"}),
         ),
-        404,
-        "not_found",
+        422,
+        "unknown_entry",
     );
     refused(
         srv.post(&format!("/sessions/{id}/copy"), &json!({"at": "nope"})),
-        404,
-        "not_found",
+        422,
+        "unknown_entry",
     );
 }
 
