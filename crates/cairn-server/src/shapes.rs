@@ -130,6 +130,36 @@ pub fn record(raw: &[u8]) -> anyhow::Result<Value> {
     Ok(v)
 }
 
+/// `tree --json`, and `GET /sessions/{id}/tree`: every entry with its one-line
+/// summary, labels, children and whether it is on the active branch.
+pub fn tree(session: &Session, view: &TreeView) -> Value {
+    let nodes: Vec<Value> = view
+        .nodes
+        .iter()
+        .map(|n| {
+            let d = entry_line(&n.body);
+            json!({
+                "id": n.id,
+                "parent": n.parent.map(|p| &view.nodes[p].id),
+                "seq": n.seq,
+                "ts": n.ts,
+                "kind": n.body.kind(),
+                "summary": format!("{} {}", d.tag, d.text),
+                "labels": n.labels,
+                "active": n.active,
+                "children": n.children.iter().map(|&c| &view.nodes[c].id).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    json!({
+        "session": session.id(),
+        "leaf": session.leaf(),
+        "active": session.branch(),
+        "labels": session.labels(),
+        "nodes": nodes,
+    })
+}
+
 #[cfg(test)]
 mod stream_tests {
     use super::*;
@@ -178,34 +208,4 @@ mod stream_tests {
         );
         Ok(())
     }
-}
-
-/// `tree --json`, and `GET /sessions/{id}/tree`: every entry with its one-line
-/// summary, labels, children and whether it is on the active branch.
-pub fn tree(session: &Session, view: &TreeView) -> Value {
-    let nodes: Vec<Value> = view
-        .nodes
-        .iter()
-        .map(|n| {
-            let d = entry_line(&n.body);
-            json!({
-                "id": n.id,
-                "parent": n.parent.map(|p| &view.nodes[p].id),
-                "seq": n.seq,
-                "ts": n.ts,
-                "kind": n.body.kind(),
-                "summary": format!("{} {}", d.tag, d.text),
-                "labels": n.labels,
-                "active": n.active,
-                "children": n.children.iter().map(|&c| &view.nodes[c].id).collect::<Vec<_>>(),
-            })
-        })
-        .collect();
-    json!({
-        "session": session.id(),
-        "leaf": session.leaf(),
-        "active": session.branch(),
-        "labels": session.labels(),
-        "nodes": nodes,
-    })
 }
