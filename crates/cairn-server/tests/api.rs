@@ -412,7 +412,10 @@ fn tree_steps_memory_and_verdict_are_served() {
     assert_eq!(t["leaf"], t["nodes"][0]["id"]);
     let (st, s) = srv.get(&format!("/sessions/{id}/steps"));
     assert_eq!(st, 200);
-    assert_eq!(s["steps"], json!([]));
+    // A user message is a step even without operation records.
+    assert_eq!(support::fields(&s["steps"], "kind"), ["input"]);
+    assert_eq!(s["steps"][0]["name"], json!("goal: make it fast"));
+    assert_eq!(s["steps"][0]["entry"], t["nodes"][0]["id"]);
     let (st, m) = srv.get(&format!("/sessions/{id}/memory"));
     assert_eq!(st, 200);
     assert!(m["text"].as_str().unwrap().starts_with("Session memory"));
