@@ -54,6 +54,8 @@ pub struct Sizes {
     pub import_entries: usize,
     /// Timed imports, and timed opens by pi (the best of each is kept).
     pub import_repeats: usize,
+    /// Timed one-record appends per side of the HTTP latency figures.
+    pub serve_appends: usize,
 }
 
 /// The issue's numbers, for a label on scaled figures.
@@ -100,6 +102,7 @@ impl Sizes {
             sqlite_open_repeats: 5,
             import_entries: issue::IMPORT_ENTRIES,
             import_repeats: 3,
+            serve_appends: 1_000,
         }
     }
 
@@ -130,6 +133,7 @@ impl Sizes {
             sqlite_open_repeats: 5,
             import_entries: 20_000,
             import_repeats: 3,
+            serve_appends: 300,
         }
     }
 

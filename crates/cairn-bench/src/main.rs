@@ -42,7 +42,7 @@ struct Cli {
     /// Where to write the report as JSON. Default: `<target dir>/cairn-bench.json`.
     #[arg(long, value_name = "PATH")]
     json_out: Option<PathBuf>,
-    /// Run only these groups (comma-separated): append, open, resume, leaf, list, memory, sqlite, cli, import, postgres, workspace.
+    /// Run only these groups (comma-separated): append, open, resume, leaf, list, memory, sqlite, cli, import, postgres, serve, workspace.
     #[arg(long, value_delimiter = ',', value_name = "GROUPS")]
     only: Vec<String>,
     /// Keep the scratch directory (to profile against its fixtures).

@@ -24,6 +24,16 @@ pub fn best(v: Vec<f64>) -> f64 {
     v.into_iter().reduce(f64::min).unwrap_or(f64::NAN)
 }
 
+/// The `p` quantile (0 to 1) of `v`, nearest rank (NaN if empty).
+pub fn percentile(mut v: Vec<f64>, p: f64) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    let rank = ((v.len() as f64) * p).ceil() as usize;
+    v[rank.clamp(1, v.len()) - 1]
+}
+
 /// Runs `f` and returns its result with the seconds it took. Whatever `f`
 /// returns is dropped *after* the clock stops.
 ///
@@ -45,6 +55,15 @@ mod tests {
         assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
         assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), 2.5);
         assert!(median(vec![]).is_nan());
+    }
+
+    #[test]
+    fn percentile_is_the_nearest_rank() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(v.clone(), 0.5), 50.0);
+        assert_eq!(percentile(v.clone(), 0.99), 99.0);
+        assert_eq!(percentile(v, 1.0), 100.0);
+        assert!(percentile(vec![], 0.5).is_nan());
     }
 
     #[test]

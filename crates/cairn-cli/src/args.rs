@@ -535,6 +535,42 @@ Example:
         #[arg(long)]
         json: bool,
     },
+
+    /// Serve the store over HTTP: the JSON API (described at /openapi.json),
+    /// live tails over Server-Sent Events, and a web view at /.
+    ///
+    /// Every request needs the server's token: --token, or $CAIRN_TOKEN, or
+    /// one generated on first start and kept (mode 0600) in the store's
+    /// files directory as `server-token`. Loopback only unless --listen says
+    /// otherwise.
+    #[command(
+        after_help = "Examples:\n  cairn serve                                # http://127.0.0.1:7171/\n  cairn serve --store sqlite:/srv/cairn.db --listen 127.0.0.1:8080\n  curl -H \"Authorization: Bearer $(cat ~/.local/share/cairn/server-token)\" http://127.0.0.1:7171/sessions"
+    )]
+    Serve(ServeArgs),
+}
+
+/// `cairn serve`'s options.
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// The address to listen on.
+    #[arg(long, default_value = "127.0.0.1:7171", value_name = "ADDR")]
+    pub listen: std::net::SocketAddr,
+    /// The token clients must send (at least 16 characters); generated and
+    /// kept in the store when not given.
+    #[arg(
+        long,
+        env = "CAIRN_TOKEN",
+        value_name = "TOKEN",
+        hide_env_values = true
+    )]
+    pub token: Option<String>,
+    /// The largest request body accepted, in bytes.
+    #[arg(long, default_value_t = 4 << 20, value_name = "BYTES")]
+    pub max_body: usize,
+    /// Milliseconds a session's writer lock is kept after the last write
+    /// through the server (other processes can write between bursts).
+    #[arg(long, default_value_t = 1000, value_name = "MS")]
+    pub hold_ms: u64,
 }
 
 /// How `cairn recover` resolves without asking.

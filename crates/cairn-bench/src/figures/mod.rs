@@ -16,6 +16,7 @@ mod memory;
 mod open;
 mod postgres;
 mod resume;
+mod serve;
 mod sqlite;
 mod workspace;
 
@@ -115,6 +116,11 @@ pub const GROUPS: &[Group] = &[
         name: "postgres",
         about: "Postgres backend: durable append vs raw INSERTs, 16 workers vs 1, open + context vs the file backend",
         run: postgres::run,
+    },
+    Group {
+        name: "serve",
+        about: "append latency over HTTP (cairn serve, loopback) vs the library's direct append",
+        run: serve::run,
     },
     Group {
         name: "workspace",

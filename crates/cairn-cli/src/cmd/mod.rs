@@ -13,6 +13,7 @@ mod list;
 mod log;
 mod ops;
 mod rm;
+mod serve;
 mod show;
 mod steps;
 mod tree;
@@ -149,5 +150,6 @@ pub fn run(cli: Cli) -> Result<Status> {
         Command::Memory { target, json } => ops::memory(&ctx, &target, json),
         Command::Copy { from, to } => copy::run(&ctx, &from, &to),
         Command::Gc { grace_secs, json } => gc::run(&ctx, grace_secs, json),
+        Command::Serve(args) => serve::run(&ctx, args),
     }
 }

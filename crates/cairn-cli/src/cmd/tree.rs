@@ -5,7 +5,6 @@
 
 use anyhow::Result;
 use cairn::Access;
-use serde_json::{Value, json};
 
 use super::Status;
 use crate::args::SessionArg;
@@ -51,7 +50,7 @@ pub fn run(ctx: &Ctx, arg: &SessionArg, ascii: bool, depth: usize, json: bool) -
     let view = TreeView::load(&session)?;
     let mut out = ctx.out();
     if json {
-        out.json(&tree_json(&session, &view))?;
+        out.json(&crate::shapes::tree(&session, &view))?;
         return Ok(Status::Ok);
     }
     let title = session
@@ -188,32 +187,4 @@ fn line(
         (Style::Label, &labels),
         (Style::Active, &leaf),
     ])
-}
-
-fn tree_json(session: &cairn::Session, view: &TreeView) -> Value {
-    let nodes: Vec<Value> = view
-        .nodes
-        .iter()
-        .map(|n| {
-            let d = entry_line(&n.body);
-            json!({
-                "id": n.id,
-                "parent": n.parent.map(|p| &view.nodes[p].id),
-                "seq": n.seq,
-                "ts": n.ts,
-                "kind": n.body.kind(),
-                "summary": format!("{} {}", d.tag, d.text),
-                "labels": n.labels,
-                "active": n.active,
-                "children": n.children.iter().map(|&c| &view.nodes[c].id).collect::<Vec<_>>(),
-            })
-        })
-        .collect();
-    json!({
-        "session": session.id(),
-        "leaf": session.leaf(),
-        "active": session.branch(),
-        "labels": session.labels(),
-        "nodes": nodes,
-    })
 }

@@ -1,0 +1,445 @@
+//! The operation API over HTTP, so a harness in another language gets the
+//! guarantees the Rust one gets: every call is the library's [`Operation`]
+//! method of the same name, made on the server's writer handle, and answers
+//! only once its record is as durable as the library promises (a dispatch
+//! returns its ticket and idempotency key only once T1 is synced; a result
+//! is synced before it is acknowledged). The operation a path names must be
+//! the open one, as a ticket must be in the library. Recovery runs the
+//! core's one recovery loop under a [`Policy`] (no tools run here: what the
+//! policy would run is closed instead).
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::Response;
+use axum::routing::{get, post};
+use cairn::{
+    Block, EffectClass, EntryBody, EntryId, Message, NewEntry, Operation, Outcome, Parent, Payload,
+    Policy, Role, Session, ToolOutput, Usage, Verdict,
+};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::api::{read, write};
+use crate::app::{AppState, Json, Path, json};
+use crate::error::ApiError;
+
+/// The operation API's routes.
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/sessions/{id}/operations", post(start))
+        .route("/sessions/{id}/operations/current", get(current))
+        .route("/sessions/{id}/operations/{op}/attempts", post(attempt))
+        .route("/sessions/{id}/operations/{op}/replies", post(reply))
+        .route("/sessions/{id}/operations/{op}/dispatches", post(dispatch))
+        .route("/sessions/{id}/operations/{op}/results", post(result))
+        .route("/sessions/{id}/operations/{op}/reruns", post(rerun))
+        .route(
+            "/sessions/{id}/operations/{op}/approvals",
+            post(request_approval),
+        )
+        .route(
+            "/sessions/{id}/operations/{op}/approvals/{call_id}",
+            post(resolve_approval),
+        )
+        .route("/sessions/{id}/operations/{op}/denials", post(deny))
+        .route("/sessions/{id}/operations/{op}/inputs", post(queue_input))
+        .route("/sessions/{id}/operations/{op}/finish", post(finish))
+        .route("/sessions/{id}/recover", post(recover))
+}
+
+/// What to do next about a verdict, in one sentence.
+pub fn next_action(v: &Verdict) -> &'static str {
+    match v {
+        Verdict::IndeterminateTool { .. } => {
+            "tools started and have no result: re-run read-only and idempotent ones with their key, decide side effects, or record them unknown (POST /sessions/{id}/recover)"
+        }
+        Verdict::Finished { .. } => "nothing to do: the operation finished",
+        Verdict::AwaitingApproval { .. } => {
+            "a person was asked and never answered: ask again, or deny (POST /sessions/{id}/recover)"
+        }
+        Verdict::ProviderInterrupted { .. } => {
+            "a model request got no reply; nothing external happened: retry the attempt"
+        }
+        Verdict::ToolsNotStarted { .. } => {
+            "the model asked for tools that never started: run them, or close them as not started (POST /sessions/{id}/recover)"
+        }
+        Verdict::Ready { .. } => "nothing pending: continue",
+        _ => "see docs/DESIGN.md §4 for this verdict",
+    }
+}
+
+/// Runs `f` with the session's open operation, which must be `op`.
+async fn with_op<T: Send + 'static>(
+    st: &AppState,
+    id: String,
+    op: String,
+    f: impl FnOnce(&Session, Operation<'_>) -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    write(st, id, move |_, h| {
+        let s = &h.session;
+        let Some(open) = s.resume_operation() else {
+            return Err(ApiError::conflict(
+                "no_open_operation",
+                format!("session {} has no open operation", s.id()),
+                "start one with POST /sessions/{id}/operations",
+            ));
+        };
+        if open.id() != op {
+            return Err(ApiError::conflict(
+                "wrong_operation",
+                format!("operation {op} is not the open one ({})", open.id()),
+                "use the operation id that POST /sessions/{id}/operations returned",
+            ));
+        }
+        f(s, open)
+    })
+    .await
+}
+
+/// A message decoded by the library's decoder (the JSON rule included).
+fn message(v: &Value) -> Result<Message, ApiError> {
+    let bad = |why: String| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_record",
+            format!("not a message: {why}"),
+            "a message is {\"role\": R, \"content\": [blocks]} as docs/FORMAT.md §4 writes it",
+        )
+    };
+    match cairn::decode_data("message", false, v.to_string().as_bytes()) {
+        Ok(Payload::Entry(EntryBody::Message(m))) => Ok(m),
+        Ok(_) => Err(bad("not a message".into())),
+        Err(e) => Err(bad(cairn::with_causes(&e))),
+    }
+}
+
+fn ack(a: &cairn::Appended) -> Value {
+    json!({"seq": a.seq, "id": a.id})
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StartBody {
+    input: Value,
+}
+
+async fn start(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    Json(b): Json<StartBody>,
+) -> Result<Response, ApiError> {
+    let input = message(&b.input)?;
+    let v = write(&st, id, move |_, h| {
+        let op = h.session.start_operation(input)?;
+        Ok(json!({"op": op.id(), "input": h.session.leaf(), "next_seq": h.session.len()}))
+    })
+    .await?;
+    Ok(json(StatusCode::CREATED, &v))
+}
+
+async fn current(State(st): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    let v = read(&st, id, |_, s| {
+        let op = s.resume_operation().map(|o| o.id().to_owned());
+        Ok(json!({"op": op, "phase": s.phase(), "verdict": s.verdict()}))
+    })
+    .await?;
+    Ok(json(StatusCode::OK, &v))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AttemptBody {
+    provider: Option<String>,
+    model: Option<String>,
+}
+
+async fn attempt(
+    State(st): State<AppState>,
+    Path((id, op)): Path<(String, String)>,
+    Json(b): Json<AttemptBody>,
+) -> Result<Response, ApiError> {
+    let v = with_op(&st, id, op, move |_, op| {
+        let t = op.model_attempt(b.provider.as_deref(), b.model.as_deref())?;
+        Ok(json!({"attempt": t.attempt(), "entry": t.entry()}))
+    })
+    .await?;
+    Ok(json(StatusCode::CREATED, &v))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReplyBody {
+    entry: EntryId,
+    message: Value,
+    usage: Option<Usage>,
+    latency_ms: Option<u64>,
+}
+
+async fn reply(
+    State(st): State<AppState>,
+    Path((id, op)): Path<(String, String)>,
+    Json(b): Json<ReplyBody>,
+) -> Result<Response, ApiError> {
+    crate::api::bounded("latency_ms", b.latency_ms)?;
+    let m = message(&b.message)?;
+    if m.role != Role::Assistant {
+        return Err(ApiError::bad_request(
+            "a reply is an assistant message",
+            "send the model's reply with \"role\": \"assistant\"",
+        ));
+    }
+    let v = with_op(&st, id, op, move |s, op| {
+        // The library refuses an assistant entry under any id but the open
+        // attempt's preallocated one, exactly as with a ModelTicket.
+        let a = s.append_entry(NewEntry {
+            id: Some(b.entry.clone()),
+            parent: Parent::Leaf,
+            body: EntryBody::Message(m),
+        })?;
+        if let Some(usage) = b.usage {
+            op.settle_usage(&b.entry, usage, b.latency_ms)?;
+        }
+        Ok(ack(&a))
+    })
+    .await?;
+    Ok(json(StatusCode::CREATED, &v))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DispatchBody {
+    call_id: String,
+    effect: EffectClass,
+}
+
+async fn dispatch(
+    State(st): State<AppState>,
+    Path((id, op)): Path<(String, String)>,
+    Json(b): Json<DispatchBody>,
+) -> Result<Response, ApiError> {
+    let v = with_op(&st, id, op, move |_, op| {
+        let t = op.dispatch_tool(&b.call_id, b.effect)?;
+        Ok(ticket(&t))
+    })
+    .await?;
+    Ok(json(StatusCode::CREATED, &v))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ResultBody {
+    call_id: String,
+    content: Vec<Block>,
+    #[serde(default)]
+    is_error: bool,
+    code: Option<String>,
+}
+
+/// The ticket a dispatch or a re-run answers with.
+fn ticket(t: &cairn::ToolTicket) -> Value {
+    json!({
+        "call_id": t.call_id(),
+        "tool": t.tool(),
+        "key": t.key(),
+        "effect": t.effect(),
+        "result_entry": t.result_entry(),
+    })
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RerunBody {
+    call_id: String,
+    /// Who decided to run a side effect again (required for one).
+    decided_by: Option<String>,
+}
+
+/// Re-runs a call that was dispatched and has no result (after a crash):
+/// T1 again with the recorded idempotency key and result id. A side effect
+/// needs a person's decision, recorded as an approval.
+async fn rerun(
+    State(st): State<AppState>,
+    Path((id, op)): Path<(String, String)>,
+    Json(b): Json<RerunBody>,
+) -> Result<Response, ApiError> {
+    let v = with_op(&st, id, op, move |s, op| {
+        let Verdict::IndeterminateTool { calls, .. } = s.verdict() else {
+            return Err(not_dispatched(&b.call_id));
+        };
+        let Some(call) = calls.iter().find(|c| c.call_id == b.call_id) else {
+            return Err(not_dispatched(&b.call_id));
+        };
+        let t = match (call.effect, b.decided_by.as_deref()) {
+            (EffectClass::SideEffect, Some(by)) => op.rerun_side_effect(call, by)?,
+            _ => op.rerun(call)?,
+        };
+        Ok(ticket(&t))
+    })
+    .await?;
+    Ok(json(StatusCode::CREATED, &v))
+}
+
+async fn result(
+    State(st): State<AppState>,
+    Path((id, op)): Path<(String, String)>,
+    Json(b): Json<ResultBody>,
+) -> Result<Response, ApiError> {
+    let v = with_op(&st, id, op, move |s, op| {
+        let Verdict::IndeterminateTool { calls, .. } = s.verdict() else {
+            return Err(not_dispatched(&b.call_id));
+        };
+        let Some(call) = calls.iter().find(|c| c.call_id == b.call_id) else {
+            return Err(not_dispatched(&b.call_id));
+        };
+        let out = ToolOutput {
+            content: b.content,
+            is_error: b.is_error,
+            code: b.code,
+        };
+        // T2 under the result id T1 preallocated, synced before the answer.
+        Ok(ack(&op.provide_outcome(call, out)?))
+    })
+    .await?;
+    Ok(json(StatusCode::CREATED, &v))
+}
+
+fn not_dispatched(call_id: &str) -> ApiError {
+    ApiError::conflict(
+        "not_dispatched",
+        format!("tool call {call_id:?} was not dispatched, or already has its result"),
+        "dispatch it first (POST …/dispatches): its result is accepted only after T1",
+    )
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ApprovalBody {
+    call_id: String,
+    tool: String,
+}
+
+async fn request_approval(
+    State(st): State<AppState>,
+    Path((id, op)): Path<(String, String)>,
+    Json(b): Json<ApprovalBody>,
+) -> Result<Response, ApiError> {
+    with_op(&st, id, op, move |_, op| {
+        Ok(op.request_approval(&b.call_id, &b.tool)?)
+    })
+    .await?;
+    Ok(json(StatusCode::CREATED, &json!({"requested": true})))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ResolutionBody {
+    approved: bool,
+    by: Option<String>,
+}
+
+async fn resolve_approval(
+    State(st): State<AppState>,
+    Path((id, op, call_id)): Path<(String, String, String)>,
+    Json(b): Json<ResolutionBody>,
+) -> Result<Response, ApiError> {
+    with_op(&st, id, op, move |_, op| {
+        Ok(op.resolve_approval(&call_id, b.approved, b.by.as_deref())?)
+    })
+    .await?;
+    Ok(json(StatusCode::OK, &json!({"approved": b.approved})))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DenyBody {
+    call_id: String,
+    reason: String,
+}
+
+async fn deny(
+    State(st): State<AppState>,
+    Path((id, op)): Path<(String, String)>,
+    Json(b): Json<DenyBody>,
+) -> Result<Response, ApiError> {
+    let v = with_op(&st, id, op, move |_, op| {
+        Ok(ack(&op.deny(&b.call_id, &b.reason)?))
+    })
+    .await?;
+    Ok(json(StatusCode::CREATED, &v))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct InputBody {
+    text: String,
+}
+
+async fn queue_input(
+    State(st): State<AppState>,
+    Path((id, op)): Path<(String, String)>,
+    Json(b): Json<InputBody>,
+) -> Result<Response, ApiError> {
+    with_op(&st, id, op, move |_, op| Ok(op.queue_input(&b.text)?)).await?;
+    Ok(json(StatusCode::CREATED, &json!({"queued": true})))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FinishBody {
+    outcome: Outcome,
+    error: Option<String>,
+}
+
+async fn finish(
+    State(st): State<AppState>,
+    Path((id, op)): Path<(String, String)>,
+    Json(b): Json<FinishBody>,
+) -> Result<Response, ApiError> {
+    let v = with_op(&st, id, op, move |s, op| {
+        op.finish(b.outcome, b.error)?;
+        Ok(json!({"status": s.status(), "verdict": s.verdict()}))
+    })
+    .await?;
+    Ok(json(StatusCode::OK, &v))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RecoverBody {
+    /// `close_all` (the default) or `leave_approvals`.
+    policy: Option<String>,
+}
+
+async fn recover(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    Json(b): Json<RecoverBody>,
+) -> Result<Response, ApiError> {
+    let policy = match b.policy.as_deref() {
+        None | Some("close_all") => Policy::close_all(),
+        Some("leave_approvals") => Policy {
+            deny_pending_approvals: false,
+            ..Policy::close_all()
+        },
+        Some(p) => {
+            return Err(ApiError::bad_request(
+                format!("unknown policy {p:?}"),
+                "policy is close_all (unknown outcomes recorded, unstarted calls closed, unanswered approvals denied) or leave_approvals",
+            ));
+        }
+    };
+    let v = write(&st, id, move |_, h| {
+        let report = cairn::recover(&h.session, policy, None).map_err(|e| match e {
+            cairn::RecoveryError::Append(a) => ApiError::from(a),
+            other => ApiError::internal(cairn::with_causes(&other), "report this as a bug"),
+        })?;
+        Ok(json!({
+            "before": report.before,
+            "actions": report.actions,
+            "after": report.after,
+        }))
+    })
+    .await?;
+    Ok(json(StatusCode::OK, &v))
+}
