@@ -187,11 +187,7 @@ fn codex_fixture_joins_calls_and_turns_a_rollback_into_a_checkout() {
         ctx.settings().get("reasoning_effort"),
         Some(&json!("medium"))
     );
-    let texts: Vec<String> = ctx
-        .messages()
-        .iter()
-        .map(|m| m.message().plain_text())
-        .collect();
+    let texts = support::texts(&ctx);
     assert_eq!(
         texts[1..4],
         ["Run the tests", "All 3 tests pass.", "Now add one"]

@@ -2,6 +2,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use std::path::Path;
 use std::sync::Arc;
 
@@ -88,11 +90,7 @@ impl Env {
 
 /// The text of each message of the session's context.
 fn texts(s: &cairn::Session) -> Vec<String> {
-    s.context()
-        .messages()
-        .iter()
-        .map(|m| m.message().plain_text())
-        .collect()
+    support::texts(&s.context())
 }
 
 fn kinds(notes: &[cairn_import::Note], kind: NoteKind) -> Vec<u64> {

@@ -8,7 +8,7 @@
 //! context reads is still read from the log and its checksum verified.
 //!
 //! Encoding and decoding live here; where the bytes are kept is the
-//! backend's business ([`Backend::load_index`](crate::Backend::load_index)).
+//! backend's business ([`IndexStore::load_index`](crate::IndexStore::load_index)).
 
 use crate::id::{EntryId, SessionId};
 use crate::kind::EntryKind;

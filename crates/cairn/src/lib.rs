@@ -56,8 +56,8 @@ pub mod vfs;
 pub mod view;
 
 pub use backend::{
-    Access, Backend, Catalog, CatalogEntry, Claim, FileBackend, IndexedOpen, IndexedPrefix, Log,
-    MemoryBackend, Opened, Opening, RawLine, Stamp, TornTail, Visitor,
+    Access, Backend, Catalog, CatalogEntry, Claim, FileBackend, IndexStore, IndexedOpen,
+    IndexedPrefix, Log, MemoryBackend, Opened, Opening, RawLine, Stamp, TornTail, Visitor,
 };
 pub use commit::Durability;
 pub use error::{

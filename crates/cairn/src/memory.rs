@@ -25,7 +25,7 @@ use crate::error::ReadError;
 use crate::id::EntryId;
 use crate::journal::{TOOL_NOT_STARTED, TOOL_OUTCOME_UNKNOWN};
 use crate::projection::merge_patch;
-use crate::record::{AppStateChange, Block, Entry, EntryBody, Role, value_text};
+use crate::record::{AppStateChange, Block, Entry, EntryBody, ResultBlock, Role, value_text};
 use crate::summary::excerpt;
 use crate::tree::{BranchFold, Walk};
 
@@ -230,16 +230,13 @@ impl MemoryState {
                 {
                     self.calls.remove(&oldest);
                 }
-                for b in &m.content {
-                    let Block::ToolResult {
-                        call_id,
-                        content,
-                        is_error,
-                        code,
-                    } = b
-                    else {
-                        continue;
-                    };
+                for ResultBlock {
+                    call_id,
+                    content,
+                    is_error,
+                    code,
+                } in m.results()
+                {
                     let Some(call) = self.calls.get(call_id) else {
                         continue;
                     };
@@ -256,8 +253,8 @@ impl MemoryState {
                         | Block::Image { .. }
                         | Block::Blob { .. } => None,
                     });
-                    let unknown = code.as_deref() == Some(TOOL_OUTCOME_UNKNOWN);
-                    let not_started = code.as_deref() == Some(TOOL_NOT_STARTED);
+                    let unknown = code == Some(TOOL_OUTCOME_UNKNOWN);
+                    let not_started = code == Some(TOOL_NOT_STARTED);
                     if not_started {
                         // Never ran: not an attempt, failed or otherwise.
                     } else if unknown {
@@ -268,7 +265,7 @@ impl MemoryState {
                             ),
                             max,
                         );
-                    } else if *is_error {
+                    } else if is_error {
                         let why = output
                             .as_deref()
                             .map(|o| format!(": {o}"))
@@ -290,7 +287,7 @@ impl MemoryState {
                             .iter()
                             .any(|w| lower.contains(w.as_str()))
                     {
-                        let verdict = if *is_error { "failed" } else { "passed" };
+                        let verdict = if is_error { "failed" } else { "passed" };
                         self.memory.verification =
                             Some(item(cut(&format!("{what} {verdict}")), entries));
                     }

@@ -268,8 +268,23 @@ impl Message {
 
     /// The call ids this message answers with tool results.
     pub fn tool_results(&self) -> impl Iterator<Item = &str> {
+        self.results().map(|r| r.call_id)
+    }
+
+    /// The tool-result blocks of this message, borrowed.
+    pub(crate) fn results(&self) -> impl Iterator<Item = ResultBlock<'_>> {
         self.content.iter().filter_map(|b| match b {
-            Block::ToolResult { call_id, .. } => Some(call_id.as_str()),
+            Block::ToolResult {
+                call_id,
+                content,
+                is_error,
+                code,
+            } => Some(ResultBlock {
+                call_id,
+                content,
+                is_error: *is_error,
+                code: code.as_deref(),
+            }),
             Block::Text { .. }
             | Block::Thinking { .. }
             | Block::ToolCall { .. }
@@ -277,6 +292,19 @@ impl Message {
             | Block::Blob { .. } => None,
         })
     }
+}
+
+/// A tool-result block of a message, borrowed ([`Message::results`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ResultBlock<'a> {
+    /// The call it answers.
+    pub call_id: &'a str,
+    /// What the tool returned.
+    pub content: &'a [Block],
+    /// Whether the tool failed.
+    pub is_error: bool,
+    /// Its code (`TOOL_OUTCOME_UNKNOWN`, …), if any.
+    pub code: Option<&'a str>,
 }
 
 /// One block of message content.

@@ -350,25 +350,16 @@ pub fn derive(records: &[Record]) -> Vec<Step> {
                         );
                     }
                 }
-                for b in &m.content {
-                    let Block::ToolResult {
-                        call_id,
-                        content,
-                        is_error,
-                        code,
-                    } = b
-                    else {
-                        continue;
-                    };
-                    let status = match code.as_deref() {
+                for res in m.results() {
+                    let status = match res.code {
                         Some(TOOL_OUTCOME_UNKNOWN) => StepStatus::Unknown,
                         Some(TOOL_NOT_STARTED) => StepStatus::NotStarted,
-                        _ if *is_error => StepStatus::Error,
+                        _ if res.is_error => StepStatus::Error,
                         _ => StepStatus::Ok,
                     };
-                    let (output, child) = result_output(content);
+                    let (output, child) = result_output(res.content);
                     let dispatched = tool_by_call
-                        .get(call_id)
+                        .get(res.call_id)
                         .copied()
                         .filter(|&i| steps[i].status == StepStatus::Running);
                     let i = match dispatched {
@@ -383,11 +374,13 @@ pub fn derive(records: &[Record]) -> Vec<Step> {
                             // started, run by a host outside the operation API, or
                             // written with no operation at all. Only calls a model
                             // step asked for are steps.
-                            let Some(a) = asked.get(call_id) else {
+                            let Some(a) = asked.get(res.call_id) else {
                                 continue;
                             };
                             let status = match status {
-                                StepStatus::Error if denied.contains(call_id) => StepStatus::Denied,
+                                StepStatus::Error if denied.contains(res.call_id) => {
+                                    StepStatus::Denied
+                                }
                                 StepStatus::Error if a.op.is_some() => StepStatus::NotStarted,
                                 other @ (StepStatus::Ok
                                 | StepStatus::Error
@@ -405,7 +398,7 @@ pub fn derive(records: &[Record]) -> Vec<Step> {
                             s.status = status;
                             s.parent = Some(parent);
                             s.entry = Some(e.id.clone());
-                            s.call_id = Some(call_id.clone());
+                            s.call_id = Some(res.call_id.to_owned());
                             s.input = Some(arguments);
                             i
                         }

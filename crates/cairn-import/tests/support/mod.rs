@@ -14,6 +14,14 @@ use cairn_import::pi::{
 use serde_json::{Value, json};
 
 /// pi's oracle, ready to run (`None`, with a notice, without node outside CI).
+/// The text of each message of a context.
+pub fn texts(ctx: &Context) -> Vec<String> {
+    ctx.messages()
+        .iter()
+        .map(|m| m.message().plain_text())
+        .collect()
+}
+
 pub fn oracle() -> Option<PathBuf> {
     cairn_import::oracle::prepare().unwrap_or_else(|e| panic!("{e}"))
 }

@@ -92,6 +92,40 @@ pub struct Stamp {
 /// The visitor [`Backend::open`] calls for each intact line, in order.
 pub type Visitor<'v> = dyn FnMut(RawLine<'_>) -> Result<(), OpenError> + 'v;
 
+/// A backend's persisted indexes (`docs/FORMAT.md`, "Index"): a cache per
+/// session, derived from its log, that lets an open skip parsing the lines
+/// it describes. Deleting one is always safe.
+pub trait IndexStore {
+    /// The session's index, if it exists.
+    fn load_index(&self, id: &SessionId) -> Option<Vec<u8>>;
+
+    /// Replaces the session's index, atomically. Called only by a writer's
+    /// open, after the open made the whole log durable (so an index never
+    /// describes lines a power loss could take). Best effort: it is only a
+    /// cache, checked against the log at every open.
+    fn save_index(&self, id: &SessionId, bytes: &[u8]);
+
+    /// Opens a session like [`Backend::open`], trusting that the log still
+    /// begins with the lines `prefix` describes: the backend checks that the
+    /// log is at least `prefix.end` long and that its last indexed line is
+    /// intact with the CRC-32C `prefix.last_line_crc`, then verifies and
+    /// hands to `visit` only the lines after the prefix (their `index`
+    /// continuing from `prefix.offsets.len()`), cutting or ignoring a torn
+    /// tail after it as `open` does. When the check fails it returns
+    /// [`IndexedOpen::Stale`] having opened and locked nothing.
+    ///
+    /// # Errors
+    ///
+    /// As [`Backend::open`].
+    fn open_indexed(
+        &self,
+        id: &SessionId,
+        access: Access,
+        prefix: IndexedPrefix,
+        visit: &mut Visitor<'_>,
+    ) -> Result<IndexedOpen, OpenError>;
+}
+
 /// Storage for many sessions.
 pub trait Backend: Send + Sync + fmt::Debug {
     /// A description of the store for messages, e.g. its directory.
@@ -168,51 +202,10 @@ pub trait Backend: Send + Sync + fmt::Debug {
         Ok(lines)
     }
 
-    /// The session's persisted index (`docs/FORMAT.md`, "Index"), if the
-    /// backend keeps one and it exists. The default keeps none.
-    fn load_index(&self, id: &SessionId) -> Option<Vec<u8>> {
-        let _ = id;
+    /// The backend's persisted indexes (`docs/FORMAT.md`, "Index"), if it
+    /// keeps them. The default keeps none.
+    fn indexes(&self) -> Option<&dyn IndexStore> {
         None
-    }
-
-    /// Whether the backend keeps persisted indexes ([`Backend::save_index`]
-    /// stores them). The default keeps none.
-    fn keeps_index(&self) -> bool {
-        false
-    }
-
-    /// Replaces the session's persisted index, atomically. Called only by
-    /// a writer's open, after the open made the whole log durable (so an
-    /// index never describes lines a power loss could take). Best effort:
-    /// it is only a cache, checked against the log at every open. The
-    /// default keeps none.
-    fn save_index(&self, id: &SessionId, bytes: &[u8]) {
-        let _ = (id, bytes);
-    }
-
-    /// Opens a session like [`Backend::open`], trusting that the log still
-    /// begins with the lines `prefix` describes: the backend checks that the
-    /// log is at least `prefix.end` long and that its last indexed line is
-    /// intact with the CRC-32C `prefix.last_line_crc`, then verifies and
-    /// hands to `visit` only the lines after the prefix (their `index`
-    /// continuing from `prefix.offsets.len()`), cutting or ignoring a torn
-    /// tail after it as `open` does. When the check fails it returns
-    /// [`IndexedOpen::Stale`] having opened and locked nothing.
-    ///
-    /// The default (a backend without an index) always answers `Stale`.
-    ///
-    /// # Errors
-    ///
-    /// As [`Backend::open`].
-    fn open_indexed(
-        &self,
-        id: &SessionId,
-        access: Access,
-        prefix: IndexedPrefix,
-        visit: &mut Visitor<'_>,
-    ) -> Result<IndexedOpen, OpenError> {
-        let _ = (id, access, prefix, visit);
-        Ok(IndexedOpen::Stale("this backend keeps no index".into()))
     }
 
     /// The ids of all sessions, in no particular order.

@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use serde_json::Value;
 
 use super::{Inner, OpenReport, Reader, Session, read_record};
-use crate::backend::{Access, Backend, IndexedOpen, Log, RawLine};
+use crate::backend::{Access, Backend, IndexStore, IndexedOpen, Log, RawLine};
 use crate::commit::{Durability, GroupCommit};
 use crate::error::{Damage, IoFailure, OpenError, ReadError};
 use crate::frame::{self, Class, Frame};
@@ -39,18 +39,20 @@ impl Session {
         access: Access,
     ) -> Result<Session, OpenError> {
         let location = backend.location(id);
-        let loaded = backend
-            .load_index(id)
-            .map(|bytes| index::decode(&bytes, id));
+        let indexes = backend.indexes();
+        let loaded = indexes.and_then(|ix| {
+            ix.load_index(id)
+                .map(|bytes| (ix, index::decode(&bytes, id)))
+        });
         let mut note = None;
         let mut st = Scanned::default();
         let opened = match loaded {
-            Some(Ok(decoded)) => {
+            Some((ix, Ok(decoded))) => {
                 st.tree = decoded.tree;
                 st.ops = decoded.ops;
                 st.indexed = decoded.prefix.offsets.len() as u64;
                 let mut visit = |raw: RawLine<'_>| st.line(raw, id, &location);
-                match backend.open_indexed(id, access, decoded.prefix, &mut visit)? {
+                match ix.open_indexed(id, access, decoded.prefix, &mut visit)? {
                     IndexedOpen::Opened(o) => Some(o),
                     IndexedOpen::Stale(why) => {
                         note = Some(format!("index not used ({why})"));
@@ -58,7 +60,7 @@ impl Session {
                     }
                 }
             }
-            Some(Err(why)) => {
+            Some((_, Err(why))) => {
                 note = Some(format!("index not used ({why})"));
                 None
             }
@@ -114,9 +116,9 @@ impl Session {
         // reader may see lines a writer has not synced yet).
         if access == Access::Write
             && records - indexed >= index::INDEX_AFTER_RECORDS
-            && backend.keeps_index()
+            && let Some(ix) = indexes
         {
-            let saved = match save_index(backend, id, &*log, &tree, &ops) {
+            let saved = match save_index(ix, id, &*log, &tree, &ops) {
                 Ok(()) => format!(
                     "{records} records ({} parsed now, {indexed} from the old index)",
                     records - indexed
@@ -280,7 +282,7 @@ fn header_of(frame: &Frame<'_>, id: &SessionId, location: &str) -> Result<Header
 
 /// Saves the persisted index of every record of `log`.
 fn save_index(
-    backend: &dyn Backend,
+    indexes: &dyn IndexStore,
     id: &SessionId,
     log: &dyn Log,
     tree: &Tree,
@@ -297,7 +299,7 @@ fn save_index(
         offsets: &offsets,
         last_line_crc: crc32c::crc32c(&last),
     });
-    backend.save_index(id, &bytes);
+    indexes.save_index(id, &bytes);
     Ok(())
 }
 

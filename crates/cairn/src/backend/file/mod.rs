@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use super::{
-    Access, Backend, Catalog, IndexedOpen, IndexedPrefix, Log, Opened, Opening, Stamp, TornTail,
-    Visitor,
+    Access, Backend, Catalog, IndexStore, IndexedOpen, IndexedPrefix, Log, Opened, Opening, Stamp,
+    TornTail, Visitor,
 };
 use crate::error::{IoFailure, OpenError, StoreError};
 use crate::id::SessionId;
@@ -228,26 +228,8 @@ impl Backend for FileBackend {
         }
     }
 
-    fn load_index(&self, id: &SessionId) -> Option<Vec<u8>> {
-        vfs::read_all(&*self.vfs, &self.index_path(id)).ok()
-    }
-
-    fn keeps_index(&self) -> bool {
-        true
-    }
-
-    fn save_index(&self, id: &SessionId, bytes: &[u8]) {
-        let _ = vfs::write_atomic(&*self.vfs, &self.index_path(id), bytes);
-    }
-
-    fn open_indexed(
-        &self,
-        id: &SessionId,
-        access: Access,
-        prefix: IndexedPrefix,
-        visit: &mut Visitor<'_>,
-    ) -> Result<IndexedOpen, OpenError> {
-        self.open_from(id, access, Some(prefix), visit)
+    fn indexes(&self) -> Option<&dyn IndexStore> {
+        Some(self)
     }
 
     fn stored_lines(&self, id: &SessionId) -> Result<Vec<Vec<u8>>, OpenError> {
@@ -330,9 +312,30 @@ impl Backend for FileBackend {
     }
 }
 
+/// The index of `<id>.jsonl` is `<id>.idx` beside it.
+impl IndexStore for FileBackend {
+    fn load_index(&self, id: &SessionId) -> Option<Vec<u8>> {
+        vfs::read_all(&*self.vfs, &self.index_path(id)).ok()
+    }
+
+    fn save_index(&self, id: &SessionId, bytes: &[u8]) {
+        let _ = vfs::write_atomic(&*self.vfs, &self.index_path(id), bytes);
+    }
+
+    fn open_indexed(
+        &self,
+        id: &SessionId,
+        access: Access,
+        prefix: IndexedPrefix,
+        visit: &mut Visitor<'_>,
+    ) -> Result<IndexedOpen, OpenError> {
+        self.open_from(id, access, Some(prefix), visit)
+    }
+}
+
 impl FileBackend {
     /// Opens a session, from the end of `prefix` when given (see
-    /// [`Backend::open_indexed`]).
+    /// [`IndexStore::open_indexed`]).
     fn open_from(
         &self,
         id: &SessionId,
