@@ -69,7 +69,7 @@ pub struct Opened {
 /// opened.
 pub type Opening = Result<Opened, OpenError>;
 
-/// What [`Backend::open_indexed`] found.
+/// What [`IndexStore::open_indexed`] found.
 #[derive(Debug)]
 pub enum IndexedOpen {
     /// The log still begins with the indexed lines: it is open, and the
