@@ -54,6 +54,19 @@ struct Group {
     ts: Option<String>,
 }
 
+/// A user line not yet written: the attachment lines chained after it join
+/// it, as Claude Code joins them into the message it sends.
+#[derive(Debug)]
+struct Turn {
+    item: Item,
+    /// Its uuid, then each joined attachment's.
+    uuids: Vec<String>,
+    /// What the joined attachments render for the model, in order.
+    rendered: Vec<String>,
+    /// The joined attachment records, as written.
+    attachments: Vec<Value>,
+}
+
 /// A compact boundary waiting for its summary line.
 #[derive(Debug)]
 struct Boundary {
@@ -68,6 +81,7 @@ struct Boundary {
 #[derive(Debug, Default)]
 pub struct Claude {
     group: Option<Group>,
+    turn: Option<Turn>,
     boundary: Option<Boundary>,
     /// The last main-chain message's uuid: the live leaf.
     live: Option<String>,
@@ -161,6 +175,15 @@ impl Convert for Claude {
             }
             self.write_boundary(b, bd)?;
         }
+        if ty == "attachment"
+            && let Some(t) = self.turn.as_mut()
+            && str_of(&o, "parentUuid") == t.uuids.last().map(String::as_str)
+        {
+            t.rendered.extend(rendered(&o));
+            t.uuids.push(uuid);
+            t.attachments.push(Value::Object(o));
+            return Ok(());
+        }
         let continues_group = ty == "assistant"
             && self.group.as_ref().is_some_and(|g| {
                 Some(g.message_id.as_str()) == str_of(&msg, "id")
@@ -212,11 +235,31 @@ impl Convert for Claude {
                     source.insert("blocks".into(), Value::Array(items));
                 }
                 let role = if results { Role::Tool } else { Role::User };
+                self.turn = Some(Turn {
+                    item: Item {
+                        line,
+                        id: Some(uuid.clone()),
+                        at: parent,
+                        body: message(role, blocks),
+                        ts,
+                        source,
+                    },
+                    uuids: vec![uuid],
+                    rendered: Vec::new(),
+                    attachments: Vec::new(),
+                });
+                Ok(())
+            }
+            "attachment" if !rendered(&o).is_empty() => {
+                // Not after a user line (which it would have joined): shown
+                // as a message of its own.
+                let texts = rendered(&o).into_iter().map(|text| Block::Text { text });
+                let source = rest(&o, &["uuid", "parentUuid", "timestamp", "rendered"]);
                 b.entry(Item {
                     line,
                     id: Some(uuid),
                     at: parent,
-                    body: message(role, blocks),
+                    body: message(Role::User, texts.collect()),
                     ts,
                     source,
                 })?;
@@ -306,6 +349,7 @@ impl Convert for Claude {
 
 impl Claude {
     fn flush(&mut self, b: &mut Builder<'_>) -> Result<(), Error> {
+        self.flush_turn(b)?;
         let Some(g) = self.group.take() else {
             return Ok(());
         };
@@ -333,6 +377,42 @@ impl Claude {
         Ok(())
     }
 
+    /// Writes the pending user line with the attachments that joined it:
+    /// what they render goes before a prompt's own content, and after a tool
+    /// result's (Claude Code sends them there: the prompt's reminders as
+    /// text blocks ahead of it, a reminder after a tool result appended to
+    /// the result's text).
+    fn flush_turn(&mut self, b: &mut Builder<'_>) -> Result<(), Error> {
+        let Some(mut t) = self.turn.take() else {
+            return Ok(());
+        };
+        if let EntryBody::Message(m) = &mut t.item.body {
+            let texts = t.rendered.into_iter().map(|text| Block::Text { text });
+            let last_result = m
+                .content
+                .iter()
+                .rposition(|b| matches!(b, Block::ToolResult { .. }));
+            match last_result {
+                Some(i) => {
+                    if let Block::ToolResult { content, .. } = &mut m.content[i] {
+                        content.extend(texts);
+                    }
+                }
+                None => drop(m.content.splice(0..0, texts)),
+            }
+        }
+        if !t.attachments.is_empty() {
+            t.item
+                .source
+                .insert("attachments".into(), Value::Array(t.attachments));
+        }
+        let id = b.entry(t.item)?;
+        for u in &t.uuids {
+            b.alias(u, &id);
+        }
+        Ok(())
+    }
+
     fn write_boundary(&mut self, b: &mut Builder<'_>, bd: Boundary) -> Result<(), Error> {
         b.note(
             Some(bd.line),
@@ -355,6 +435,20 @@ impl Claude {
         })?;
         Ok(())
     }
+}
+
+/// What an attachment line renders for the model (`rendered[].content`,
+/// written by Claude Code 2.1 and later; older lines say nothing of it).
+fn rendered(o: &Map<String, Value>) -> Vec<String> {
+    o.get("rendered")
+        .and_then(Value::as_array)
+        .map(|rs| {
+            rs.iter()
+                .map(|r| text_of(r.get("content")))
+                .filter(|t| !t.is_empty())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 fn title(o: &Map<String, Value>, key: &str) -> Option<String> {

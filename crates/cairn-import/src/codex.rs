@@ -5,14 +5,21 @@
 //!
 //! - `session_meta`: the session's id and cwd (the first one is the
 //!   session's; later ones, written by forks, are kept as log-only records);
+//!   its `base_instructions` (Codex's system prompt, sent as the first
+//!   developer message after Codex adapts it to the run's tools, so not as
+//!   recorded) stay there, out of the context, as a host's system prompt
+//!   does; `forked_from_id` links a fork to its parent (`lineage.rs`);
 //! - `response_item`: the model's history, in the Responses API's items.
 //!   Consecutive model items — `reasoning`, an assistant `message`,
 //!   `function_call` (its `arguments` a JSON string, parsed), `custom_tool_call`,
 //!   `local_shell_call` — become one assistant message; `function_call_output`
 //!   and `custom_tool_call_output` become tool results joined on `call_id`;
 //!   user, developer and system messages become messages of those roles;
-//! - `compacted`: a compaction with its summary (`message`); the items of its
-//!   `replacement_history`, when present, follow it as the history Codex kept;
+//! - `compacted` with a `replacement_history`: Codex's history becomes
+//!   exactly those items (the summary among them, as Codex framed it), so the
+//!   import checks out to a new root and writes them there (the history they
+//!   replace stays on its branch); without one (older rollouts), a compaction
+//!   with the summary (`message`);
 //! - `turn_context`: settings (`model`, `reasoning_effort`, `cwd`, approval
 //!   and sandbox policies), written when they change;
 //! - `event_msg`: the UI's events, kept as log-only records, except
@@ -24,6 +31,7 @@ use cairn::{Block, Checkout, Compaction, EntryBody, EntryId, Message, Role, Sett
 use serde_json::{Map, Value, json};
 
 use crate::builder::{At, Builder, Item, message};
+use crate::lineage::{Link, ParentRef};
 use crate::report::NoteKind;
 use crate::{Convert, Error, Start, rest, str_of, ts_of};
 
@@ -57,6 +65,15 @@ impl Convert for Codex {
             let p = &v["payload"];
             start.source_id = p.get("id").and_then(Value::as_str).map(str::to_owned);
             start.cwd = p.get("cwd").and_then(Value::as_str).map(str::to_owned);
+            start.link = p
+                .get("forked_from_id")
+                .and_then(Value::as_str)
+                .map(|id| Link::Fork {
+                    parent: ParentRef::CodexThread(id.to_owned()),
+                    ordinal: p
+                        .get("forked_from_ordinal_exclusive")
+                        .and_then(Value::as_u64),
+                });
         } else if !lines.iter().any(|(_, v)| v.get("payload").is_some()) && !lines.is_empty() {
             return Err(
                 "none of its first records is a rollout line ({timestamp, type, payload})".into(),
@@ -82,30 +99,63 @@ impl Convert for Codex {
             "compacted" => {
                 self.flush(b)?;
                 let summary = str_of(&payload, "message").unwrap_or("").to_owned();
-                let mut source = rest(&payload, &["message", "replacement_history"]);
+                let mut source = rest(&payload, &["replacement_history"]);
                 source.insert("type".into(), json!("compacted"));
+                self.turns.clear();
+                let Some(Value::Array(history)) = payload.get("replacement_history") else {
+                    // An older rollout: the summary alone.
+                    source.remove("message");
+                    b.entry(Item {
+                        line,
+                        id: None,
+                        at: At::Leaf,
+                        body: EntryBody::Compaction(Compaction {
+                            summary,
+                            first_kept: None,
+                            tokens_before: None,
+                        }),
+                        ts,
+                        source,
+                    })?;
+                    return Ok(());
+                };
+                // Codex's history is now exactly the replacement history
+                // (which holds the summary, as Codex framed it): a new root
+                // holds it, and the history it replaces stays on its branch.
+                let from = b.leaf().cloned();
                 b.entry(Item {
                     line,
                     id: None,
-                    at: At::Leaf,
-                    body: EntryBody::Compaction(Compaction {
-                        summary,
-                        first_kept: None,
-                        tokens_before: None,
+                    at: At::Root,
+                    body: EntryBody::Checkout(Checkout {
+                        from,
+                        summary: None,
                     }),
                     ts: ts.clone(),
                     source,
                 })?;
-                self.turns.clear();
-                if let Some(Value::Array(history)) = payload.get("replacement_history") {
-                    for (k, item) in history.iter().enumerate() {
-                        if let Value::Object(i) = item {
-                            self.item(b, line, ts.clone(), i, k + 1)?;
-                        }
-                    }
-                    self.flush(b)?;
+                // The turn context is not history: it carries over.
+                if !self.settings.is_empty() {
+                    let mut source = Map::new();
+                    source.insert("type".into(), json!("compacted"));
+                    source.insert("carried_over".into(), json!("turn_context"));
+                    b.entry(Item {
+                        line,
+                        id: None,
+                        at: At::Leaf,
+                        body: EntryBody::Settings(Settings {
+                            values: self.settings.clone(),
+                        }),
+                        ts: ts.clone(),
+                        source,
+                    })?;
                 }
-                Ok(())
+                for (k, item) in history.iter().enumerate() {
+                    if let Value::Object(i) = item {
+                        self.item(b, line, ts.clone(), i, k + 1)?;
+                    }
+                }
+                self.flush(b)
             }
             "turn_context" => {
                 let mut changed = Map::new();

@@ -109,6 +109,11 @@ impl Ledger {
         self.file.sources.get(path)
     }
 
+    /// Every source path the ledger knows.
+    pub fn paths(&self) -> impl Iterator<Item = &str> {
+        self.file.sources.keys().map(String::as_str)
+    }
+
     /// Records a source and writes the ledger (atomically: a temporary file
     /// synced, then renamed over the old one).
     ///

@@ -39,6 +39,7 @@ mod claude;
 mod codex;
 mod detect;
 mod ledger;
+mod lineage;
 pub mod oracle;
 pub mod pi;
 mod pi_export;
@@ -47,8 +48,8 @@ mod report;
 use std::path::{Path, PathBuf};
 
 use cairn::{
-    Access, AppendError, Durability, EntryBody, ImportOrigin, Lineage, MemoryBackend, NewSession,
-    OpenError, ReadError, Session, SessionId, Store, StoreError,
+    Access, AppendError, Durability, EntryBody, EntryId, ForkOrigin, ImportOrigin, Lineage,
+    MemoryBackend, NewSession, OpenError, ReadError, Session, SessionId, Store, StoreError,
 };
 use serde_json::{Map, Value};
 
@@ -59,6 +60,7 @@ pub use pi_export::{ExportError, export_pi};
 pub use report::{FileReport, Note, NoteKind, Outcome};
 
 use builder::Builder;
+use lineage::Link;
 
 /// How to import.
 #[derive(Debug, Clone, Default)]
@@ -159,6 +161,8 @@ pub(crate) struct Start {
     pub source_id: Option<String>,
     /// Its working directory.
     pub cwd: Option<String>,
+    /// The session it was forked from, if it names one.
+    pub link: Option<Link>,
 }
 
 /// One source format's conversion, fed one parsed line at a time.
@@ -222,6 +226,10 @@ fn parse_lines(bytes: &[u8], first_line: u64) -> Parsed {
 
 /// Imports one source file into `store`, consulting and updating `ledger`.
 ///
+/// A fork or a subagent (section 14 of `docs/FORMAT.md`) is linked to the
+/// session its parent was imported into; a parent not imported yet is
+/// imported first, and its report is in [`FileReport::also`].
+///
 /// # Errors
 ///
 /// [`Error::Read`] when the file cannot be read; [`Error::UnknownFormat`] or
@@ -235,6 +243,17 @@ pub fn import_file(
     ledger: &mut Ledger,
     path: &Path,
     opts: &Options,
+) -> Result<FileReport, Error> {
+    import_at(store, ledger, path, opts, 0)
+}
+
+/// [`import_file`], `depth` parents down from the file first named.
+fn import_at(
+    store: &Store,
+    ledger: &mut Ledger,
+    path: &Path,
+    opts: &Options,
+    depth: u32,
 ) -> Result<FileReport, Error> {
     let canonical: PathBuf = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned());
     let key = canonical.display().to_string();
@@ -273,6 +292,7 @@ pub fn import_file(
                 written: 0,
                 lines: 0,
                 notes: Vec::new(),
+                also: Vec::new(),
             });
         }
         if end <= complete && sha256_hex(&bytes[..end]) == k.consumed_sha256 {
@@ -318,17 +338,26 @@ pub fn import_file(
         .take(8)
         .cloned()
         .collect();
-    let start = conv
+    let mut start = conv
         .start(&all_first)
         .map_err(|problem| Error::NotThisFormat {
             path: key.clone(),
             format: format.name(),
             problem,
         })?;
+    if format == Format::ClaudeCode
+        && let Some(link) = lineage::claude_subagent(&canonical)
+    {
+        if let Link::Spawn { agent_id, .. } = &link {
+            start.source_id = Some(agent_id.clone());
+        }
+        start.link = Some(link);
+    }
     let file_name = canonical
         .file_name()
         .map_or_else(|| key.clone(), |n| n.to_string_lossy().into_owned());
     let new_lines = new.lines.len() as u64;
+    let mut also = Vec::new();
     let (session_id, written, mut notes) = match &resume {
         Some(k) => {
             let id = SessionId::parse(&k.session).map_err(|e| Error::Diverged {
@@ -338,6 +367,19 @@ pub fn import_file(
             let session = store.open(&id, Access::Write)?;
             session.set_durability(Durability::Buffered);
             let mut b = Builder::new(&session, &file_name, true);
+            // A fork that holds only its own items was written after a
+            // copy of its parent's branch: replayed first, as it was.
+            if let Some(Link::Fork {
+                ordinal: Some(_), ..
+            }) = &start.link
+                && let Some(ForkOrigin {
+                    session: parent,
+                    entry: Some(at),
+                }) = &session.header().lineage.forked_from
+            {
+                let parent = store.open(parent, Access::Read)?;
+                lineage::copy_branch(&mut b, &parent, at)?;
+            }
             let old_last = first_new_line.saturating_sub(1);
             for (line, v) in old.lines {
                 conv.line(&mut b, line, v)?;
@@ -362,28 +404,77 @@ pub fn import_file(
             (id, b.written(), notes)
         }
         None => {
-            let staging = MemoryBackend::new();
             let id = SessionId::generate();
-            let session = Session::create(
-                &staging,
-                NewSession {
-                    id: Some(id.clone()),
-                    title: None,
-                    cwd: start.cwd.clone(),
-                    app_state: None,
-                    lineage: Lineage {
-                        imported_from: Some(Box::new(ImportOrigin {
-                            format: format.name().to_owned(),
-                            path: key.clone(),
-                            sha256: file_sha256.clone(),
-                            source_id: start.source_id.clone(),
-                        })),
-                        ..Lineage::default()
+            let mut link_notes = Vec::new();
+            let parent = match &start.link {
+                Some(link) => {
+                    match link_parent(store, ledger, link, &canonical, opts, depth, &mut also) {
+                        Ok(p) => Some((link, p)),
+                        Err(why) => {
+                            link_notes.push(Note {
+                                line: None,
+                                kind: NoteKind::Kept,
+                                message: format!(
+                                    "{}: not linked, {why} (the source header keeps the reference)",
+                                    link.describe()
+                                ),
+                            });
+                            None
+                        }
+                    }
+                }
+                None => None,
+            };
+            // A Codex fork that holds only its own items continues a copy of
+            // its parent's branch.
+            let copy = match parent {
+                Some((
+                    Link::Fork {
+                        ordinal: Some(n), ..
                     },
+                    ref p,
+                )) => match codex_fork_point(p, *n) {
+                    Some(at) => Some((p, at)),
+                    None => {
+                        link_notes.push(Note {
+                            line: None,
+                            kind: NoteKind::Kept,
+                            message: format!(
+                                "forked from session {} after its first {n} rollout items, which its import does not hold: linked, but its history is not copied",
+                                p.id()
+                            ),
+                        });
+                        None
+                    }
                 },
-            )?;
+                _ => None,
+            };
+            let mut header = NewSession {
+                id: Some(id.clone()),
+                title: None,
+                cwd: start.cwd.clone(),
+                app_state: None,
+                lineage: Lineage {
+                    forked_from: copy.as_ref().map(|(p, at)| ForkOrigin {
+                        session: p.id().clone(),
+                        entry: Some(at.clone()),
+                    }),
+                    imported_from: Some(Box::new(ImportOrigin {
+                        format: format.name().to_owned(),
+                        path: key.clone(),
+                        sha256: file_sha256.clone(),
+                        source_id: start.source_id.clone(),
+                    })),
+                    ..Lineage::default()
+                },
+            };
+            let staging = MemoryBackend::new();
+            let session = Session::create(&staging, header.clone())?;
             session.set_durability(Durability::Buffered);
             let mut b = Builder::new(&session, &file_name, false);
+            if let Some((p, at)) = &copy {
+                lineage::copy_branch(&mut b, p, at)?;
+            }
             for (line, v) in new.lines {
                 conv.line(&mut b, line, v)?;
             }
@@ -391,13 +482,51 @@ pub fn import_file(
             if !opts.live {
                 conv.finish(&mut b, last_line)?;
             }
-            let notes = b.take_notes();
+            let mut notes = b.take_notes();
+            notes.append(&mut link_notes);
             let written = b.written();
             drop(b);
-            let lines = (0..session.len())
+            let mut lines = (0..session.len())
                 .map(|seq| session.raw_record(seq))
                 .collect::<Result<Vec<_>, _>>()?;
+            match parent {
+                Some((Link::Fork { ordinal: None, .. }, p)) => {
+                    header.lineage.forked_from = Some(ForkOrigin {
+                        session: p.id().clone(),
+                        entry: lineage::fork_point(&session, &p)?,
+                    });
+                }
+                Some((
+                    Link::Spawn {
+                        parent: file,
+                        agent_id,
+                        call_id,
+                    },
+                    p,
+                )) => match call_id
+                    .clone()
+                    .or_else(|| lineage::claude_spawning_call(file, agent_id))
+                {
+                    Some(call) => header.lineage.parent = Some(lineage::spawn_origin(&p, call)),
+                    None => notes.push(Note {
+                        line: None,
+                        kind: NoteKind::Kept,
+                        message: format!(
+                            "subagent {agent_id}: not linked, no tool call of session {} started it",
+                            p.id()
+                        ),
+                    }),
+                },
+                _ => {}
+            }
             drop(session);
+            if let Some(first) = lines.first_mut()
+                && (header.lineage.forked_from.is_some() || header.lineage.parent.is_some())
+            {
+                // The header is written first; the link is known only now.
+                let linked = Session::create(&MemoryBackend::new(), header)?;
+                *first = linked.raw_record(0)?;
+            }
             drop(store.backend().create_with(&id, &lines)?);
             (id, written, notes)
         }
@@ -428,7 +557,96 @@ pub fn import_file(
         written,
         lines: new_lines,
         notes: damaged,
+        also,
     })
+}
+
+/// The session of the parent a link names; a parent not imported yet is
+/// imported first (its report goes to `also`). The error says why there is
+/// none.
+fn link_parent(
+    store: &Store,
+    ledger: &mut Ledger,
+    link: &Link,
+    child: &Path,
+    opts: &Options,
+    depth: u32,
+    also: &mut Vec<FileReport>,
+) -> Result<Session, String> {
+    let file = match link {
+        Link::Fork { parent, .. } => lineage::parent_file(parent, child, ledger),
+        Link::Spawn { parent, .. } => Some(parent.clone()),
+    }
+    .ok_or("its session file was not found")?;
+    let canonical = std::fs::canonicalize(&file).unwrap_or_else(|_| file.clone());
+    if canonical == child {
+        return Err("it names itself".into());
+    }
+    let imported = ledger
+        .get(&canonical.display().to_string())
+        .and_then(|s| SessionId::parse(&s.session).ok())
+        .and_then(|id| store.open(&id, Access::Read).ok());
+    if let Some(s) = imported {
+        return Ok(s);
+    }
+    if !canonical.is_file() {
+        return Err(format!("{} is neither imported nor found", file.display()));
+    }
+    if depth >= lineage::MAX_DEPTH {
+        return Err(format!(
+            "{} is {} parents up (a loop?)",
+            file.display(),
+            depth + 1
+        ));
+    }
+    let parent_opts = Options {
+        format: None,
+        ..opts.clone()
+    };
+    let r = import_at(store, ledger, &canonical, &parent_opts, depth + 1).map_err(|e| {
+        format!(
+            "importing {} failed: {}",
+            file.display(),
+            cairn::with_causes(&e)
+        )
+    })?;
+    let id = SessionId::parse(&r.session).map_err(|e| e.to_string())?;
+    also.push(r);
+    lineage::open_parent(store, &id).map_err(|e| cairn::with_causes(&e))
+}
+
+/// The entry a Codex rollout's first `items` lines end at, as their import
+/// wrote it (an import depends only on the lines read so far), if the
+/// parent's session holds it.
+fn codex_fork_point(parent: &Session, items: u64) -> Option<EntryId> {
+    let origin = parent.header().lineage.imported_from.as_ref()?;
+    let bytes = std::fs::read(&origin.path).ok()?;
+    let end = bytes
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| **b == b'\n')
+        .nth(usize::try_from(items).ok()?.checked_sub(1)?)
+        .map_or(bytes.len(), |(i, _)| i + 1);
+    let lines = parse_lines(&bytes[..end], 1).lines;
+    let mut conv = converter(Format::Codex);
+    let start = conv.start(&lines[..lines.len().min(8)]).ok()?;
+    let staging = MemoryBackend::new();
+    let session = Session::create(
+        &staging,
+        NewSession {
+            cwd: start.cwd,
+            ..NewSession::default()
+        },
+    )
+    .ok()?;
+    let mut b = Builder::new(&session, "", false);
+    let last = lines.last().map_or(0, |(l, _)| *l);
+    for (line, v) in lines {
+        conv.line(&mut b, line, v).ok()?;
+    }
+    conv.end_of_input(&mut b, last).ok()?;
+    let leaf = b.leaf().cloned()?;
+    parent.entry(&leaf).ok()?.map(|_| leaf)
 }
 
 /// An entry body's `data` as JSON (as cairn writes it).

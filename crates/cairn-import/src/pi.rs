@@ -22,6 +22,7 @@ use cairn::{
 use serde_json::{Map, Value, json};
 
 use crate::builder::{At, Builder, Item, message};
+use crate::lineage::{Link, ParentRef};
 use crate::report::NoteKind;
 use crate::{Convert, Error, Start, rest, str_of, ts_of};
 
@@ -65,9 +66,17 @@ impl Convert for Pi {
                 self.version
             ));
         }
+        // A session branched from another names that one's file.
+        let link = str_of(h, "parentSession")
+            .filter(|p| !p.is_empty())
+            .map(|p| Link::Fork {
+                parent: ParentRef::Path(p.into()),
+                ordinal: None,
+            });
         Ok(Start {
             source_id: str_of(h, "id").map(str::to_owned),
             cwd: str_of(h, "cwd").map(str::to_owned),
+            link,
         })
     }
 

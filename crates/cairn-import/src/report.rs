@@ -86,6 +86,10 @@ pub struct FileReport {
     pub lines: u64,
     /// Every decision, in line order.
     pub notes: Vec<Note>,
+    /// The sessions imported on the way: the parent a fork or a subagent
+    /// names, when it was not imported yet (`docs/FORMAT.md` section 14).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub also: Vec<FileReport>,
 }
 
 impl fmt::Display for Note {

@@ -187,11 +187,29 @@ fn codex_fixture_joins_calls_and_turns_a_rollback_into_a_checkout() {
         ctx.settings().get("reasoning_effort"),
         Some(&json!("medium"))
     );
+    // The replacement history is the whole context (its summary once, as
+    // Codex framed it), then what came after the compaction.
     let texts = support::texts(&ctx);
+    assert_eq!(texts.len(), 6, "{texts:?}");
+    assert!(texts[0].starts_with("<environment_context>"));
+    assert_eq!(texts[1..2], ["Run the tests"]);
+    assert!(texts[2].starts_with("Another language model") && texts[2].ends_with("delete them."));
+    assert_eq!(texts[3], "Now add one");
     assert_eq!(
-        texts[1..4],
-        ["Run the tests", "All 3 tests pass.", "Now add one"]
+        texts
+            .iter()
+            .filter(|t| t.contains("asked not to delete"))
+            .count(),
+        1,
+        "the summary is shown once"
     );
+    // The history it replaced stays in the log, on another branch.
+    let compacted = s
+        .branch()
+        .into_iter()
+        .find(|id| s.entry(id).unwrap().unwrap().body.kind() == "checkout")
+        .expect("the compaction is a checkout to a new root");
+    assert_eq!(s.entry(&compacted).unwrap().unwrap().parent, None);
     // The rolled-back turn is in the log, not on the branch.
     let branch: Vec<String> = s.branch().iter().map(ToString::to_string).collect();
     let deleted = s.nodes().into_iter().find(|n| {

@@ -61,7 +61,11 @@ pub fn run(
                     live: watch,
                 };
                 match import_file(&store, &mut ledger, &file, &opts) {
-                    Ok(r) => reports.push(r),
+                    Ok(mut r) => {
+                        // Parents imported on the way are reported first.
+                        reports.append(&mut r.also);
+                        reports.push(r);
+                    }
                     Err(e) => failures.push((file, cairn::with_causes(&e))),
                 }
             }

@@ -1,0 +1,249 @@
+//! Lineage between imported sessions, linked the way cairn links its own:
+//! a fork's header names the session and entry it was forked from
+//! (`lineage.forked_from`), a subagent's the session and tool call that
+//! spawned it (`lineage.parent`), so `cairn show`, `tree`, `steps` and the
+//! server show them as they show native forks and subagents.
+//!
+//! - pi: the header's `parentSession` is the path of the session it was
+//!   branched from; the branched file holds a copy of the branch (same entry
+//!   ids), so the fork point is the end of the longest chain of the child's
+//!   first entries that the parent holds too (same parent, same content).
+//! - Codex: `session_meta.forked_from_id` names the thread it was forked from
+//!   (its rollout is `rollout-<time>-<id>.jsonl`, looked up in the ledger,
+//!   then beside the child and under the sessions root). A fork written with
+//!   `forked_from_ordinal_exclusive` holds only its own items: Codex builds
+//!   its history from the parent's first that many rollout items, so the
+//!   import copies the parent's branch up to the entry those items end at
+//!   (as `cairn fork` copies it), and the child's items follow it. An older
+//!   fork, which copied the history into its own file, is linked as pi's is.
+//! - Claude Code: a subagent's transcript is
+//!   `<session>/subagents/agent-<agentId>.jsonl` beside `<session>.jsonl`;
+//!   the call that started it is the `toolUseId` of the `.meta.json` beside
+//!   it, else the tool result whose `toolUseResult.agentId` names the agent.
+//!
+//! A parent that is not imported yet is imported first (its report comes
+//! with the child's); one that cannot be found leaves the child unlinked,
+//! with a note saying which source session it names.
+
+use std::path::{Path, PathBuf};
+
+use cairn::{Access, EntryBody, EntryId, ReadError, Session, SessionId, SpawnOrigin, Store};
+use serde_json::{Map, Value, json};
+
+use crate::builder::{At, Builder, Item};
+use crate::{Error, Ledger};
+
+/// How deep parents are imported on the way (a parent of a parent …).
+pub(crate) const MAX_DEPTH: u32 = 16;
+
+/// The other source session a source names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Link {
+    /// A fork of another session.
+    Fork {
+        /// Where the parent is.
+        parent: ParentRef,
+        /// Codex: the parent's first rollout items the fork's history is made
+        /// of (it holds only its own).
+        ordinal: Option<u64>,
+    },
+    /// A Claude Code subagent.
+    Spawn {
+        /// The parent's transcript.
+        parent: PathBuf,
+        /// The agent's id (`agent-<id>.jsonl`).
+        agent_id: String,
+        /// The tool call that started it, when its `.meta.json` says.
+        call_id: Option<String>,
+    },
+}
+
+/// How a source names its parent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ParentRef {
+    /// A session file's path (pi).
+    Path(PathBuf),
+    /// A Codex thread id.
+    CodexThread(String),
+}
+
+impl Link {
+    /// What the link names, for notes.
+    pub(crate) fn describe(&self) -> String {
+        match self {
+            Link::Fork {
+                parent: ParentRef::Path(p),
+                ..
+            } => format!("forked from {}", p.display()),
+            Link::Fork {
+                parent: ParentRef::CodexThread(id),
+                ..
+            } => format!("forked from Codex thread {id}"),
+            Link::Spawn {
+                parent, agent_id, ..
+            } => format!("subagent {agent_id} of {}", parent.display()),
+        }
+    }
+}
+
+/// A Claude Code subagent transcript's link, from its path:
+/// `<dir>/<session>/subagents/agent-<id>.jsonl`.
+pub(crate) fn claude_subagent(path: &Path) -> Option<Link> {
+    let stem = path.file_stem()?.to_str()?;
+    let agent_id = stem.strip_prefix("agent-")?.to_owned();
+    let subagents = path.parent()?;
+    if subagents.file_name()? != "subagents" {
+        return None;
+    }
+    let session_dir = subagents.parent()?;
+    let parent = session_dir.with_extension("jsonl");
+    let meta = std::fs::read(path.with_extension("meta.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<Value>(&b).ok());
+    let call_id = meta
+        .as_ref()
+        .and_then(|m| m.get("toolUseId"))
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    Some(Link::Spawn {
+        parent,
+        agent_id,
+        call_id,
+    })
+}
+
+/// The parent's source file: the path it names, or a Codex thread's
+/// rollout found in the ledger, beside the child, or under the sessions
+/// root (`sessions/YYYY/MM/DD/`).
+pub(crate) fn parent_file(parent: &ParentRef, child: &Path, ledger: &Ledger) -> Option<PathBuf> {
+    match parent {
+        ParentRef::Path(p) if p.is_absolute() => Some(p.clone()),
+        ParentRef::Path(p) => Some(child.parent().unwrap_or(Path::new(".")).join(p)),
+        ParentRef::CodexThread(id) => {
+            let suffix = format!("-{id}.jsonl");
+            let named = |p: &Path| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.ends_with(&suffix))
+            };
+            if let Some(p) = ledger.paths().map(Path::new).find(|&p| named(p)) {
+                return Some(p.to_owned());
+            }
+            let roots = [child.parent(), child.ancestors().nth(4)];
+            roots.into_iter().flatten().find_map(|dir| {
+                crate::source_files(dir)
+                    .ok()?
+                    .into_iter()
+                    .find(|p| named(p.as_path()))
+            })
+        }
+    }
+}
+
+/// The call that started Claude Code agent `agent_id`: the tool result in
+/// the parent's transcript whose `toolUseResult.agentId` names it.
+pub(crate) fn claude_spawning_call(parent: &Path, agent_id: &str) -> Option<String> {
+    let text = std::fs::read_to_string(parent).ok()?;
+    text.lines().find_map(|l| {
+        let v: Value = serde_json::from_str(l).ok()?;
+        if v["toolUseResult"]["agentId"].as_str() != Some(agent_id) {
+            return None;
+        }
+        v["message"]["content"]
+            .as_array()?
+            .iter()
+            .find_map(|b| b["tool_use_id"].as_str().map(str::to_owned))
+    })
+}
+
+/// The subagent origin of a child of `parent` started by `call_id`: one
+/// level deeper than the parent.
+pub(crate) fn spawn_origin(parent: &Session, call_id: String) -> SpawnOrigin {
+    SpawnOrigin {
+        session: parent.id().clone(),
+        call_id,
+        depth: parent
+            .header()
+            .lineage
+            .parent
+            .as_ref()
+            .map_or(0, |p| p.depth)
+            + 1,
+    }
+}
+
+/// Opens an imported parent for reading.
+pub(crate) fn open_parent(store: &Store, id: &SessionId) -> Result<Session, Error> {
+    Ok(store.open(id, Access::Read)?)
+}
+
+/// Where `child` (staged, entries written) was forked from `parent`: the end
+/// of the longest chain of the child's first entries, in log order, each the
+/// child of the one before (the first a root), that the parent holds too —
+/// same parent, same content (the same id first, when there is one). `None`
+/// when not even the first entry is the parent's.
+pub(crate) fn fork_point(child: &Session, parent: &Session) -> Result<Option<EntryId>, ReadError> {
+    let mut at: Option<EntryId> = None;
+    let mut child_at: Option<EntryId> = None;
+    for node in child.nodes() {
+        if node.parent != child_at {
+            break;
+        }
+        let Some(entry) = child.entry(&node.id)? else {
+            break;
+        };
+        let mut candidates = parent.children(at.as_ref());
+        if let Some(i) = candidates.iter().position(|c| *c == node.id) {
+            candidates.swap(0, i);
+        }
+        let mut found = None;
+        for c in candidates {
+            if parent.entry(&c)?.is_some_and(|e| e.body == entry.body) {
+                found = Some(c);
+                break;
+            }
+        }
+        match found {
+            Some(f) => {
+                at = Some(f);
+                child_at = Some(node.id);
+            }
+            None => break,
+        }
+    }
+    Ok(at)
+}
+
+/// Copies `parent`'s branch up to `at` into the session `b` writes (same
+/// ids, times and content; labels whose target is not copied are left out,
+/// as `cairn fork` leaves them). The child's own entries follow it.
+pub(crate) fn copy_branch(
+    b: &mut Builder<'_>,
+    parent: &Session,
+    at: &EntryId,
+) -> Result<(), Error> {
+    let entries = parent.branch_entries(Some(at))?;
+    let mut copied = std::collections::HashSet::new();
+    for (e, ts) in entries {
+        if let EntryBody::Label(l) = &e.body
+            && l.target.as_ref().is_some_and(|t| !copied.contains(t))
+        {
+            continue;
+        }
+        let mut source = Map::new();
+        source.insert("copied_from".into(), json!(parent.id().to_string()));
+        let id = b.entry(Item {
+            line: 1,
+            id: Some(e.id.to_string()),
+            at: e
+                .parent
+                .as_ref()
+                .map_or(At::Root, |p| At::Source(p.to_string())),
+            body: e.body,
+            ts: Some(ts),
+            source,
+        })?;
+        copied.insert(id);
+    }
+    Ok(())
+}
