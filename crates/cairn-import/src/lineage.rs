@@ -5,8 +5,8 @@
 //! server show them as they show native forks and subagents.
 //!
 //! - pi: the header's `parentSession` is the path of the session it was
-//!   branched from; the branched file holds a copy of the branch (same entry
-//!   ids), so the fork point is the end of the longest chain of the child's
+//!   branched or forked from; the file holds a copy of the branch, or of
+//!   every entry (same ids), so the fork point is the last of the child's
 //!   first entries that the parent holds too (same parent, same content).
 //! - Codex: `session_meta.forked_from_id` names the thread it was forked from
 //!   (its rollout is `rollout-<time>-<id>.jsonl`, looked up in the ledger,
@@ -25,6 +25,7 @@
 //! with the child's); one that cannot be found leaves the child unlinked,
 //! with a note saying which source session it names.
 
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use cairn::{Access, EntryBody, EntryId, ReadError, Session, SessionId, SpawnOrigin, Store};
@@ -177,22 +178,28 @@ pub(crate) fn open_parent(store: &Store, id: &SessionId) -> Result<Session, Erro
     Ok(store.open(id, Access::Read)?)
 }
 
-/// Where `child` (staged, entries written) was forked from `parent`: the end
-/// of the longest chain of the child's first entries, in log order, each the
-/// child of the one before (the first a root), that the parent holds too —
-/// same parent, same content (the same id first, when there is one). `None`
-/// when not even the first entry is the parent's.
+/// Where `child` (staged, entries written) was forked from `parent`: the
+/// last of the child's first entries, in log order, that the parent holds
+/// too — the same content under the entry the child's parent matched (an
+/// entry of the same id first). pi copies the branch (`createBranchedSession`)
+/// or every entry (`forkFrom`) with their ids; an older Codex fork, its
+/// history without ids. `None` when not even the first entry is the
+/// parent's.
 pub(crate) fn fork_point(child: &Session, parent: &Session) -> Result<Option<EntryId>, ReadError> {
-    let mut at: Option<EntryId> = None;
-    let mut child_at: Option<EntryId> = None;
+    let mut matched: HashMap<EntryId, EntryId> = HashMap::new();
+    let mut last = None;
     for node in child.nodes() {
-        if node.parent != child_at {
-            break;
-        }
+        let under = match &node.parent {
+            None => None,
+            Some(p) => match matched.get(p) {
+                Some(m) => Some(m.clone()),
+                None => break,
+            },
+        };
         let Some(entry) = child.entry(&node.id)? else {
             break;
         };
-        let mut candidates = parent.children(at.as_ref());
+        let mut candidates = parent.children(under.as_ref());
         if let Some(i) = candidates.iter().position(|c| *c == node.id) {
             candidates.swap(0, i);
         }
@@ -203,15 +210,11 @@ pub(crate) fn fork_point(child: &Session, parent: &Session) -> Result<Option<Ent
                 break;
             }
         }
-        match found {
-            Some(f) => {
-                at = Some(f);
-                child_at = Some(node.id);
-            }
-            None => break,
-        }
+        let Some(f) = found else { break };
+        matched.insert(node.id, f.clone());
+        last = Some(f);
     }
-    Ok(at)
+    Ok(last)
 }
 
 /// Copies `parent`'s branch up to `at` into the session `b` writes (same
@@ -223,7 +226,7 @@ pub(crate) fn copy_branch(
     at: &EntryId,
 ) -> Result<(), Error> {
     let entries = parent.branch_entries(Some(at))?;
-    let mut copied = std::collections::HashSet::new();
+    let mut copied = HashSet::new();
     for (e, ts) in entries {
         if let EntryBody::Label(l) = &e.body
             && l.target.as_ref().is_some_and(|t| !copied.contains(t))

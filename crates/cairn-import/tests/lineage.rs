@@ -251,3 +251,26 @@ fn a_claude_code_subagent_whose_call_is_named_only_in_the_parents_result_is_link
     let origin = s.header().lineage.imported_from.clone().unwrap();
     assert_eq!(origin.source_id.as_deref(), Some("a1"));
 }
+
+#[test]
+fn a_pi_session_forked_whole_is_a_fork_at_the_last_entry_it_copied() {
+    // pi's forkFrom copies every entry, branches included, and goes on from
+    // the last.
+    let mut f = Family::new();
+    let whole = f.parent.with_file_name("whole.jsonl");
+    let mut records: Vec<Value> = std::fs::read_to_string(&f.parent)
+        .unwrap()
+        .lines()
+        .skip(1)
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    records.insert(0, pi_header("w", Some(&f.parent)));
+    records.push(pi_message("g0000001", Some("e0000001"), "assistant", "on"));
+    write(&whole, &records);
+    let r = f.import(&whole);
+    let (_, origin) = f.forked(&r);
+    assert_eq!(
+        origin.entry.map(|e| e.to_string()).as_deref(),
+        Some("e0000001")
+    );
+}

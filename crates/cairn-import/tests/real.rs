@@ -237,6 +237,27 @@ fn assert_same(got: &[Value], sent: &[Value]) {
     );
 }
 
+/// The Codex rollouts: the session, then its fork (file names begin with
+/// the time).
+fn codex_rollouts() -> (PathBuf, PathBuf) {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(real("codex"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_str()
+                .unwrap()
+                .starts_with("rollout-")
+        })
+        .collect();
+    v.sort();
+    let [parent, fork] = &v[..] else {
+        panic!("{v:?}")
+    };
+    (parent.clone(), fork.clone())
+}
+
 /// The context's last message's text (the final answer, after the last
 /// request).
 fn last_text(ctx: &Context) -> String {
@@ -327,24 +348,8 @@ fn claude_code_subagent_transcript_is_linked_under_the_call_that_started_it() {
 
 #[test]
 fn codex_fork_continues_a_copy_of_its_parents_branch_and_is_linked() {
-    let rollouts: Vec<PathBuf> = {
-        let mut v: Vec<PathBuf> = std::fs::read_dir(real("codex"))
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .filter(|p| {
-                p.file_name()
-                    .unwrap()
-                    .to_str()
-                    .unwrap()
-                    .starts_with("rollout-")
-            })
-            .collect();
-        v.sort();
-        v
-    };
-    let [parent_file, fork_file] = &rollouts[..] else {
-        panic!("{rollouts:?}")
-    };
+    let (parent_file, fork_file) = codex_rollouts();
+    let (parent_file, fork_file) = (&parent_file, &fork_file);
     let store = store();
     let mut ledger = Ledger::in_memory();
     // The fork first: its parent is found beside it and imported on the way.
@@ -373,4 +378,46 @@ fn codex_fork_continues_a_copy_of_its_parents_branch_and_is_linked() {
     let mut got = responses_cairn(&parent.context());
     got.pop();
     assert_same(&got, &without_instructions(&wire("codex/shell.wire.json")));
+}
+
+#[test]
+fn a_codex_fork_imported_as_it_grows_ends_where_importing_it_whole_does() {
+    // A grown fork replays the copy of its parent's branch, then its own
+    // items, before it appends the new ones.
+    let (parent_file, fork_file) = codex_rollouts();
+    let (whole_store, whole) = {
+        let store = store();
+        let r = import_file(
+            &store,
+            &mut Ledger::in_memory(),
+            &fork_file,
+            &Options::default(),
+        )
+        .unwrap();
+        (store, r)
+    };
+    let expected = responses_cairn(&open(&whole_store, &whole).context());
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        &parent_file,
+        dir.path().join(parent_file.file_name().unwrap()),
+    )
+    .unwrap();
+    let path = dir.path().join(fork_file.file_name().unwrap());
+    let text = std::fs::read_to_string(&fork_file).unwrap();
+    let lines: Vec<&str> = text.split_inclusive('\n').collect();
+    let store = store();
+    let mut ledger = Ledger::in_memory();
+    let live = Options {
+        live: true,
+        ..Options::default()
+    };
+    for cut in [1, lines.len() / 2] {
+        std::fs::write(&path, lines[..cut].concat()).unwrap();
+        import_file(&store, &mut ledger, &path, &live).unwrap();
+    }
+    std::fs::write(&path, &text).unwrap();
+    let last = import_file(&store, &mut ledger, &path, &Options::default()).unwrap();
+    assert_eq!(last.outcome, Outcome::Grown);
+    assert_eq!(responses_cairn(&open(&store, &last).context()), expected);
 }
