@@ -215,3 +215,39 @@ fn watch_imports_what_a_live_source_appends() {
     assert_eq!(ctx["messages"].as_array().unwrap().len(), 2);
     let _ = stderr;
 }
+
+#[test]
+fn an_imported_claude_code_subagent_shows_under_the_call_that_started_it() {
+    // Only the subagent's transcript is named: its parent is imported first.
+    let home = Home::new();
+    let real =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../cairn-import/fixtures/real/claude-code");
+    let agent = std::fs::read_dir(&real)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.is_dir())
+        .map(|d| d.join("subagents"))
+        .and_then(|d| std::fs::read_dir(d).ok())
+        .into_iter()
+        .flatten()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "jsonl"))
+        .unwrap();
+    let report = home.json(&["import", "--json", agent.to_str().unwrap()]);
+    let files = report["files"].as_array().unwrap();
+    assert_eq!(files.len(), 2, "{report}");
+    let (parent, child) = (&files[0]["session"], &files[1]["session"]);
+    let steps = home.json(&["steps", "--json", parent.as_str().unwrap()]);
+    let call = steps
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["call_id"] == "toolu_mock_task_1")
+        .unwrap();
+    assert_eq!(&call["child"], child);
+    assert!(!call["child_steps"].as_array().unwrap().is_empty());
+    home.prints(
+        &["show", child.as_str().unwrap()],
+        "spawned it (tool call toolu_mock_task_1, depth 1)",
+    );
+}
