@@ -252,7 +252,10 @@ impl Convert for Claude {
             }
             "attachment" if !rendered(&o).is_empty() => {
                 // Not after a user line (which it would have joined): shown
-                // as a message of its own.
+                // as a message of its own, on the live chain.
+                if !sidechain {
+                    self.live = Some(uuid.clone());
+                }
                 let texts = rendered(&o).into_iter().map(|text| Block::Text { text });
                 let source = rest(&o, &["uuid", "parentUuid", "timestamp", "rendered"]);
                 b.entry(Item {
