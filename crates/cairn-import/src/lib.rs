@@ -603,7 +603,7 @@ fn link_parent(
         format: None,
         ..opts.clone()
     };
-    let r = import_at(store, ledger, &canonical, &parent_opts, depth + 1).map_err(|e| {
+    let mut r = import_at(store, ledger, &canonical, &parent_opts, depth + 1).map_err(|e| {
         format!(
             "importing {} failed: {}",
             file.display(),
@@ -611,6 +611,8 @@ fn link_parent(
         )
     })?;
     let id = SessionId::parse(&r.session).map_err(|e| e.to_string())?;
+    // Its own parents first, then it: one flat list, oldest ancestor first.
+    also.append(&mut r.also);
     also.push(r);
     lineage::open_parent(store, &id).map_err(|e| cairn::with_causes(&e))
 }

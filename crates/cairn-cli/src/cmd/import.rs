@@ -62,7 +62,8 @@ pub fn run(
                 };
                 match import_file(&store, &mut ledger, &file, &opts) {
                     Ok(mut r) => {
-                        // Parents imported on the way are reported first.
+                        // Parents imported on the way (a flat list, oldest
+                        // ancestor first) are reported first.
                         reports.append(&mut r.also);
                         reports.push(r);
                     }
