@@ -38,6 +38,11 @@ pub struct Source {
     /// Whether the import ended the source (answered calls left open,
     /// moved to its live leaf) rather than waiting for more (`--watch`).
     pub finished: bool,
+    /// The parent the source names but that was neither imported nor found
+    /// when its session was made (a path, or a Codex thread id): the session
+    /// is not linked to it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unlinked: Option<String>,
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -109,9 +114,9 @@ impl Ledger {
         self.file.sources.get(path)
     }
 
-    /// Every source path the ledger knows.
-    pub fn paths(&self) -> impl Iterator<Item = &str> {
-        self.file.sources.keys().map(String::as_str)
+    /// Every source the ledger knows, by path.
+    pub fn sources(&self) -> impl Iterator<Item = (&str, &Source)> {
+        self.file.sources.iter().map(|(k, v)| (k.as_str(), v))
     }
 
     /// Records a source and writes the ledger (atomically: a temporary file

@@ -48,8 +48,8 @@ mod report;
 use std::path::{Path, PathBuf};
 
 use cairn::{
-    Access, AppendError, Durability, EntryBody, EntryId, ForkOrigin, ImportOrigin, Lineage,
-    MemoryBackend, NewSession, OpenError, ReadError, Session, SessionId, Store, StoreError,
+    Access, AppendError, Durability, EntryBody, ForkOrigin, ImportOrigin, Lineage, MemoryBackend,
+    NewSession, OpenError, ReadError, Session, SessionId, Store, StoreError,
 };
 use serde_json::{Map, Value};
 
@@ -183,7 +183,7 @@ pub(crate) trait Convert {
     }
 }
 
-fn converter(format: Format) -> Box<dyn Convert> {
+pub(crate) fn converter(format: Format) -> Box<dyn Convert> {
     match format {
         Format::Pi => Box::new(pi::Pi::default()),
         Format::ClaudeCode => Box::new(claude::Claude::default()),
@@ -198,7 +198,7 @@ struct Parsed {
     damaged: Vec<Note>,
 }
 
-fn parse_lines(bytes: &[u8], first_line: u64) -> Parsed {
+pub(crate) fn parse_lines(bytes: &[u8], first_line: u64) -> Parsed {
     let mut lines = Vec::new();
     let mut damaged = Vec::new();
     for (i, raw) in bytes.split(|b| *b == b'\n').enumerate() {
@@ -248,7 +248,7 @@ pub fn import_file(
 }
 
 /// [`import_file`], `depth` parents down from the file first named.
-fn import_at(
+pub(crate) fn import_at(
     store: &Store,
     ledger: &mut Ledger,
     path: &Path,
@@ -358,6 +358,7 @@ fn import_at(
         .map_or_else(|| key.clone(), |n| n.to_string_lossy().into_owned());
     let new_lines = new.lines.len() as u64;
     let mut also = Vec::new();
+    let mut unlinked = resume.as_ref().and_then(|k| k.unlinked.clone());
     let (session_id, written, mut notes) = match &resume {
         Some(k) => {
             let id = SessionId::parse(&k.session).map_err(|e| Error::Diverged {
@@ -405,12 +406,15 @@ fn import_at(
         }
         None => {
             let id = SessionId::generate();
-            let mut link_notes = Vec::new();
+            let mut link_notes = lineage::orphans(ledger, &key, format, start.source_id.as_deref());
             let parent = match &start.link {
                 Some(link) => {
-                    match link_parent(store, ledger, link, &canonical, opts, depth, &mut also) {
+                    match lineage::link_parent(
+                        store, ledger, link, &canonical, opts, depth, &mut also,
+                    ) {
                         Ok(p) => Some((link, p)),
                         Err(why) => {
+                            unlinked = Some(link.reference(&canonical));
                             link_notes.push(Note {
                                 line: None,
                                 kind: NoteKind::Kept,
@@ -433,7 +437,7 @@ fn import_at(
                         ordinal: Some(n), ..
                     },
                     ref p,
-                )) => match codex_fork_point(p, *n) {
+                )) => match lineage::codex_fork_point(p, *n) {
                     Some(at) => Some((p, at)),
                     None => {
                         link_notes.push(Note {
@@ -547,6 +551,7 @@ fn import_at(
             file_sha256,
             lines: last_line.saturating_sub(1),
             finished: !opts.live,
+            unlinked,
         },
     )?;
     Ok(FileReport {
@@ -559,96 +564,6 @@ fn import_at(
         notes: damaged,
         also,
     })
-}
-
-/// The session of the parent a link names; a parent not imported yet is
-/// imported first (its report goes to `also`). The error says why there is
-/// none.
-fn link_parent(
-    store: &Store,
-    ledger: &mut Ledger,
-    link: &Link,
-    child: &Path,
-    opts: &Options,
-    depth: u32,
-    also: &mut Vec<FileReport>,
-) -> Result<Session, String> {
-    let file = match link {
-        Link::Fork { parent, .. } => lineage::parent_file(parent, child, ledger),
-        Link::Spawn { parent, .. } => Some(parent.clone()),
-    }
-    .ok_or("its session file was not found")?;
-    let canonical = std::fs::canonicalize(&file).unwrap_or_else(|_| file.clone());
-    if canonical == child {
-        return Err("it names itself".into());
-    }
-    let imported = ledger
-        .get(&canonical.display().to_string())
-        .and_then(|s| SessionId::parse(&s.session).ok())
-        .and_then(|id| store.open(&id, Access::Read).ok());
-    if let Some(s) = imported {
-        return Ok(s);
-    }
-    if !canonical.is_file() {
-        return Err(format!("{} is neither imported nor found", file.display()));
-    }
-    if depth >= lineage::MAX_DEPTH {
-        return Err(format!(
-            "{} is {} parents up (a loop?)",
-            file.display(),
-            depth + 1
-        ));
-    }
-    let parent_opts = Options {
-        format: None,
-        ..opts.clone()
-    };
-    let mut r = import_at(store, ledger, &canonical, &parent_opts, depth + 1).map_err(|e| {
-        format!(
-            "importing {} failed: {}",
-            file.display(),
-            cairn::with_causes(&e)
-        )
-    })?;
-    let id = SessionId::parse(&r.session).map_err(|e| e.to_string())?;
-    // Its own parents first, then it: one flat list, oldest ancestor first.
-    also.append(&mut r.also);
-    also.push(r);
-    lineage::open_parent(store, &id).map_err(|e| cairn::with_causes(&e))
-}
-
-/// The entry a Codex rollout's first `items` lines end at, as their import
-/// wrote it (an import depends only on the lines read so far), if the
-/// parent's session holds it.
-fn codex_fork_point(parent: &Session, items: u64) -> Option<EntryId> {
-    let origin = parent.header().lineage.imported_from.as_ref()?;
-    let bytes = std::fs::read(&origin.path).ok()?;
-    let end = bytes
-        .iter()
-        .enumerate()
-        .filter(|(_, b)| **b == b'\n')
-        .nth(usize::try_from(items).ok()?.checked_sub(1)?)
-        .map_or(bytes.len(), |(i, _)| i + 1);
-    let lines = parse_lines(&bytes[..end], 1).lines;
-    let mut conv = converter(Format::Codex);
-    let start = conv.start(&lines[..lines.len().min(8)]).ok()?;
-    let staging = MemoryBackend::new();
-    let session = Session::create(
-        &staging,
-        NewSession {
-            cwd: start.cwd,
-            ..NewSession::default()
-        },
-    )
-    .ok()?;
-    let mut b = Builder::new(&session, "", false);
-    let last = lines.last().map_or(0, |(l, _)| *l);
-    for (line, v) in lines {
-        conv.line(&mut b, line, v).ok()?;
-    }
-    conv.end_of_input(&mut b, last).ok()?;
-    let leaf = b.leaf().cloned()?;
-    parent.entry(&leaf).ok()?.map(|_| leaf)
 }
 
 /// An entry body's `data` as JSON (as cairn writes it).

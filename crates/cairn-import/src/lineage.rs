@@ -28,11 +28,14 @@
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
-use cairn::{Access, EntryBody, EntryId, ReadError, Session, SessionId, SpawnOrigin, Store};
+use cairn::{
+    Access, EntryBody, EntryId, MemoryBackend, NewSession, ReadError, Session, SessionId,
+    SpawnOrigin, Store,
+};
 use serde_json::{Map, Value, json};
 
 use crate::builder::{At, Builder, Item};
-use crate::{Error, Ledger};
+use crate::{Error, FileReport, Format, Ledger, Note, NoteKind, Options};
 
 /// How deep parents are imported on the way (a parent of a parent …).
 pub(crate) const MAX_DEPTH: u32 = 16;
@@ -87,6 +90,28 @@ impl Link {
     }
 }
 
+impl Link {
+    /// How the ledger remembers the parent of a child left unlinked: its
+    /// path as found, or a Codex thread id.
+    pub(crate) fn reference(&self, child: &Path) -> String {
+        let path = |p: &Path| {
+            let p = child.parent().unwrap_or(Path::new(".")).join(p);
+            std::fs::canonicalize(&p).unwrap_or(p).display().to_string()
+        };
+        match self {
+            Link::Fork {
+                parent: ParentRef::Path(p),
+                ..
+            }
+            | Link::Spawn { parent: p, .. } => path(p),
+            Link::Fork {
+                parent: ParentRef::CodexThread(id),
+                ..
+            } => id.clone(),
+        }
+    }
+}
+
 /// A Claude Code subagent transcript's link, from its path:
 /// `<dir>/<session>/subagents/agent-<id>.jsonl`.
 pub(crate) fn claude_subagent(path: &Path) -> Option<Link> {
@@ -127,7 +152,11 @@ pub(crate) fn parent_file(parent: &ParentRef, child: &Path, ledger: &Ledger) -> 
                     .and_then(|n| n.to_str())
                     .is_some_and(|n| n.ends_with(&suffix))
             };
-            if let Some(p) = ledger.paths().map(Path::new).find(|&p| named(p)) {
+            if let Some(p) = ledger
+                .sources()
+                .map(|(p, _)| Path::new(p))
+                .find(|&p| named(p))
+            {
                 return Some(p.to_owned());
             }
             let roots = [child.parent(), child.ancestors().nth(4)];
@@ -171,6 +200,124 @@ pub(crate) fn spawn_origin(parent: &Session, call_id: String) -> SpawnOrigin {
             .map_or(0, |p| p.depth)
             + 1,
     }
+}
+
+/// The session of the parent a link names; a parent not imported yet is
+/// imported first (its report goes to `also`). The error says why there is
+/// none.
+pub(crate) fn link_parent(
+    store: &Store,
+    ledger: &mut Ledger,
+    link: &Link,
+    child: &Path,
+    opts: &Options,
+    depth: u32,
+    also: &mut Vec<FileReport>,
+) -> Result<Session, String> {
+    let file = match link {
+        Link::Fork { parent, .. } => parent_file(parent, child, ledger),
+        Link::Spawn { parent, .. } => Some(parent.clone()),
+    }
+    .ok_or("its session file was not found")?;
+    let canonical = std::fs::canonicalize(&file).unwrap_or_else(|_| file.clone());
+    if canonical == child {
+        return Err("it names itself".into());
+    }
+    let imported = ledger
+        .get(&canonical.display().to_string())
+        .and_then(|s| SessionId::parse(&s.session).ok())
+        .and_then(|id| store.open(&id, Access::Read).ok());
+    if let Some(s) = imported {
+        return Ok(s);
+    }
+    if !canonical.is_file() {
+        return Err(format!("{} is neither imported nor found", file.display()));
+    }
+    if depth >= MAX_DEPTH {
+        return Err(format!(
+            "{} is {} parents up (a loop?)",
+            file.display(),
+            depth + 1
+        ));
+    }
+    let parent_opts = Options {
+        format: None,
+        ..opts.clone()
+    };
+    let mut r =
+        crate::import_at(store, ledger, &canonical, &parent_opts, depth + 1).map_err(|e| {
+            format!(
+                "importing {} failed: {}",
+                file.display(),
+                cairn::with_causes(&e)
+            )
+        })?;
+    let id = SessionId::parse(&r.session).map_err(|e| e.to_string())?;
+    // Its own parents first, then it: one flat list, oldest ancestor first.
+    also.append(&mut r.also);
+    also.push(r);
+    open_parent(store, &id).map_err(|e| cairn::with_causes(&e))
+}
+
+/// Notes for the sessions imported before the source at `key` that name it
+/// as their parent and stay unlinked (a header is written once).
+pub(crate) fn orphans(
+    ledger: &Ledger,
+    key: &str,
+    format: Format,
+    source_id: Option<&str>,
+) -> Vec<Note> {
+    ledger
+        .sources()
+        .filter(|(path, _)| *path != key)
+        .filter(|(_, s)| {
+            s.unlinked.as_deref().is_some_and(|u| {
+                u == key || (format == Format::Codex && Some(u) == source_id)
+            })
+        })
+        .map(|(path, s)| Note {
+            line: None,
+            kind: NoteKind::Kept,
+            message: format!(
+                "{path} (session {}), imported before this file, names it as its parent: that session stays unlinked (a session's header is written once)",
+                s.session
+            ),
+        })
+        .collect()
+}
+
+/// The entry a Codex rollout's first `items` lines end at, as their import
+/// wrote it (an import depends only on the lines read so far), if the
+/// parent's session holds it.
+pub(crate) fn codex_fork_point(parent: &Session, items: u64) -> Option<EntryId> {
+    let origin = parent.header().lineage.imported_from.as_ref()?;
+    let bytes = std::fs::read(&origin.path).ok()?;
+    let end = bytes
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| **b == b'\n')
+        .nth(usize::try_from(items).ok()?.checked_sub(1)?)
+        .map_or(bytes.len(), |(i, _)| i + 1);
+    let lines = crate::parse_lines(&bytes[..end], 1).lines;
+    let mut conv = crate::converter(Format::Codex);
+    let start = conv.start(&lines[..lines.len().min(8)]).ok()?;
+    let staging = MemoryBackend::new();
+    let session = Session::create(
+        &staging,
+        NewSession {
+            cwd: start.cwd,
+            ..NewSession::default()
+        },
+    )
+    .ok()?;
+    let mut b = Builder::new(&session, "", false);
+    let last = lines.last().map_or(0, |(l, _)| *l);
+    for (line, v) in lines {
+        conv.line(&mut b, line, v).ok()?;
+    }
+    conv.end_of_input(&mut b, last).ok()?;
+    let leaf = b.leaf().cloned()?;
+    parent.entry(&leaf).ok()?.map(|_| leaf)
 }
 
 /// Opens an imported parent for reading.

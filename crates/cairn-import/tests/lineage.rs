@@ -149,7 +149,7 @@ fn a_fork_imported_before_its_parent_imports_the_parent_first() {
 
 /// Imports, alone into a new store, a one-message pi session at `child`
 /// whose header names `parent`.
-fn import_orphan(child: &Path, parent: &Path) -> (Store, FileReport) {
+fn import_orphan(child: &Path, parent: &Path) -> (Store, Ledger, FileReport) {
     write(
         child,
         &[
@@ -157,17 +157,18 @@ fn import_orphan(child: &Path, parent: &Path) -> (Store, FileReport) {
             pi_message("a0000001", None, "user", "hello"),
         ],
     );
-    let store = Store::with_backend(Arc::new(MemoryBackend::new()));
-    let r = import_file(&store, &mut Ledger::in_memory(), child, &Options::default()).unwrap();
+    let (store, mut ledger) = empty();
+    let r = import_file(&store, &mut ledger, child, &Options::default()).unwrap();
     assert_eq!(open(&store, &r).header().lineage.forked_from, None);
-    (store, r)
+    (store, ledger, r)
 }
 
 #[test]
 fn a_fork_whose_parent_is_nowhere_is_imported_unlinked_and_says_so() {
     let dir = tempfile::tempdir().unwrap();
     let gone = dir.path().join("gone.jsonl");
-    let (_, r) = import_orphan(&dir.path().join("child.jsonl"), &gone);
+    let child = dir.path().join("child.jsonl");
+    let (store, mut ledger, r) = import_orphan(&child, &gone);
     let note = r
         .notes
         .iter()
@@ -179,13 +180,24 @@ fn a_fork_whose_parent_is_nowhere_is_imported_unlinked_and_says_so() {
         note.message.contains("neither imported nor found"),
         "{note}"
     );
+    // The parent turns up later: its import says which session stays
+    // unlinked.
+    write(&gone, &[pi_header("g", None)]);
+    let p = import_file(&store, &mut ledger, &gone, &Options::default()).unwrap();
+    let note = p
+        .notes
+        .iter()
+        .find(|n| n.message.contains("names it as its parent"))
+        .expect("the late parent's report names the unlinked child");
+    assert!(note.message.contains(&r.session), "{note}");
+    assert!(note.message.contains("child.jsonl"), "{note}");
 }
 
 #[test]
 fn a_pi_session_that_names_itself_as_parent_is_not_linked_to_itself() {
     let dir = tempfile::tempdir().unwrap();
     let child = dir.path().join("self.jsonl");
-    let (_, r) = import_orphan(&child, &child);
+    let (_, _, r) = import_orphan(&child, &child);
     assert!(r.notes.iter().any(|n| n.message.contains("not linked")));
 }
 
