@@ -14,6 +14,15 @@
 //!   they become one assistant message (the entry takes the last line's
 //!   uuid; every line's uuid names it);
 //! - tool results are `user` lines with `tool_result` blocks;
+//! - `attachment` lines are context Claude Code adds to the next request
+//!   (reminders: the environment, the date, the tokens left, …). Since 2.1
+//!   each says what it sends (`rendered[].content`); Claude Code joins them
+//!   into the user message they follow, ahead of a prompt's text and after a
+//!   tool result's (recorded from the real CLI: `fixtures/real/`), and so
+//!   does the import;
+//! - a subagent of Claude Code 2.1 writes its own transcript,
+//!   `<session>/subagents/agent-<agentId>.jsonl`, linked to its parent's
+//!   session by `lineage.rs`;
 //! - `system` with `subtype: "compact_boundary"` starts a compacted history
 //!   (`parentUuid: null`, the history it replaces in `logicalParentUuid`),
 //!   followed by the summary as a `user` line with `isCompactSummary`: both
