@@ -247,6 +247,10 @@ fn an_imported_claude_code_subagent_shows_under_the_call_that_started_it() {
     assert_eq!(&call["child"], child);
     assert!(!call["child_steps"].as_array().unwrap().is_empty());
     home.prints(
+        &["tree", parent.as_str().unwrap()],
+        &format!("subagent session {}", child.as_str().unwrap()),
+    );
+    home.prints(
         &["show", child.as_str().unwrap()],
         "spawned it (tool call toolu_mock_task_1, depth 1)",
     );

@@ -73,30 +73,49 @@ pub fn run(ctx: &Ctx, arg: &SessionArg, ascii: bool, depth: usize, json: bool) -
         out.spans(&[(Style::Dim, "(no entries yet)")])?;
     }
     let g = if ascii { ASCII } else { UNICODE };
-    draw_nested(&mut out, &store, &view, g, depth, "")?;
+    draw_nested(&mut out, &store, session.id(), &view, g, depth, "")?;
     Ok(Status::Ok)
 }
 
-/// Draws the tree with, under each tool result that names a subagent
-/// session, that session's tree, `depth` levels deep.
+/// Draws the tree with, under each tool result of a call that spawned a
+/// subagent session (the result names it, or the child's header names the
+/// call: an imported subagent), that session's tree, `depth` levels deep.
 fn draw_nested(
     out: &mut Out<'_>,
     store: &cairn::Store,
+    id: &cairn::SessionId,
     view: &TreeView,
     g: Glyphs,
     depth: usize,
     outer: &str,
 ) -> Result<()> {
+    let spawned: std::collections::HashMap<String, cairn::SessionId> = store
+        .children(id)?
+        .into_iter()
+        .map(|(s, origin)| (origin.call_id, s.id))
+        .collect();
     for (n, prefix) in view.rows(g.lines) {
         line(out, view, n, &format!("{outer}{prefix}"), g)?;
         let cairn::EntryBody::Message(m) = &view.nodes[n].body else {
             continue;
         };
         let children = m.content.iter().flat_map(|b| match b {
-            cairn::Block::ToolResult { content, .. } => content.as_slice(),
-            _ => &[],
+            cairn::Block::ToolResult {
+                call_id, content, ..
+            } => {
+                let named: Vec<_> = content
+                    .iter()
+                    .filter_map(cairn::referenced_session)
+                    .collect();
+                if named.is_empty() {
+                    spawned.get(call_id).cloned().into_iter().collect()
+                } else {
+                    named
+                }
+            }
+            _ => Vec::new(),
         });
-        for child in children.filter_map(cairn::referenced_session) {
+        for child in children {
             let bar = if g.ascii { "|" } else { "│" };
             let inner = format!("{outer}{}  {bar} ", " ".repeat(width(&prefix)));
             let opened = (depth > 0)
@@ -116,7 +135,7 @@ fn draw_nested(
             ])?;
             if let Ok(Some(session)) = opened {
                 let child_view = TreeView::load(&session)?;
-                draw_nested(out, store, &child_view, g, depth - 1, &inner)?;
+                draw_nested(out, store, &child, &child_view, g, depth - 1, &inner)?;
             }
         }
     }
