@@ -159,7 +159,15 @@ pub(crate) fn parent_file(parent: &ParentRef, child: &Path, ledger: &Ledger) -> 
             {
                 return Some(p.to_owned());
             }
-            let roots = [child.parent(), child.ancestors().nth(4)];
+            // Beside the child, then the sessions root when the child is
+            // where Codex keeps rollouts (`sessions/YYYY/MM/DD/`), and no
+            // wider: a rollout elsewhere does not make its ancestors a tree
+            // to search.
+            let root = child
+                .ancestors()
+                .nth(4)
+                .filter(|r| r.file_name().is_some_and(|n| n == "sessions"));
+            let roots = [child.parent(), root];
             roots.into_iter().flatten().find_map(|dir| {
                 crate::source_files(dir)
                     .ok()?

@@ -421,3 +421,24 @@ fn a_codex_fork_imported_as_it_grows_ends_where_importing_it_whole_does() {
     assert_eq!(last.outcome, Outcome::Grown);
     assert_eq!(responses_cairn(&open(&store, &last).context()), expected);
 }
+
+#[test]
+fn a_codex_fork_finds_its_parent_under_the_sessions_root() {
+    // As Codex keeps them: sessions/YYYY/MM/DD/, the parent on another day.
+    let (parent_file, fork_file) = codex_rollouts();
+    let dir = tempfile::tempdir().unwrap();
+    let day = |d: &str, f: &Path| {
+        let at = dir.path().join("sessions/2026/11").join(d);
+        std::fs::create_dir_all(&at).unwrap();
+        let to = at.join(f.file_name().unwrap());
+        std::fs::copy(f, &to).unwrap();
+        to
+    };
+    day("29", &parent_file);
+    let fork = day("30", &fork_file);
+    let store = store();
+    let r = import_file(&store, &mut Ledger::in_memory(), &fork, &Options::default()).unwrap();
+    assert_eq!(r.also.len(), 1, "{r:?}");
+    assert!(r.also[0].path.contains("/sessions/2026/11/29/"));
+    assert!(open(&store, &r).header().lineage.forked_from.is_some());
+}
