@@ -138,13 +138,23 @@ pub(crate) fn claude_subagent(path: &Path) -> Option<Link> {
     })
 }
 
-/// The parent's source file: the path it names, or a Codex thread's
+/// The parent's source file: the path it names (else the file of that name
+/// beside the child), or a Codex thread's
 /// rollout found in the ledger, beside the child, or under the sessions
 /// root (`sessions/YYYY/MM/DD/`).
 pub(crate) fn parent_file(parent: &ParentRef, child: &Path, ledger: &Ledger) -> Option<PathBuf> {
     match parent {
-        ParentRef::Path(p) if p.is_absolute() => Some(p.clone()),
-        ParentRef::Path(p) => Some(child.parent().unwrap_or(Path::new(".")).join(p)),
+        ParentRef::Path(p) => {
+            let dir = child.parent().unwrap_or(Path::new("."));
+            let named = dir.join(p);
+            // Sessions moved together (another machine, a backup) keep
+            // their names: the parent beside the child.
+            let beside = p.file_name().map(|n| dir.join(n));
+            match beside {
+                Some(b) if !named.is_file() && b.is_file() => Some(b),
+                _ => Some(named),
+            }
+        }
         ParentRef::CodexThread(id) => {
             let suffix = format!("-{id}.jsonl");
             let named = |p: &Path| {

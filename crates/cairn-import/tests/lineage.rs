@@ -286,3 +286,19 @@ fn a_pi_session_forked_whole_is_a_fork_at_the_last_entry_it_copied() {
         Some("e0000001")
     );
 }
+
+#[test]
+fn a_pi_fork_moved_with_its_parent_finds_the_parent_beside_it() {
+    // parentSession names where the parent was; both files moved since.
+    let mut f = Family::new();
+    let moved = f.parent.with_file_name("moved");
+    std::fs::create_dir(&moved).unwrap();
+    let child = moved.join("child.jsonl");
+    std::fs::copy(&f.parent, moved.join("parent.jsonl")).unwrap();
+    std::fs::copy(&f.child, &child).unwrap();
+    std::fs::remove_file(&f.parent).unwrap();
+    let c = f.import(&child);
+    assert_eq!(c.also.len(), 1);
+    assert!(c.also[0].path.ends_with("moved/parent.jsonl"));
+    assert!(f.forked(&c).1.entry.is_some());
+}
