@@ -12,7 +12,7 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
-use axum::routing::{MethodRouter, post};
+use axum::routing::post;
 use cairn::{
     Block, EffectClass, EntryBody, EntryId, Message, NewEntry, Operation, Outcome, Parent, Payload,
     Policy, Role, Session, ToolDispatched, ToolOutput, Usage, Verdict,
@@ -31,43 +31,19 @@ pub fn routes() -> Router<AppState> {
     Router::new()
         .route("/sessions/{id}/operations", post(start))
         .route("/sessions/{id}/operations/current", view(current))
-        .route(
-            "/sessions/{id}/operations/{op}/attempts",
-            on_op(StatusCode::CREATED, attempt),
-        )
+        .merge(on_op("attempts", StatusCode::CREATED, attempt))
         .route("/sessions/{id}/operations/{op}/replies", post(reply))
-        .route(
-            "/sessions/{id}/operations/{op}/dispatches",
-            on_op(StatusCode::CREATED, dispatch),
-        )
-        .route(
-            "/sessions/{id}/operations/{op}/results",
-            on_op(StatusCode::CREATED, result),
-        )
-        .route(
-            "/sessions/{id}/operations/{op}/reruns",
-            on_op(StatusCode::CREATED, rerun),
-        )
-        .route(
-            "/sessions/{id}/operations/{op}/approvals",
-            on_op(StatusCode::CREATED, request_approval),
-        )
+        .merge(on_op("dispatches", StatusCode::CREATED, dispatch))
+        .merge(on_op("results", StatusCode::CREATED, result))
+        .merge(on_op("reruns", StatusCode::CREATED, rerun))
+        .merge(on_op("approvals", StatusCode::CREATED, request_approval))
         .route(
             "/sessions/{id}/operations/{op}/approvals/{call_id}",
             post(resolve_approval),
         )
-        .route(
-            "/sessions/{id}/operations/{op}/denials",
-            on_op(StatusCode::CREATED, deny),
-        )
-        .route(
-            "/sessions/{id}/operations/{op}/inputs",
-            on_op(StatusCode::CREATED, queue_input),
-        )
-        .route(
-            "/sessions/{id}/operations/{op}/finish",
-            on_op(StatusCode::OK, finish),
-        )
+        .merge(on_op("denials", StatusCode::CREATED, deny))
+        .merge(on_op("inputs", StatusCode::CREATED, queue_input))
+        .merge(on_op("finish", StatusCode::OK, finish))
         .route("/sessions/{id}/recover", post(recover))
 }
 
@@ -120,21 +96,24 @@ async fn with_op<T: Send + 'static>(
     .await
 }
 
-/// The route of a call on the open operation `{op}` of the session `{id}`,
-/// with a JSON body `B`: `f` runs on the writer handle once `{op}` is
-/// checked to be the open operation ([`with_op`]), and what it returns is
-/// the answer, with `status`.
+/// The route `POST /sessions/{id}/operations/{op}/<call>`, a call on the
+/// open operation with a JSON body `B`: `f` runs on the writer handle once
+/// `{op}` is checked to be the open operation ([`with_op`]), and what it
+/// returns is the answer, with `status`.
 fn on_op<B: DeserializeOwned + Send + 'static>(
+    call: &str,
     status: StatusCode,
     f: fn(&Session, Operation<'_>, B) -> Result<Value, ApiError>,
-) -> MethodRouter<AppState> {
-    post(
-        move |State(st): State<AppState>,
-              Path((id, op)): Path<(String, String)>,
-              Json(b): Json<B>| async move {
-            let v = with_op(&st, id, op, move |s, open| f(s, open, b)).await?;
-            Ok::<_, ApiError>(json(status, &v))
-        },
+) -> Router<AppState> {
+    let handler = move |State(st): State<AppState>,
+                        Path((id, op)): Path<(String, String)>,
+                        Json(b): Json<B>| async move {
+        let v = with_op(&st, id, op, move |s, open| f(s, open, b)).await?;
+        Ok::<_, ApiError>(json(status, &v))
+    };
+    Router::new().route(
+        &format!("/sessions/{{id}}/operations/{{op}}/{call}"),
+        post(handler),
     )
 }
 
