@@ -362,6 +362,20 @@ pub(crate) fn value_text(v: &Value) -> String {
 
 impl Block {
     /// The block as a tool result, borrowed; `None` for any other block.
+    ///
+    /// ```
+    /// use cairn::Block;
+    ///
+    /// let b = Block::ToolResult {
+    ///     call_id: "c1".into(),
+    ///     content: vec![Block::Text { text: "done".into() }],
+    ///     is_error: false,
+    ///     code: Some("TOOL_OUTCOME_UNKNOWN".into()),
+    /// };
+    /// let r = b.as_result().expect("a tool result");
+    /// assert_eq!((r.call_id, r.code), ("c1", Some("TOOL_OUTCOME_UNKNOWN")));
+    /// assert!(Block::Text { text: "hi".into() }.as_result().is_none());
+    /// ```
     pub fn as_result(&self) -> Option<ResultBlock<'_>> {
         match self {
             Block::ToolResult {
