@@ -15,7 +15,8 @@ use std::cell::RefCell;
 use std::path::Path;
 use std::sync::Arc;
 
-use cairn::{Access, Body, Context, FileBackend, OpenError, Session, SessionId, Store};
+use cairn::testkit;
+use cairn::{Access, FileBackend, OpenError, Session, SessionId, Store};
 use libfuzzer_sys::fuzz_target;
 
 /// The session id the seed corpus was written with (`crates/cairn/tests/fuzz_seeds.rs`).
@@ -25,22 +26,8 @@ thread_local! {
     static DIR: RefCell<Option<tempfile::TempDir>> = const { RefCell::new(None) };
 }
 
-fn entries(s: &Session) -> Vec<cairn::Entry> {
-    (1..s.len())
-        .filter_map(|seq| match s.record(seq).map(|r| r.body) {
-            Ok(Body::Entry(e)) => Some(e),
-            _ => None,
-        })
-        .collect()
-}
-
 fn consistent(s: &Session) {
-    let folded = Context::fold(&s.header().app_state, &entries(s), s.leaf().as_ref());
-    assert_eq!(
-        folded,
-        *s.context(),
-        "the context differs from Context::fold"
-    );
+    testkit::assert_folds("open_session", s, "as opened");
     let _ = s.verdict();
     let _ = s.steps();
 }

@@ -8,10 +8,11 @@
 use std::sync::Arc;
 
 use arbitrary::Arbitrary;
+use cairn::testkit;
 use cairn::{Compaction, Custom, SessionInfo, Settings};
 use cairn::{
-    Access, AppStateChange, Block, Body, Context, EntryBody, EntryId, MemoryBackend, Message,
-    NewEntry, NewSession, Parent, Role, Session, Store,
+    Access, AppStateChange, Block, EntryBody, EntryId, MemoryBackend, Message, NewEntry,
+    NewSession, Parent, Role, Session, Store,
 };
 use libfuzzer_sys::fuzz_target;
 use serde_json::json;
@@ -63,24 +64,6 @@ enum Action {
     Fork {
         at: Option<u16>,
     },
-}
-
-fn entries(s: &Session) -> Vec<cairn::Entry> {
-    (1..s.len())
-        .filter_map(|seq| match s.record(seq).map(|r| r.body) {
-            Ok(Body::Entry(e)) => Some(e),
-            _ => None,
-        })
-        .collect()
-}
-
-fn check(s: &Session) {
-    let folded = Context::fold(&s.header().app_state, &entries(s), s.leaf().as_ref());
-    assert_eq!(
-        folded,
-        *s.context(),
-        "the incremental context differs from Context::fold"
-    );
 }
 
 fn pick(s: &Session, i: Option<u16>) -> Option<EntryId> {
@@ -216,7 +199,7 @@ fuzz_target!(|actions: Vec<Action>| {
                     forks += 1;
                     let at = pick(&s, at);
                     if let Ok(f) = store.fork(&s, at.as_ref(), None) {
-                        check(&f);
+                        testkit::assert_folds("projection", &f, "in a fork");
                     }
                 }
                 None
@@ -225,6 +208,6 @@ fuzz_target!(|actions: Vec<Action>| {
         if let Some(body) = body {
             let _ = s.append(body);
         }
-        check(&s);
+        testkit::assert_folds("projection", &s, "after an action");
     }
 });

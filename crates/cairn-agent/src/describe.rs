@@ -5,7 +5,7 @@
 
 use cairn::Unknown;
 use cairn::steps::{Step, StepKind, StepStatus};
-use cairn::{AppStateChange, Block, EntryBody, Message, Role};
+use cairn::{AppStateChange, Block, EntryBody, Message, ResultBlock, Role};
 use serde_json::Value;
 
 use crate::term::{Lines, Style, sanitize};
@@ -121,17 +121,21 @@ pub fn entry_line(body: &EntryBody) -> OneLine {
 
 /// A message's content in one line: text, then calls, results and the rest.
 pub fn message_line(m: &Message) -> String {
-    let parts: Vec<String> = m
-        .content
-        .iter()
-        .map(block_line)
-        .filter(|s| !s.is_empty())
-        .collect();
+    let parts = block_lines(&m.content);
     if parts.is_empty() {
         "(empty)".to_owned()
     } else {
         parts.join(" · ")
     }
+}
+
+/// The blocks' lines, the empty ones left out.
+fn block_lines(blocks: &[Block]) -> Vec<String> {
+    blocks
+        .iter()
+        .map(block_line)
+        .filter(|s| !s.is_empty())
+        .collect()
 }
 
 /// One content block in one line.
@@ -151,29 +155,21 @@ pub fn block_line(b: &Block) -> String {
                 flat(call_id)
             )
         }
-        Block::ToolResult {
-            call_id,
-            content,
-            is_error,
-            code,
-        } => {
-            let inner: Vec<String> = content
-                .iter()
-                .map(block_line)
-                .filter(|s| !s.is_empty())
-                .collect();
-            let err = if *is_error { " error" } else { "" };
-            let code = code
-                .as_deref()
-                .map(|c| format!(" {}", flat(c)))
-                .unwrap_or_default();
-            format!("← [{}]{err}{code}: {}", flat(call_id), inner.join(" · "))
-        }
+        Block::ToolResult { .. } => b.as_result().map(result_line).unwrap_or_default(),
         Block::Image { media_type, data } => {
             format!("[image {} · {} bytes base64]", flat(media_type), data.len())
         }
         Block::Blob { uri, .. } => format!("[blob {}]", flat(uri)),
     }
+}
+
+/// A tool result in one line: the call it answers, whether it failed, its
+/// code, then its content.
+fn result_line(r: ResultBlock<'_>) -> String {
+    let inner = block_lines(r.content);
+    let err = if r.is_error { " error" } else { "" };
+    let code = r.code.map(|c| format!(" {}", flat(c))).unwrap_or_default();
+    format!("← [{}]{err}{code}: {}", flat(r.call_id), inner.join(" · "))
 }
 
 /// A step in cells: what every listing of steps shows (`cairn steps`,

@@ -14,6 +14,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use cairn::testkit::child::succeeded;
 use cairn::{Access, Body, OpRecord, Session, SessionId, Store, Verdict};
 use serde_json::json;
 
@@ -182,18 +183,15 @@ fn past_the_depth_limit_delegate_refuses_with_a_clear_error() {
         .to_string(),
     )
     .unwrap();
-    let out = agent(
-        &home,
-        &work,
-        &script_path,
-        &["--max-depth", "2", "-p", "Pass it on."],
-    )
-    .output()
-    .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    succeeded(
+        agent(
+            &home,
+            &work,
+            &script_path,
+            &["--max-depth", "2", "-p", "Pass it on."],
+        )
+        .output()
+        .unwrap(),
     );
     let store = Store::open_dir(&home);
     let sessions = store.list().unwrap();

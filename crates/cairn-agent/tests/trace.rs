@@ -12,6 +12,7 @@ mod support;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
+use cairn::testkit::child::succeeded;
 use cairn::{Access, Body, OpRecord, Store};
 use cairn_agent::trace::{KIND, Traced};
 use serde_json::json;
@@ -55,30 +56,27 @@ fn the_trace_never_reaches_the_context_and_an_environment_key_never_reaches_the_
     let dir = tempfile::tempdir().unwrap();
     let (home, work) = (dir.path().join("home"), dir.path().join("work"));
     std::fs::create_dir_all(&work).unwrap();
-    let out = Command::new(BIN)
-        .arg("--store")
-        .arg(&home)
-        .arg("--workdir")
-        .arg(&work)
-        .args([
-            "--base-url",
-            &server.url,
-            "--model",
-            "m",
-            "--compact-at",
-            "0",
-        ])
-        .args(["--trace", "--trace-body-limit", "300", "-p", "Say hello."])
-        .env("CAIRN_API_KEY", KEY)
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("CAIRN_AGENT_CHILD")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    succeeded(
+        Command::new(BIN)
+            .arg("--store")
+            .arg(&home)
+            .arg("--workdir")
+            .arg(&work)
+            .args([
+                "--base-url",
+                &server.url,
+                "--model",
+                "m",
+                "--compact-at",
+                "0",
+            ])
+            .args(["--trace", "--trace-body-limit", "300", "-p", "Say hello."])
+            .env("CAIRN_API_KEY", KEY)
+            .env_remove("OPENAI_API_KEY")
+            .env_remove("CAIRN_AGENT_CHILD")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap(),
     );
     let requests = server.requests();
     assert_eq!(requests.len(), 2);

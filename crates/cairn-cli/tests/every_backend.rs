@@ -5,12 +5,14 @@
 // Test helpers panic on a failed step; that is how a test fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
-use assert_cmd::Command;
 use serde_json::{Value, json};
+use support::cairn_in;
 
 /// The stores a test runs on: a directory, and a SQLite database.
 fn stores(dir: &Path) -> [String; 2] {
@@ -20,19 +22,9 @@ fn stores(dir: &Path) -> [String; 2] {
     ]
 }
 
-/// `cairn --store STORE …`, run in `cwd`, with no inherited store.
-fn cairn(store: &str, cwd: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_cairn"));
-    c.current_dir(cwd)
-        .env_remove("CAIRN_HOME")
-        .env("COLUMNS", "80")
-        .args(["--color", "never", "--store", store]);
-    c
-}
-
 /// Runs `args` and returns stdout, failing with the command and its stderr.
 fn ok(store: &str, cwd: &Path, args: &[&str]) -> String {
-    let out = cairn(store, cwd).args(args).output().unwrap();
+    let out = cairn_in(store, cwd).args(args).output().unwrap();
     assert!(
         out.status.success(),
         "`cairn --store {store} {}` failed ({}):\n{}\n{}",
@@ -61,7 +53,7 @@ fn session(store: &str, cwd: &Path) -> String {
         json!({"kind": "message", "id": "a2", "data": {"role": "assistant", "content": [{"type": "text", "text": "Panel 1 is done."}]}}),
     ];
     let input: Vec<String> = records.iter().map(Value::to_string).collect();
-    cairn(store, cwd)
+    cairn_in(store, cwd)
         .args(["append", &id])
         .write_stdin(input.join("\n"))
         .assert()
@@ -316,7 +308,7 @@ fn reads_work_while_a_writer_holds_the_session(store: &str, dir: &Path) {
         .read_line(&mut ack)
         .unwrap();
     assert!(ack.contains("\"seq\""), "{ack}");
-    let refused = cairn(store, &cwd)
+    let refused = cairn_in(store, &cwd)
         .args(["label", &id, "a1", "busy"])
         .output()
         .unwrap();

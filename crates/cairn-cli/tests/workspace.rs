@@ -4,22 +4,15 @@
 // Test helpers panic on a failed step; that is how a test fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use std::path::Path;
 
-use assert_cmd::Command;
 use serde_json::{Value, json};
-
-fn cairn(store: &str, cwd: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_cairn"));
-    c.current_dir(cwd)
-        .env_remove("CAIRN_HOME")
-        .env("COLUMNS", "80")
-        .args(["--color", "never", "--store", store]);
-    c
-}
+use support::cairn_in;
 
 fn run(store: &str, cwd: &Path, args: &[&str]) -> (bool, String, String) {
-    let out = cairn(store, cwd).args(args).output().unwrap();
+    let out = cairn_in(store, cwd).args(args).output().unwrap();
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into_owned(),

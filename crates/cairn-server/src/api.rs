@@ -12,12 +12,13 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
-use axum::routing::{get, post};
+use axum::routing::{MethodRouter, get, post};
 use cairn::{
     Context, Durability, EntryId, InputParent, InputRecord, NewEntry, NewSession, Parent, Session,
     SessionId, SessionSummary, Status,
 };
 use serde::Deserialize;
+use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use crate::app::{AppState, Json, Path, Query, blocking, json, no_content};
@@ -29,18 +30,53 @@ use crate::shapes;
 pub fn routes() -> Router<AppState> {
     Router::new()
         .route("/sessions", get(list).post(create))
-        .route("/sessions/{id}", get(show).delete(remove))
+        .route("/sessions/{id}", view(session_json).delete(remove))
         .route("/sessions/{id}/records", post(append))
         .route("/sessions/{id}/history", get(history))
-        .route("/sessions/{id}/context", get(context))
-        .route("/sessions/{id}/state", get(state))
-        .route("/sessions/{id}/tree", get(tree))
-        .route("/sessions/{id}/steps", get(steps))
-        .route("/sessions/{id}/memory", get(memory))
-        .route("/sessions/{id}/verdict", get(verdict))
-        .route("/sessions/{id}/checkout", post(checkout))
+        .route("/sessions/{id}/context", view_at(context))
+        .route("/sessions/{id}/state", view_at(state))
+        .route("/sessions/{id}/tree", view(tree))
+        .route("/sessions/{id}/steps", view(steps))
+        .route("/sessions/{id}/memory", view(memory))
+        .route("/sessions/{id}/verdict", view(verdict))
+        .route("/sessions/{id}/checkout", change(checkout))
         .route("/sessions/{id}/copy", post(copy))
-        .route("/sessions/{id}/labels", post(label))
+        .route("/sessions/{id}/labels", change(label))
+}
+
+/// The route of a view of the session `{id}`: `f` runs on it, opened for
+/// reading ([`read`]), and what it returns is the answer.
+pub fn view(f: fn(&Hub, &Session) -> Result<Value, ApiError>) -> MethodRouter<AppState> {
+    get(
+        move |State(st): State<AppState>, Path(id): Path<String>| async move {
+            Ok::<_, ApiError>(json(StatusCode::OK, &read(&st, id, f).await?))
+        },
+    )
+}
+
+/// The route of a view of the session `{id}` as of the entry `?at=` (the
+/// leaf without it): `f` runs on the session and the context there.
+fn view_at(f: fn(&Session, Arc<Context>) -> Result<Value, ApiError>) -> MethodRouter<AppState> {
+    get(
+        move |State(st): State<AppState>, Path(id): Path<String>, Query(q): Query<AtQuery>| async move {
+            let v = read(&st, id, move |_, s| f(s, context_at(s, q.at.as_deref())?)).await?;
+            Ok::<_, ApiError>(json(StatusCode::OK, &v))
+        },
+    )
+}
+
+/// The route of a change to the session `{id}` with a JSON body `B`: `f`
+/// runs on the session held for writing ([`write`]), and what it returns
+/// is the answer.
+fn change<B: DeserializeOwned + Send + 'static>(
+    f: fn(&Session, B) -> Result<Value, ApiError>,
+) -> MethodRouter<AppState> {
+    post(
+        move |State(st): State<AppState>, Path(id): Path<String>, Json(b): Json<B>| async move {
+            let v = write(&st, id, move |_, h| f(&h.session, b)).await?;
+            Ok::<_, ApiError>(json(StatusCode::OK, &v))
+        },
+    )
 }
 
 /// Runs `f` on the session `id` names, opened for reading.
@@ -202,25 +238,20 @@ async fn create(
         })?;
         let h = hub.adopt(s);
         hub.changed();
-        Ok(session_json(&hub, &h.session))
+        session_json(&hub, &h.session)
     })
     .await?;
     Ok(json(StatusCode::CREATED, &body))
 }
 
 /// A session as the API shows it: the CLI's shape, with its status.
-fn session_json(hub: &Hub, s: &Session) -> Value {
+fn session_json(hub: &Hub, s: &Session) -> Result<Value, ApiError> {
     let mut v = shapes::session(hub.store(), s);
     if let Value::Object(m) = &mut v {
         let live = hub.store().backend().writer_active(s.id());
         m.insert("status".into(), json!(s.phase().status(live)));
     }
-    v
-}
-
-async fn show(State(st): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
-    let v = read(&st, id, |hub, s| Ok(session_json(hub, s))).await?;
-    Ok(json(StatusCode::OK, &v))
+    Ok(v)
 }
 
 #[derive(Debug, Deserialize)]
@@ -438,87 +469,52 @@ fn context_at(s: &Session, at: Option<&str>) -> Result<Arc<Context>, ApiError> {
     )))
 }
 
-async fn context(
-    State(st): State<AppState>,
-    Path(id): Path<String>,
-    Query(q): Query<AtQuery>,
-) -> Result<Response, ApiError> {
-    let v = read(&st, id, move |_, s| {
-        let ctx = context_at(s, q.at.as_deref())?;
-        Ok(shapes::context(s, &ctx))
-    })
-    .await?;
-    Ok(json(StatusCode::OK, &v))
+fn context(s: &Session, ctx: Arc<Context>) -> Result<Value, ApiError> {
+    Ok(shapes::context(s, &ctx))
 }
 
-async fn state(
-    State(st): State<AppState>,
-    Path(id): Path<String>,
-    Query(q): Query<AtQuery>,
-) -> Result<Response, ApiError> {
-    let v = read(&st, id, move |_, s| {
-        let ctx = context_at(s, q.at.as_deref())?;
-        Ok(json!({
-            "session": s.id(),
-            "at": ctx.leaf(),
-            "app_state": ctx.app_state(),
-            "settings": ctx.settings(),
-        }))
-    })
-    .await?;
-    Ok(json(StatusCode::OK, &v))
+fn state(s: &Session, ctx: Arc<Context>) -> Result<Value, ApiError> {
+    Ok(json!({
+        "session": s.id(),
+        "at": ctx.leaf(),
+        "app_state": ctx.app_state(),
+        "settings": ctx.settings(),
+    }))
 }
 
-async fn tree(State(st): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
-    let v = read(&st, id, |_, s| {
-        let view = cairn_agent::tree::TreeView::load(s)
-            .map_err(|e| ApiError::internal(format!("{e:#}"), "run `cairn fsck` on the session"))?;
-        Ok(shapes::tree(s, &view))
-    })
-    .await?;
-    Ok(json(StatusCode::OK, &v))
+fn tree(_: &Hub, s: &Session) -> Result<Value, ApiError> {
+    let view = cairn_agent::tree::TreeView::load(s)
+        .map_err(|e| ApiError::internal(format!("{e:#}"), "run `cairn fsck` on the session"))?;
+    Ok(shapes::tree(s, &view))
 }
 
-async fn steps(State(st): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
-    let v = read(&st, id, |_, s| {
-        let steps = s.steps()?;
-        Ok(json!({"session": s.id(), "steps": steps}))
-    })
-    .await?;
-    Ok(json(StatusCode::OK, &v))
+fn steps(_: &Hub, s: &Session) -> Result<Value, ApiError> {
+    Ok(json!({"session": s.id(), "steps": s.steps()?}))
 }
 
-async fn memory(State(st): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
-    let v = read(&st, id, |_, s| {
-        let entries: Vec<cairn::Entry> = s
-            .branch_entries(None)?
-            .into_iter()
-            .map(|(e, _)| e)
-            .collect();
-        let config = cairn::memory::MemoryConfig::default();
-        let memory = cairn::memory::SessionMemory::derive(&entries, &config);
-        Ok(json!({
-            "session": s.id(),
-            "memory": memory,
-            "text": memory.render(),
-        }))
-    })
-    .await?;
-    Ok(json(StatusCode::OK, &v))
+fn memory(_: &Hub, s: &Session) -> Result<Value, ApiError> {
+    let entries: Vec<cairn::Entry> = s
+        .branch_entries(None)?
+        .into_iter()
+        .map(|(e, _)| e)
+        .collect();
+    let config = cairn::memory::MemoryConfig::default();
+    let memory = cairn::memory::SessionMemory::derive(&entries, &config);
+    Ok(json!({
+        "session": s.id(),
+        "memory": memory,
+        "text": memory.render(),
+    }))
 }
 
-async fn verdict(State(st): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
-    let v = read(&st, id, |hub, s| {
-        let live = hub.store().backend().writer_active(s.id());
-        Ok(json!({
-            "session": s.id(),
-            "status": s.phase().status(live),
-            "verdict": s.verdict(),
-            "action": crate::ops::next_action(&s.verdict()),
-        }))
-    })
-    .await?;
-    Ok(json(StatusCode::OK, &v))
+fn verdict(hub: &Hub, s: &Session) -> Result<Value, ApiError> {
+    let live = hub.store().backend().writer_active(s.id());
+    Ok(json!({
+        "session": s.id(),
+        "status": s.phase().status(live),
+        "verdict": s.verdict(),
+        "action": crate::ops::next_action(&s.verdict()),
+    }))
 }
 
 #[derive(Debug, Deserialize)]
@@ -528,22 +524,13 @@ struct CheckoutBody {
     summary: Option<String>,
 }
 
-async fn checkout(
-    State(st): State<AppState>,
-    Path(id): Path<String>,
-    Json(b): Json<CheckoutBody>,
-) -> Result<Response, ApiError> {
-    let v = write(&st, id, move |_, h| {
-        let s = &h.session;
-        let target = b.target.as_deref().map(|t| s.resolve(t)).transpose()?;
-        let done = s.checkout(target.as_ref(), b.summary)?;
-        Ok(json!({
-            "appended": done.map(|a| json!({"seq": a.seq, "id": a.id})),
-            "leaf": s.leaf(),
-        }))
-    })
-    .await?;
-    Ok(json(StatusCode::OK, &v))
+fn checkout(s: &Session, b: CheckoutBody) -> Result<Value, ApiError> {
+    let target = b.target.as_deref().map(|t| s.resolve(t)).transpose()?;
+    let done = s.checkout(target.as_ref(), b.summary)?;
+    Ok(json!({
+        "appended": done.map(|a| json!({"seq": a.seq, "id": a.id})),
+        "leaf": s.leaf(),
+    }))
 }
 
 #[derive(Debug, Deserialize)]
@@ -567,7 +554,7 @@ async fn copy(
                 .map(|a| src.session.resolve(a))
                 .transpose()?;
         let fork = hub.store().fork(&src.session, at.as_ref(), b.title)?;
-        let v = session_json(&hub, &fork);
+        let v = session_json(&hub, &fork)?;
         drop(fork);
         hub.changed();
         Ok(v)
@@ -583,17 +570,8 @@ struct LabelBody {
     target: Option<String>,
 }
 
-async fn label(
-    State(st): State<AppState>,
-    Path(id): Path<String>,
-    Json(b): Json<LabelBody>,
-) -> Result<Response, ApiError> {
-    let v = write(&st, id, move |_, h| {
-        let s = &h.session;
-        let target = b.target.as_deref().map(|t| s.resolve(t)).transpose()?;
-        let a = s.label(&b.name, target.as_ref())?;
-        Ok(json!({"appended": {"seq": a.seq, "id": a.id}, "labels": s.labels()}))
-    })
-    .await?;
-    Ok(json(StatusCode::OK, &v))
+fn label(s: &Session, b: LabelBody) -> Result<Value, ApiError> {
+    let target = b.target.as_deref().map(|t| s.resolve(t)).transpose()?;
+    let a = s.label(&b.name, target.as_ref())?;
+    Ok(json!({"appended": {"seq": a.seq, "id": a.id}, "labels": s.labels()}))
 }

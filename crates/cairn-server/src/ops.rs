@@ -12,39 +12,38 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
-use axum::routing::{get, post};
+use axum::routing::post;
 use cairn::{
     Block, EffectClass, EntryBody, EntryId, Message, NewEntry, Operation, Outcome, Parent, Payload,
-    Policy, Role, Session, ToolOutput, Usage, Verdict,
+    Policy, Role, Session, ToolDispatched, ToolOutput, Usage, Verdict,
 };
 use serde::Deserialize;
+use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use crate::api::{read, write};
+use crate::api::{view, write};
 use crate::app::{AppState, Json, Path, json};
 use crate::error::ApiError;
+use crate::hub::Hub;
 
 /// The operation API's routes.
 pub fn routes() -> Router<AppState> {
     Router::new()
         .route("/sessions/{id}/operations", post(start))
-        .route("/sessions/{id}/operations/current", get(current))
-        .route("/sessions/{id}/operations/{op}/attempts", post(attempt))
+        .route("/sessions/{id}/operations/current", view(current))
+        .merge(on_op("attempts", StatusCode::CREATED, attempt))
         .route("/sessions/{id}/operations/{op}/replies", post(reply))
-        .route("/sessions/{id}/operations/{op}/dispatches", post(dispatch))
-        .route("/sessions/{id}/operations/{op}/results", post(result))
-        .route("/sessions/{id}/operations/{op}/reruns", post(rerun))
-        .route(
-            "/sessions/{id}/operations/{op}/approvals",
-            post(request_approval),
-        )
+        .merge(on_op("dispatches", StatusCode::CREATED, dispatch))
+        .merge(on_op("results", StatusCode::CREATED, result))
+        .merge(on_op("reruns", StatusCode::CREATED, rerun))
+        .merge(on_op("approvals", StatusCode::CREATED, request_approval))
         .route(
             "/sessions/{id}/operations/{op}/approvals/{call_id}",
             post(resolve_approval),
         )
-        .route("/sessions/{id}/operations/{op}/denials", post(deny))
-        .route("/sessions/{id}/operations/{op}/inputs", post(queue_input))
-        .route("/sessions/{id}/operations/{op}/finish", post(finish))
+        .merge(on_op("denials", StatusCode::CREATED, deny))
+        .merge(on_op("inputs", StatusCode::CREATED, queue_input))
+        .merge(on_op("finish", StatusCode::OK, finish))
         .route("/sessions/{id}/recover", post(recover))
 }
 
@@ -97,6 +96,27 @@ async fn with_op<T: Send + 'static>(
     .await
 }
 
+/// The route `POST /sessions/{id}/operations/{op}/<call>`, a call on the
+/// open operation with a JSON body `B`: `f` runs on the writer handle once
+/// `{op}` is checked to be the open operation ([`with_op`]), and what it
+/// returns is the answer, with `status`.
+fn on_op<B: DeserializeOwned + Send + 'static>(
+    call: &str,
+    status: StatusCode,
+    f: fn(&Session, Operation<'_>, B) -> Result<Value, ApiError>,
+) -> Router<AppState> {
+    let handler = move |State(st): State<AppState>,
+                        Path((id, op)): Path<(String, String)>,
+                        Json(b): Json<B>| async move {
+        let v = with_op(&st, id, op, move |s, open| f(s, open, b)).await?;
+        Ok::<_, ApiError>(json(status, &v))
+    };
+    Router::new().route(
+        &format!("/sessions/{{id}}/operations/{{op}}/{call}"),
+        post(handler),
+    )
+}
+
 /// A message decoded by the library's decoder (the JSON rule included).
 fn message(v: &Value) -> Result<Message, ApiError> {
     let bad = |why: String| {
@@ -138,13 +158,9 @@ async fn start(
     Ok(json(StatusCode::CREATED, &v))
 }
 
-async fn current(State(st): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
-    let v = read(&st, id, |_, s| {
-        let op = s.resume_operation().map(|o| o.id().to_owned());
-        Ok(json!({"op": op, "phase": s.phase(), "verdict": s.verdict()}))
-    })
-    .await?;
-    Ok(json(StatusCode::OK, &v))
+fn current(_: &Hub, s: &Session) -> Result<Value, ApiError> {
+    let op = s.resume_operation().map(|o| o.id().to_owned());
+    Ok(json!({"op": op, "phase": s.phase(), "verdict": s.verdict()}))
 }
 
 #[derive(Debug, Deserialize)]
@@ -154,17 +170,9 @@ struct AttemptBody {
     model: Option<String>,
 }
 
-async fn attempt(
-    State(st): State<AppState>,
-    Path((id, op)): Path<(String, String)>,
-    Json(b): Json<AttemptBody>,
-) -> Result<Response, ApiError> {
-    let v = with_op(&st, id, op, move |_, op| {
-        let t = op.model_attempt(b.provider.as_deref(), b.model.as_deref())?;
-        Ok(json!({"attempt": t.attempt(), "entry": t.entry()}))
-    })
-    .await?;
-    Ok(json(StatusCode::CREATED, &v))
+fn attempt(_: &Session, op: Operation<'_>, b: AttemptBody) -> Result<Value, ApiError> {
+    let t = op.model_attempt(b.provider.as_deref(), b.model.as_deref())?;
+    Ok(json!({"attempt": t.attempt(), "entry": t.entry()}))
 }
 
 #[derive(Debug, Deserialize)]
@@ -213,17 +221,8 @@ struct DispatchBody {
     effect: EffectClass,
 }
 
-async fn dispatch(
-    State(st): State<AppState>,
-    Path((id, op)): Path<(String, String)>,
-    Json(b): Json<DispatchBody>,
-) -> Result<Response, ApiError> {
-    let v = with_op(&st, id, op, move |_, op| {
-        let t = op.dispatch_tool(&b.call_id, b.effect)?;
-        Ok(ticket(&t))
-    })
-    .await?;
-    Ok(json(StatusCode::CREATED, &v))
+fn dispatch(_: &Session, op: Operation<'_>, b: DispatchBody) -> Result<Value, ApiError> {
+    Ok(ticket(&op.dispatch_tool(&b.call_id, b.effect)?))
 }
 
 #[derive(Debug, Deserialize)]
@@ -258,58 +257,38 @@ struct RerunBody {
 /// Re-runs a call that was dispatched and has no result (after a crash):
 /// T1 again with the recorded idempotency key and result id. A side effect
 /// needs a person's decision, recorded as an approval.
-async fn rerun(
-    State(st): State<AppState>,
-    Path((id, op)): Path<(String, String)>,
-    Json(b): Json<RerunBody>,
-) -> Result<Response, ApiError> {
-    let v = with_op(&st, id, op, move |s, op| {
-        let Verdict::IndeterminateTool { calls, .. } = s.verdict() else {
-            return Err(not_dispatched(&b.call_id));
-        };
-        let Some(call) = calls.iter().find(|c| c.call_id == b.call_id) else {
-            return Err(not_dispatched(&b.call_id));
-        };
-        let t = match (call.effect, b.decided_by.as_deref()) {
-            (EffectClass::SideEffect, Some(by)) => op.rerun_side_effect(call, by)?,
-            _ => op.rerun(call)?,
-        };
-        Ok(ticket(&t))
-    })
-    .await?;
-    Ok(json(StatusCode::CREATED, &v))
+fn rerun(s: &Session, op: Operation<'_>, b: RerunBody) -> Result<Value, ApiError> {
+    let call = dispatched(s, &b.call_id)?;
+    let t = match (call.effect, b.decided_by.as_deref()) {
+        (EffectClass::SideEffect, Some(by)) => op.rerun_side_effect(&call, by)?,
+        _ => op.rerun(&call)?,
+    };
+    Ok(ticket(&t))
 }
 
-async fn result(
-    State(st): State<AppState>,
-    Path((id, op)): Path<(String, String)>,
-    Json(b): Json<ResultBody>,
-) -> Result<Response, ApiError> {
-    let v = with_op(&st, id, op, move |s, op| {
-        let Verdict::IndeterminateTool { calls, .. } = s.verdict() else {
-            return Err(not_dispatched(&b.call_id));
-        };
-        let Some(call) = calls.iter().find(|c| c.call_id == b.call_id) else {
-            return Err(not_dispatched(&b.call_id));
-        };
-        let out = ToolOutput {
-            content: b.content,
-            is_error: b.is_error,
-            code: b.code,
-        };
-        // T2 under the result id T1 preallocated, synced before the answer.
-        Ok(ack(&op.provide_outcome(call, out)?))
-    })
-    .await?;
-    Ok(json(StatusCode::CREATED, &v))
+fn result(s: &Session, op: Operation<'_>, b: ResultBody) -> Result<Value, ApiError> {
+    let call = dispatched(s, &b.call_id)?;
+    let out = ToolOutput {
+        content: b.content,
+        is_error: b.is_error,
+        code: b.code,
+    };
+    // T2 under the result id T1 preallocated, synced before the answer.
+    Ok(ack(&op.provide_outcome(&call, out)?))
 }
 
-fn not_dispatched(call_id: &str) -> ApiError {
-    ApiError::conflict(
+/// The call `call_id` names among those dispatched with no result yet.
+fn dispatched(s: &Session, call_id: &str) -> Result<ToolDispatched, ApiError> {
+    if let Verdict::IndeterminateTool { calls, .. } = s.verdict()
+        && let Some(call) = calls.into_iter().find(|c| c.call_id == call_id)
+    {
+        return Ok(call);
+    }
+    Err(ApiError::conflict(
         "not_dispatched",
         format!("tool call {call_id:?} was not dispatched, or already has its result"),
         "dispatch it first (POST …/dispatches): its result is accepted only after T1",
-    )
+    ))
 }
 
 #[derive(Debug, Deserialize)]
@@ -319,16 +298,9 @@ struct ApprovalBody {
     tool: String,
 }
 
-async fn request_approval(
-    State(st): State<AppState>,
-    Path((id, op)): Path<(String, String)>,
-    Json(b): Json<ApprovalBody>,
-) -> Result<Response, ApiError> {
-    with_op(&st, id, op, move |_, op| {
-        Ok(op.request_approval(&b.call_id, &b.tool)?)
-    })
-    .await?;
-    Ok(json(StatusCode::CREATED, &json!({"requested": true})))
+fn request_approval(_: &Session, op: Operation<'_>, b: ApprovalBody) -> Result<Value, ApiError> {
+    op.request_approval(&b.call_id, &b.tool)?;
+    Ok(json!({"requested": true}))
 }
 
 #[derive(Debug, Deserialize)]
@@ -357,16 +329,8 @@ struct DenyBody {
     reason: String,
 }
 
-async fn deny(
-    State(st): State<AppState>,
-    Path((id, op)): Path<(String, String)>,
-    Json(b): Json<DenyBody>,
-) -> Result<Response, ApiError> {
-    let v = with_op(&st, id, op, move |_, op| {
-        Ok(ack(&op.deny(&b.call_id, &b.reason)?))
-    })
-    .await?;
-    Ok(json(StatusCode::CREATED, &v))
+fn deny(_: &Session, op: Operation<'_>, b: DenyBody) -> Result<Value, ApiError> {
+    Ok(ack(&op.deny(&b.call_id, &b.reason)?))
 }
 
 #[derive(Debug, Deserialize)]
@@ -375,13 +339,9 @@ struct InputBody {
     text: String,
 }
 
-async fn queue_input(
-    State(st): State<AppState>,
-    Path((id, op)): Path<(String, String)>,
-    Json(b): Json<InputBody>,
-) -> Result<Response, ApiError> {
-    with_op(&st, id, op, move |_, op| Ok(op.queue_input(&b.text)?)).await?;
-    Ok(json(StatusCode::CREATED, &json!({"queued": true})))
+fn queue_input(_: &Session, op: Operation<'_>, b: InputBody) -> Result<Value, ApiError> {
+    op.queue_input(&b.text)?;
+    Ok(json!({"queued": true}))
 }
 
 #[derive(Debug, Deserialize)]
@@ -391,17 +351,9 @@ struct FinishBody {
     error: Option<String>,
 }
 
-async fn finish(
-    State(st): State<AppState>,
-    Path((id, op)): Path<(String, String)>,
-    Json(b): Json<FinishBody>,
-) -> Result<Response, ApiError> {
-    let v = with_op(&st, id, op, move |s, op| {
-        op.finish(b.outcome, b.error)?;
-        Ok(json!({"status": s.status(), "verdict": s.verdict()}))
-    })
-    .await?;
-    Ok(json(StatusCode::OK, &v))
+fn finish(s: &Session, op: Operation<'_>, b: FinishBody) -> Result<Value, ApiError> {
+    op.finish(b.outcome, b.error)?;
+    Ok(json!({"status": s.status(), "verdict": s.verdict()}))
 }
 
 #[derive(Debug, Deserialize)]

@@ -29,11 +29,30 @@ fn lines(b: &dyn Backend, id: &SessionId) -> Vec<Vec<u8>> {
     out
 }
 
+/// A file store in `dir/sessions`: the backend, and a store over it.
+fn file_store(dir: &Path) -> (FileBackend, Store) {
+    let files = FileBackend::new(dir.join("sessions"));
+    let store = Store::with_backend(Arc::new(files.clone()));
+    (files, store)
+}
+
+/// Every session of `ids` comes back from `back` as the same file it is in
+/// `files`.
+fn assert_same_files(files: &FileBackend, back: &FileBackend, ids: &[SessionId]) {
+    for id in ids {
+        let original = std::fs::read(files.path(id)).unwrap();
+        let round_trip = std::fs::read(back.path(id)).unwrap();
+        assert!(
+            original == round_trip,
+            "session {id} comes back as the same file"
+        );
+    }
+}
+
 /// A file store with a few varied sessions: an operation with tools, a
 /// fork, a subagent, unicode, a big record.
 fn sample_files(home: &Path) -> (FileBackend, Vec<SessionId>) {
-    let files = FileBackend::new(home.join("sessions"));
-    let store = Store::with_backend(Arc::new(files.clone()));
+    let (files, store) = file_store(home);
     let a = store
         .create(NewSession {
             title: Some("ünïcödé 🐖".into()),
@@ -81,14 +100,7 @@ fn files_to_sqlite_and_back_are_byte_identical() {
     let back = FileBackend::new(dir.path().join("b").join("sessions"));
     let report = copy_store(&db, &back).unwrap();
     assert!(report.failed.is_empty(), "{:?}", report.failed);
-    for id in &ids {
-        let original = std::fs::read(files.path(id)).unwrap();
-        let round_trip = std::fs::read(back.path(id)).unwrap();
-        assert!(
-            original == round_trip,
-            "session {id} comes back as the same file"
-        );
-    }
+    assert_same_files(&files, &back, &ids);
     // Listings agree across backends.
     let l1 = Store::with_backend(Arc::new(files)).list().unwrap();
     let l2 = Store::with_backend(Arc::new(db)).list().unwrap();
@@ -113,8 +125,7 @@ fn copying_again_changes_nothing() {
 #[test]
 fn a_half_copied_session_is_completed() {
     let dir = tempfile::tempdir().unwrap();
-    let files = FileBackend::new(dir.path().join("sessions"));
-    let store = Store::with_backend(Arc::new(files.clone()));
+    let (files, store) = file_store(dir.path());
     let s = store.create(NewSession::default()).unwrap();
     for i in 0..10 {
         s.append(user(&format!("{i}"))).unwrap();
@@ -137,8 +148,7 @@ fn a_half_copied_session_is_completed() {
 #[test]
 fn a_different_session_under_the_same_id_is_left_untouched() {
     let dir = tempfile::tempdir().unwrap();
-    let files = FileBackend::new(dir.path().join("sessions"));
-    let store = Store::with_backend(Arc::new(files.clone()));
+    let (files, store) = file_store(dir.path());
     let s = store.create(NewSession::default()).unwrap();
     s.append(user("the source")).unwrap();
     let id = s.id().clone();
@@ -168,8 +178,7 @@ fn a_different_session_under_the_same_id_is_left_untouched() {
 #[test]
 fn a_session_that_does_not_verify_is_reported_and_the_others_are_copied() {
     let dir = tempfile::tempdir().unwrap();
-    let files = FileBackend::new(dir.path().join("sessions"));
-    let store = Store::with_backend(Arc::new(files.clone()));
+    let (files, store) = file_store(dir.path());
     let good = store.create(NewSession::default()).unwrap();
     good.append(user("fine")).unwrap();
     let bad = store.create(NewSession::default()).unwrap();
@@ -287,14 +296,7 @@ fn files_sqlite_and_postgres_copy_into_each_other_byte_for_byte() {
         // Again: nothing to do.
         assert_eq!(copy_store(from, to).unwrap().unchanged.len(), ids.len());
     }
-    for id in &ids {
-        let original = std::fs::read(files.path(id)).unwrap();
-        let round_trip = std::fs::read(back.path(id)).unwrap();
-        assert!(
-            original == round_trip,
-            "session {id} comes back as the same file"
-        );
-    }
+    assert_same_files(&files, &back, &ids);
     let listing = |b: Arc<dyn Backend>| Store::with_backend(b).list().unwrap();
     let want = listing(Arc::new(files));
     assert_eq!(listing(Arc::new(pg1)), want);

@@ -80,7 +80,8 @@ pub use record::{
     AppStateChange, ApprovalRequested, ApprovalResolved, Block, Body, Checkout, Compaction, Custom,
     EffectClass, Entry, EntryBody, FORMAT_VERSION, ForkOrigin, Header, ImportOrigin, InputQueued,
     Label, Lineage, Message, ModelAttempted, OpFinished, OpRecord, OpStarted, Outcome, Record,
-    Role, SessionInfo, Settings, SpawnOrigin, ToolDispatched, Unknown, Usage, UsageSettled,
+    ResultBlock, Role, SessionInfo, Settings, SpawnOrigin, ToolDispatched, Unknown, Usage,
+    UsageSettled,
 };
 pub use recovery::{
     APPROVAL_INTERRUPTED, Action, ActionKind, DENIED_BY_PERSON, Decision, MAX_RECOVERY_ROUNDS,

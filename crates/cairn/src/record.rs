@@ -272,31 +272,15 @@ impl Message {
     }
 
     /// The tool-result blocks of this message, borrowed.
-    pub(crate) fn results(&self) -> impl Iterator<Item = ResultBlock<'_>> {
-        self.content.iter().filter_map(|b| match b {
-            Block::ToolResult {
-                call_id,
-                content,
-                is_error,
-                code,
-            } => Some(ResultBlock {
-                call_id,
-                content,
-                is_error: *is_error,
-                code: code.as_deref(),
-            }),
-            Block::Text { .. }
-            | Block::Thinking { .. }
-            | Block::ToolCall { .. }
-            | Block::Image { .. }
-            | Block::Blob { .. } => None,
-        })
+    pub fn results(&self) -> impl Iterator<Item = ResultBlock<'_>> {
+        self.content.iter().filter_map(Block::as_result)
     }
 }
 
-/// A tool-result block of a message, borrowed ([`Message::results`]).
+/// A tool-result block, borrowed ([`Block::as_result`], [`Message::results`]):
+/// what every reader of results (memory, steps, the renderers) takes.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct ResultBlock<'a> {
+pub struct ResultBlock<'a> {
     /// The call it answers.
     pub call_id: &'a str,
     /// What the tool returned.
@@ -377,6 +361,42 @@ pub(crate) fn value_text(v: &Value) -> String {
 }
 
 impl Block {
+    /// The block as a tool result, borrowed; `None` for any other block.
+    ///
+    /// ```
+    /// use cairn::Block;
+    ///
+    /// let b = Block::ToolResult {
+    ///     call_id: "c1".into(),
+    ///     content: vec![Block::Text { text: "done".into() }],
+    ///     is_error: false,
+    ///     code: Some("TOOL_OUTCOME_UNKNOWN".into()),
+    /// };
+    /// let r = b.as_result().expect("a tool result");
+    /// assert_eq!((r.call_id, r.code), ("c1", Some("TOOL_OUTCOME_UNKNOWN")));
+    /// assert!(Block::Text { text: "hi".into() }.as_result().is_none());
+    /// ```
+    pub fn as_result(&self) -> Option<ResultBlock<'_>> {
+        match self {
+            Block::ToolResult {
+                call_id,
+                content,
+                is_error,
+                code,
+            } => Some(ResultBlock {
+                call_id,
+                content,
+                is_error: *is_error,
+                code: code.as_deref(),
+            }),
+            Block::Text { .. }
+            | Block::Thinking { .. }
+            | Block::ToolCall { .. }
+            | Block::Image { .. }
+            | Block::Blob { .. } => None,
+        }
+    }
+
     /// Whether the block may appear in a tool result's content (text, image
     /// and blob blocks; FORMAT.md section 4).
     pub fn fits_in_a_tool_result(&self) -> bool {

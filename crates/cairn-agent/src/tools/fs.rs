@@ -14,11 +14,6 @@ use super::{Tool, ToolCall, ToolEnv, capped_text};
 
 const MAX_READ_BYTES: u64 = 8 << 20;
 
-fn summary_path(tool: &str, args: &Value) -> String {
-    let path = args.get("path").and_then(Value::as_str).unwrap_or(".");
-    format!("{tool}: {}", crate::term::clean_line(path))
-}
-
 fn read_text(path: &Path) -> Result<String, String> {
     let meta =
         std::fs::metadata(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
@@ -39,17 +34,79 @@ fn read_text(path: &Path) -> Result<String, String> {
     Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 
+/// A successful output, capped as [`capped_text`].
+fn capped(env: &ToolEnv, text: &str) -> ToolOutput {
+    ToolOutput {
+        content: capped_text(env, text),
+        is_error: false,
+        code: None,
+    }
+}
+
+/// A tool on the one file or directory its `path` argument names,
+/// summarised by that path: `read_file` and `list_dir` read it;
+/// `write_file` and `edit_file` change it, a side effect that touches that
+/// file (so the agent snapshots it before and after). [`Tool`] follows
+/// from this.
+pub trait PathTool: Send + Sync {
+    /// Its name.
+    const NAME: &'static str;
+    /// What it does, for the model.
+    const DESCRIPTION: &'static str;
+    /// How it affects the world.
+    const EFFECT: EffectClass;
+    /// The path when a call names none (the schema may require one).
+    const DEFAULT_PATH: &'static str;
+    /// The JSON schema of its arguments (a `path` among them).
+    fn parameters(&self) -> Value;
+    /// Runs it on `path` (resolved in the working directory).
+    fn run_on(&self, path: &Path, call: &ToolCall<'_>) -> ToolOutput;
+}
+
+impl<T: PathTool> Tool for T {
+    fn name(&self) -> &str {
+        T::NAME
+    }
+    fn description(&self) -> &str {
+        T::DESCRIPTION
+    }
+    fn parameters(&self) -> Value {
+        PathTool::parameters(self)
+    }
+    fn effect(&self) -> EffectClass {
+        T::EFFECT
+    }
+    fn touches(&self, args: &Value, env: &ToolEnv) -> Option<Touches> {
+        if T::EFFECT != EffectClass::SideEffect {
+            return None;
+        }
+        let path = args.get("path").and_then(Value::as_str)?;
+        Some(Touches::Files(vec![
+            env.resolve(path).to_string_lossy().into_owned(),
+        ]))
+    }
+    fn summary(&self, args: &Value) -> String {
+        let path = args.get("path").and_then(Value::as_str).unwrap_or(".");
+        format!("{}: {}", T::NAME, crate::term::clean_line(path))
+    }
+    fn run(&self, call: &ToolCall<'_>) -> ToolOutput {
+        let path = call
+            .env
+            .resolve(call.str("path").unwrap_or(T::DEFAULT_PATH));
+        self.run_on(&path, call)
+    }
+}
+
 /// `read_file`: a text file's lines, numbered.
 #[derive(Debug, Clone, Copy)]
 pub struct ReadFile;
 
-impl Tool for ReadFile {
-    fn name(&self) -> &str {
-        "read_file"
-    }
-    fn description(&self) -> &str {
-        "Read a text file. Returns its lines numbered from 1. Use offset/limit for long files."
-    }
+impl PathTool for ReadFile {
+    const NAME: &'static str = "read_file";
+    const DESCRIPTION: &'static str =
+        "Read a text file. Returns its lines numbered from 1. Use offset/limit for long files.";
+    const EFFECT: EffectClass = EffectClass::ReadOnly;
+    const DEFAULT_PATH: &'static str = "";
     fn parameters(&self) -> Value {
         json!({
             "type": "object",
@@ -62,15 +119,8 @@ impl Tool for ReadFile {
             "additionalProperties": false
         })
     }
-    fn effect(&self) -> EffectClass {
-        EffectClass::ReadOnly
-    }
-    fn summary(&self, args: &Value) -> String {
-        summary_path(self.name(), args)
-    }
-    fn run(&self, call: &ToolCall<'_>) -> ToolOutput {
-        let path = call.env.resolve(call.str("path").unwrap_or_default());
-        let text = match read_text(&path) {
+    fn run_on(&self, path: &Path, call: &ToolCall<'_>) -> ToolOutput {
+        let text = match read_text(path) {
             Ok(t) => t,
             Err(e) => return ToolOutput::error(e),
         };
@@ -90,11 +140,7 @@ impl Tool for ReadFile {
                 offset.saturating_add(limit)
             ));
         }
-        ToolOutput {
-            content: capped_text(call.env, &out),
-            is_error: false,
-            code: None,
-        }
+        capped(call.env, &out)
     }
 }
 
@@ -102,13 +148,11 @@ impl Tool for ReadFile {
 #[derive(Debug, Clone, Copy)]
 pub struct ListDir;
 
-impl Tool for ListDir {
-    fn name(&self) -> &str {
-        "list_dir"
-    }
-    fn description(&self) -> &str {
-        "List a directory's entries (directories end with /)."
-    }
+impl PathTool for ListDir {
+    const NAME: &'static str = "list_dir";
+    const DESCRIPTION: &'static str = "List a directory's entries (directories end with /).";
+    const EFFECT: EffectClass = EffectClass::ReadOnly;
+    const DEFAULT_PATH: &'static str = ".";
     fn parameters(&self) -> Value {
         json!({
             "type": "object",
@@ -116,15 +160,8 @@ impl Tool for ListDir {
             "additionalProperties": false
         })
     }
-    fn effect(&self) -> EffectClass {
-        EffectClass::ReadOnly
-    }
-    fn summary(&self, args: &Value) -> String {
-        summary_path(self.name(), args)
-    }
-    fn run(&self, call: &ToolCall<'_>) -> ToolOutput {
-        let path = call.env.resolve(call.str("path").unwrap_or("."));
-        let entries = match std::fs::read_dir(&path) {
+    fn run_on(&self, path: &Path, call: &ToolCall<'_>) -> ToolOutput {
+        let entries = match std::fs::read_dir(path) {
             Ok(e) => e,
             Err(e) => return ToolOutput::error(format!("cannot list {}: {e}", path.display())),
         };
@@ -149,11 +186,7 @@ impl Tool for ListDir {
         if total == 0 {
             out = "(empty directory)".into();
         }
-        ToolOutput {
-            content: capped_text(call.env, &out),
-            is_error: false,
-            code: None,
-        }
+        capped(call.env, &out)
     }
 }
 
@@ -257,11 +290,7 @@ impl Tool for Grep {
             };
             format!("{}{more}", hits.join("\n"))
         };
-        ToolOutput {
-            content: capped_text(call.env, &out),
-            is_error: false,
-            code: None,
-        }
+        capped(call.env, &out)
     }
 }
 
@@ -269,13 +298,12 @@ impl Tool for Grep {
 #[derive(Debug, Clone, Copy)]
 pub struct WriteFile;
 
-impl Tool for WriteFile {
-    fn name(&self) -> &str {
-        "write_file"
-    }
-    fn description(&self) -> &str {
-        "Create or overwrite a text file with the given content (parent directories are created)."
-    }
+impl PathTool for WriteFile {
+    const NAME: &'static str = "write_file";
+    const DESCRIPTION: &'static str =
+        "Create or overwrite a text file with the given content (parent directories are created).";
+    const EFFECT: EffectClass = EffectClass::SideEffect;
+    const DEFAULT_PATH: &'static str = "";
     fn parameters(&self) -> Value {
         json!({
             "type": "object",
@@ -284,27 +312,14 @@ impl Tool for WriteFile {
             "additionalProperties": false
         })
     }
-    fn effect(&self) -> EffectClass {
-        EffectClass::SideEffect
-    }
-    fn touches(&self, args: &Value, env: &ToolEnv) -> Option<Touches> {
-        let path = args.get("path").and_then(Value::as_str)?;
-        Some(Touches::Files(vec![
-            env.resolve(path).to_string_lossy().into_owned(),
-        ]))
-    }
-    fn summary(&self, args: &Value) -> String {
-        summary_path(self.name(), args)
-    }
-    fn run(&self, call: &ToolCall<'_>) -> ToolOutput {
-        let path = call.env.resolve(call.str("path").unwrap_or_default());
+    fn run_on(&self, path: &Path, call: &ToolCall<'_>) -> ToolOutput {
         let content = call.str("content").unwrap_or_default();
         if let Some(parent) = path.parent()
             && let Err(e) = std::fs::create_dir_all(parent)
         {
             return ToolOutput::error(format!("cannot create {}: {e}", parent.display()));
         }
-        match std::fs::write(&path, content) {
+        match std::fs::write(path, content) {
             Ok(()) => ToolOutput::text(format!(
                 "wrote {} bytes to {}",
                 content.len(),
@@ -319,13 +334,11 @@ impl Tool for WriteFile {
 #[derive(Debug, Clone, Copy)]
 pub struct EditFile;
 
-impl Tool for EditFile {
-    fn name(&self) -> &str {
-        "edit_file"
-    }
-    fn description(&self) -> &str {
-        "Replace old_string with new_string in a file. old_string must occur exactly once unless replace_all is true."
-    }
+impl PathTool for EditFile {
+    const NAME: &'static str = "edit_file";
+    const DESCRIPTION: &'static str = "Replace old_string with new_string in a file. old_string must occur exactly once unless replace_all is true.";
+    const EFFECT: EffectClass = EffectClass::SideEffect;
+    const DEFAULT_PATH: &'static str = "";
     fn parameters(&self) -> Value {
         json!({
             "type": "object",
@@ -339,21 +352,8 @@ impl Tool for EditFile {
             "additionalProperties": false
         })
     }
-    fn effect(&self) -> EffectClass {
-        EffectClass::SideEffect
-    }
-    fn touches(&self, args: &Value, env: &ToolEnv) -> Option<Touches> {
-        let path = args.get("path").and_then(Value::as_str)?;
-        Some(Touches::Files(vec![
-            env.resolve(path).to_string_lossy().into_owned(),
-        ]))
-    }
-    fn summary(&self, args: &Value) -> String {
-        summary_path(self.name(), args)
-    }
-    fn run(&self, call: &ToolCall<'_>) -> ToolOutput {
-        let path = call.env.resolve(call.str("path").unwrap_or_default());
-        let text = match read_text(&path) {
+    fn run_on(&self, path: &Path, call: &ToolCall<'_>) -> ToolOutput {
+        let text = match read_text(path) {
             Ok(t) => t,
             Err(e) => return ToolOutput::error(e),
         };
@@ -375,7 +375,7 @@ impl Tool for EditFile {
         } else {
             text.replacen(old, new, 1)
         };
-        match std::fs::write(&path, edited) {
+        match std::fs::write(path, edited) {
             Ok(()) => ToolOutput::text(format!(
                 "replaced {} occurrence(s) in {}",
                 if all { count } else { 1 },

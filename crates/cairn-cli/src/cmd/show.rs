@@ -2,7 +2,7 @@
 //! `cairn context` (the context alone): what the model would see.
 
 use anyhow::Result;
-use cairn::{Access, Block, Context, Session, Store};
+use cairn::{Access, Block, Context, ResultBlock, Session, Store};
 use serde_json::{Value, json};
 
 use super::Status;
@@ -265,6 +265,24 @@ fn indented(out: &mut Out<'_>, text: &str, by: usize, style: Style) -> std::io::
     Ok(())
 }
 
+/// Writes a tool result and its content, indented.
+fn result(out: &mut Out<'_>, r: ResultBlock<'_>, by: usize) -> std::io::Result<()> {
+    let status = if r.is_error { " error" } else { "" };
+    let code = r.code.map(|c| format!(" {c}")).unwrap_or_default();
+    out.spans(&[
+        (Style::Plain, &" ".repeat(by)),
+        (
+            if r.is_error { Style::Warn } else { Style::Tool },
+            &format!("← result{status}{code}"),
+        ),
+        (Style::Dim, &format!(" [{}]", r.call_id)),
+    ])?;
+    for inner in r.content {
+        block(out, inner, by + 2)?;
+    }
+    Ok(())
+}
+
 /// Writes one content block, indented.
 fn block(out: &mut Out<'_>, b: &Block, by: usize) -> std::io::Result<()> {
     let pad = " ".repeat(by);
@@ -286,27 +304,7 @@ fn block(out: &mut Out<'_>, b: &Block, by: usize) -> std::io::Result<()> {
             ])?;
             indented(out, &pretty(arguments), by + 2, Style::Plain)
         }
-        Block::ToolResult {
-            call_id,
-            content,
-            is_error,
-            code,
-        } => {
-            let status = if *is_error { " error" } else { "" };
-            let code = code.as_deref().map(|c| format!(" {c}")).unwrap_or_default();
-            out.spans(&[
-                (Style::Plain, &pad),
-                (
-                    if *is_error { Style::Warn } else { Style::Tool },
-                    &format!("← result{status}{code}"),
-                ),
-                (Style::Dim, &format!(" [{call_id}]")),
-            ])?;
-            for inner in content {
-                block(out, inner, by + 2)?;
-            }
-            Ok(())
-        }
+        Block::ToolResult { .. } => b.as_result().map_or(Ok(()), |r| result(out, r, by)),
         Block::Image { media_type, data } => out.spans(&[
             (Style::Plain, &pad),
             (

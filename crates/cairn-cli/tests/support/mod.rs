@@ -11,12 +11,25 @@ use std::path::{Path, PathBuf};
 use assert_cmd::Command;
 use cairn::frame;
 use cairn::testkit::build::{assistant, calls, tool_result, user};
+use cairn::testkit::child::succeeded;
 use cairn::{
     Access, AppStateChange, Block, Body, Compaction, EffectClass, EntryBody, EntryId, Message,
     NewEntry, NewSession, OpRecord, Parent, Role, Session, SessionId, Settings, Store, Usage,
 };
 use cairn::{ModelAttempted, OpStarted, ToolDispatched};
 use serde_json::json;
+
+/// `cairn --store STORE --color never …` run in `cwd`, with a fixed width
+/// and no inherited store: for tests that run on every kind of store (a
+/// directory, `sqlite:PATH`).
+pub fn cairn_in(store: &str, cwd: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_cairn"));
+    c.current_dir(cwd)
+        .env_remove("CAIRN_HOME")
+        .env("COLUMNS", "80")
+        .args(["--color", "never", "--store", store]);
+    c
+}
 
 /// The fixture session's id.
 pub const STORY: &str = "01jd0000000000000000000abc";
@@ -95,15 +108,11 @@ impl Home {
 
     /// Creates a session through the CLI and returns its id.
     pub fn new_session(&self, title: &str) -> String {
-        let out = self
-            .cairn()
-            .args(["new", "--title", title])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        let out = succeeded(
+            self.cairn()
+                .args(["new", "--title", title])
+                .output()
+                .unwrap(),
         );
         String::from_utf8(out.stdout).unwrap().trim().to_owned()
     }

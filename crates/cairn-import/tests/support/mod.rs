@@ -126,24 +126,16 @@ pub fn canonical_cairn(ctx: &Context, keep_repairs: bool) -> (Vec<Value>, Vec<St
         match m.role {
             Role::Tool => {
                 for b in &m.content {
-                    match b {
-                        Block::ToolResult {
-                            call_id,
-                            content,
-                            is_error,
-                            code,
-                        } => {
-                            if !keep_repairs && code.as_deref() == Some(TOOL_OUTCOME_UNKNOWN) {
-                                repaired.push(call_id.clone());
-                            } else {
-                                out.push(json!({"result": [
-                                    call_id,
-                                    is_error,
-                                    content.iter().map(block).collect::<Vec<_>>(),
-                                ]}));
-                            }
+                    match b.as_result() {
+                        Some(r) if !keep_repairs && r.code == Some(TOOL_OUTCOME_UNKNOWN) => {
+                            repaired.push(r.call_id.to_owned());
                         }
-                        other => out.push(json!({"stray": block(other)})),
+                        Some(r) => out.push(json!({"result": [
+                            r.call_id,
+                            r.is_error,
+                            r.content.iter().map(block).collect::<Vec<_>>(),
+                        ]})),
+                        None => out.push(json!({"stray": block(b)})),
                     }
                 }
             }

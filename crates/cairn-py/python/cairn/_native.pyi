@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 from types import TracebackType
-from typing import Any, Dict, List, Literal, Optional, Protocol, Union
+from typing import Any, Dict, List, Literal, Optional, Protocol, Union, type_check_only
+
+from typing_extensions import Self
 
 JSON = Any
 """A JSON value: dict, list, str, int, float, bool or None."""
@@ -33,6 +35,22 @@ class InputError(CairnError): ...
 class EntryNotFound(CairnError): ...
 class RecoveryError(CairnError): ...
 class ClosedError(CairnError): ...
+
+@type_check_only
+class _Scope:
+    """A context manager's two methods, as Session and ToolTicket have them
+    (a stub-only class: no such class exists at runtime). Leaving the block
+    closes a session; a ticket records an exception raised in it as the
+    tool's error, and refuses a block left without a result. Exceptions
+    are never swallowed (``__exit__`` returns False)."""
+
+    def __enter__(self) -> Self: ...
+    def __exit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> bool: ...
 
 class ToolRunner(Protocol):
     def effect(self, tool: str) -> str: ...
@@ -70,7 +88,7 @@ class Store:
         id: Optional[str] = None,
     ) -> Session: ...
 
-class Session:
+class Session(_Scope):
     @property
     def id(self) -> str: ...
     @property
@@ -129,13 +147,6 @@ class Session:
     def resume_operation(self) -> Optional[Operation]: ...
     def sync(self) -> None: ...
     def close(self) -> None: ...
-    def __enter__(self) -> Session: ...
-    def __exit__(
-        self,
-        exc_type: Optional[type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> bool: ...
 
 class ModelTicket:
     @property
@@ -143,7 +154,7 @@ class ModelTicket:
     @property
     def attempt(self) -> int: ...
 
-class ToolTicket:
+class ToolTicket(_Scope):
     @property
     def call_id(self) -> str: ...
     @property
@@ -157,13 +168,6 @@ class ToolTicket:
     @property
     def pending(self) -> bool: ...
     def result(self, output: ToolOutputLike, *, is_error: bool = False) -> Appended: ...
-    def __enter__(self) -> ToolTicket: ...
-    def __exit__(
-        self,
-        exc_type: Optional[type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> bool: ...
 
 class Operation:
     @property

@@ -54,10 +54,16 @@ import base64
 import hashlib
 import os
 import random
+import sys
 import threading
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Optional, Tuple, TypeVar, Union
+
+if sys.version_info >= (3, 10):
+    from typing import Concatenate, ParamSpec
+else:
+    from typing_extensions import Concatenate, ParamSpec
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -81,6 +87,23 @@ NS_CHECKPOINT = "langgraph.checkpoint"
 NS_WRITES = "langgraph.writes"
 NS_DELETED = "langgraph.deleted"
 TITLE_PREFIX = "langgraph thread "
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _in_thread(
+    method: Callable[Concatenate[CairnSaver, _P], _R],
+) -> Callable[Concatenate[CairnSaver, _P], Coroutine[Any, Any, _R]]:
+    """The async side of a sync method: the method itself, run in a worker
+    thread (``asyncio.to_thread``), so that an event loop never waits on a
+    session's fsync."""
+
+    async def in_thread(saver: CairnSaver, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        return await asyncio.to_thread(method, saver, *args, **kwargs)
+
+    return in_thread
+
 
 _CROCKFORD = "0123456789abcdefghjkmnpqrstvwxyz"
 
@@ -574,29 +597,35 @@ class CairnSaver(BaseCheckpointSaver[str]):
             except cairn.SessionInUse as e:
                 raise self._busy(tid, e) from e
 
-    def _delete(self, th: _Thread, doomed: List[List[str]], why: str) -> None:
-        if not doomed:
-            return
-        content = {"checkpoints": doomed, "why": why}
-        th.session.add_custom(NS_DELETED, content)
-        th.fold(content, NS_DELETED)
+    def _delete_where(
+        self, thread_id: str, doomed: Callable[[Dict[str, _Checkpoint], str], bool], why: str
+    ) -> None:
+        """Deletes the checkpoints of a thread that ``doomed(checkpoints of
+        the namespace, id)`` picks, in one ``langgraph.deleted`` record (none
+        when it picks nothing, or the thread does not exist)."""
+        with self._borrowed(thread_id) as th:
+            if th is None:
+                return
+            with th.lock:
+                picked = [
+                    [ns, cid] for ns, cps in th.checkpoints.items() for cid in cps if doomed(cps, cid)
+                ]
+                if not picked:
+                    return
+                content = {"checkpoints": picked, "why": why}
+                th.session.add_custom(NS_DELETED, content)
+                th.fold(content, NS_DELETED)
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         runs = set(run_ids)
         if not runs:
             return
         for tid in self._thread_ids():
-            with self._borrowed(tid) as th:
-                if th is None:
-                    continue
-                with th.lock:
-                    doomed = [
-                        [ns, cid]
-                        for ns, cps in th.checkpoints.items()
-                        for cid, cp in cps.items()
-                        if self._metadata(cp).get("run_id") in runs
-                    ]
-                    self._delete(th, doomed, "delete_for_runs")
+            self._delete_where(
+                tid,
+                lambda cps, cid: self._metadata(cps[cid]).get("run_id") in runs,
+                "delete_for_runs",
+            )
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         src, dst = str(source_thread_id), str(target_thread_id)
@@ -629,17 +658,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
             if strategy == "delete":
                 self.delete_thread(tid)
                 continue
-            with self._borrowed(str(tid)) as th:
-                if th is None:
-                    continue
-                with th.lock:
-                    doomed = [
-                        [ns, cid]
-                        for ns, cps in th.checkpoints.items()
-                        for cid in cps
-                        if cid != max(cps)
-                    ]
-                    self._delete(th, doomed, "prune")
+            self._delete_where(str(tid), lambda cps, cid: cid != max(cps), "prune")
 
     def get_next_version(self, current: Optional[str], channel: None) -> str:
         if current is None:
@@ -652,49 +671,18 @@ class CairnSaver(BaseCheckpointSaver[str]):
 
     # -- async: the sync methods in a worker thread --------------------------
 
-    async def aget_tuple(self, config: RunnableConfig) -> Optional[CheckpointTuple]:
-        return await asyncio.to_thread(self.get_tuple, config)
+    aget_tuple = _in_thread(get_tuple)
+    aput = _in_thread(put)
+    aput_writes = _in_thread(put_writes)
+    adelete_thread = _in_thread(delete_thread)
+    adelete_for_runs = _in_thread(delete_for_runs)
+    acopy_thread = _in_thread(copy_thread)
+    aprune = _in_thread(prune)
 
     async def alist(
-        self,
-        config: Optional[RunnableConfig],
-        *,
-        filter: Optional[Dict[str, Any]] = None,
-        before: Optional[RunnableConfig] = None,
-        limit: Optional[int] = None,
+        self, config: Optional[RunnableConfig], **kwargs: Any
     ) -> AsyncIterator[CheckpointTuple]:
-        items = await asyncio.to_thread(
-            lambda: [*self.list(config, filter=filter, before=before, limit=limit)]
-        )
+        # A generator cannot cross threads: the page is read whole there.
+        items = await asyncio.to_thread(lambda: [*self.list(config, **kwargs)])
         for item in items:
             yield item
-
-    async def aput(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        return await asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions)
-
-    async def aput_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[Tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
-    ) -> None:
-        await asyncio.to_thread(self.put_writes, config, writes, task_id, task_path)
-
-    async def adelete_thread(self, thread_id: str) -> None:
-        await asyncio.to_thread(self.delete_thread, thread_id)
-
-    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        await asyncio.to_thread(self.delete_for_runs, run_ids)
-
-    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        await asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id)
-
-    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        await asyncio.to_thread(self.prune, thread_ids, strategy=strategy)

@@ -1,8 +1,23 @@
-//! Child processes for crash and locking tests: the running test binary
-//! started again to run one ignored test, which a parent test then drives
-//! through its standard input and output, and kills.
+//! Child processes for tests: the running test binary started again to run
+//! one ignored test, which a parent test then drives through its standard
+//! input and output, and kills (crash and locking tests); and the check that
+//! a command a test ran (the CLI, the agent) succeeded.
 
-use std::process::{Command, Stdio};
+use std::process::{Command, Output, Stdio};
+
+/// The output of a command that ran to the end, checked to be a success.
+///
+/// # Panics
+///
+/// When the command failed, with its standard error as the message.
+pub fn succeeded(out: Output) -> Output {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
 
 /// A command that runs the ignored test `name` of the current test binary,
 /// alone and with its output shown, its standard input and output piped and

@@ -31,7 +31,8 @@
 //! [`vfs`] (one I/O seam whose hooks pass through unless a test overrides
 //! them), [`Rng`] (one deterministic random generator), [`build`]
 //! (builders of the entries tests append) and [`child`] (a test binary
-//! re-running one of its ignored tests as a child process).
+//! re-running one of its ignored tests as a child process, and the check
+//! that a command a test ran succeeded).
 //!
 //! [`Session`]: crate::Session
 
@@ -76,7 +77,8 @@ pub use operations::{
     operation_records_and_verdicts_survive_reopen, recovery_resolves_and_is_deterministic,
 };
 pub use projection::{
-    compaction_and_app_state_are_restored_on_reopen, tree_and_projection_equal_the_fold,
+    assert_folds, compaction_and_app_state_are_restored_on_reopen,
+    tree_and_projection_equal_the_fold,
 };
 pub use rng::Rng;
 pub use roundtrip::{

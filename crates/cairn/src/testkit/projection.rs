@@ -28,8 +28,14 @@ fn snapshot(s: &Session) -> impl PartialEq + std::fmt::Debug + use<> {
     )
 }
 
-/// Checks that the session's context is the fold of its entries.
-fn assert_folds(name: &str, s: &Session, when: &str) {
+/// Checks that the session's context is [`Context::fold`] of its entries
+/// read back (what the fuzz targets check after every step, too).
+///
+/// # Panics
+///
+/// When it is not, or an entry of the tree does not read back; the message
+/// names `name` (the backend or target) and `when`.
+pub fn assert_folds(name: &str, s: &Session, when: &str) {
     let entries = all_entries(s);
     let fold = Context::fold(&s.header().app_state, &entries, s.leaf().as_ref());
     assert_eq!(

@@ -6,8 +6,9 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 
 use anyhow::Result;
-use cairn::{AppStateChange, Block, EntryBody, Session};
+use cairn::{AppStateChange, EntryBody, ResultBlock, Session};
 
+use super::blocks::{BlockFormat, Blocks};
 use super::{branch, escape_html as esc, svg};
 use crate::cmd::list::short_time;
 use cairn_agent::describe::{compact, entry_line};
@@ -103,7 +104,7 @@ pub fn render(session: &Session) -> Result<String> {
     if entries.is_empty() {
         h.push_str("<p class=\"meta\">No entries yet.</p>\n");
     }
-    let mut calls: HashMap<String, String> = HashMap::new();
+    let mut blocks = Blocks::default();
     for (e, ts) in &entries {
         let chips: String = labels_of
             .get(e.id.as_str())
@@ -127,7 +128,7 @@ pub fn render(session: &Session) -> Result<String> {
                     esc(e.id.as_str())
                 );
                 for b in &m.content {
-                    block(&mut h, b, &mut calls);
+                    blocks.write::<Html>(&mut h, b);
                 }
                 h.push_str("</div>\n");
             }
@@ -226,86 +227,79 @@ fn trace_section(h: &mut String, session: &Session) -> Result<()> {
     Ok(())
 }
 
-fn block(h: &mut String, b: &Block, calls: &mut HashMap<String, String>) {
-    match b {
-        Block::Text { text } => {
-            let _ = writeln!(h, "<div class=\"text\">{}</div>", esc(text));
-        }
-        Block::Thinking { thinking, .. } => {
+/// The HTML of a transcript's blocks.
+struct Html;
+
+impl BlockFormat for Html {
+    fn text(h: &mut String, text: &str) {
+        let _ = writeln!(h, "<div class=\"text\">{}</div>", esc(text));
+    }
+
+    fn thinking(h: &mut String, thinking: &str) {
+        let _ = writeln!(
+            h,
+            "<details><summary>thinking</summary><div class=\"text\">{}</div></details>",
+            esc(thinking)
+        );
+    }
+
+    fn call(h: &mut String, name: &str, call_id: &str, arguments: &str) {
+        let _ = writeln!(
+            h,
+            "<div class=\"call\">→ tool call <code>{}</code> <span class=\"when\">{}</span><pre>{}</pre></div>",
+            esc(name),
+            esc(call_id),
+            esc(arguments)
+        );
+    }
+
+    fn result_head(h: &mut String, tool: Option<&str>, r: ResultBlock<'_>) {
+        let name = tool
+            .map(|n| format!(" of <code>{}</code>", esc(n)))
+            .unwrap_or_default();
+        let err = if r.is_error {
+            " <span class=\"error\">error</span>"
+        } else {
+            ""
+        };
+        let code = r
+            .code
+            .map(|c| format!(" <code>{}</code>", esc(c)))
+            .unwrap_or_default();
+        let _ = writeln!(
+            h,
+            "<div class=\"result\">← result{name}{err}{code} <span class=\"when\">{}</span>",
+            esc(r.call_id)
+        );
+    }
+
+    fn result_text(h: &mut String, text: &str) {
+        let _ = writeln!(h, "<pre>{}</pre>", esc(text));
+    }
+
+    fn result_end(h: &mut String) {
+        h.push_str("</div>\n");
+    }
+
+    fn image(h: &mut String, media_type: &str, data: &str) {
+        let safe = media_type.starts_with("image/")
+            && media_type
+                .bytes()
+                .all(|c| c.is_ascii_alphanumeric() || b"/+-.".contains(&c))
+            && data
+                .bytes()
+                .all(|c| c.is_ascii_alphanumeric() || b"+/=".contains(&c));
+        if safe {
             let _ = writeln!(
                 h,
-                "<details><summary>thinking</summary><div class=\"text\">{}</div></details>",
-                esc(thinking)
+                "<img alt=\"image\" style=\"max-width:100%\" src=\"data:{media_type};base64,{data}\">"
             );
+        } else {
+            let _ = writeln!(h, "<p class=\"meta\">[image {}]</p>", esc(media_type));
         }
-        Block::ToolCall {
-            call_id,
-            name,
-            arguments,
-        } => {
-            calls.insert(call_id.clone(), name.clone());
-            let args = serde_json::to_string_pretty(arguments).unwrap_or_default();
-            let _ = writeln!(
-                h,
-                "<div class=\"call\">→ tool call <code>{}</code> <span class=\"when\">{}</span><pre>{}</pre></div>",
-                esc(name),
-                esc(call_id),
-                esc(&args)
-            );
-        }
-        Block::ToolResult {
-            call_id,
-            content,
-            is_error,
-            code,
-        } => {
-            let name = calls
-                .get(call_id)
-                .map(|n| format!(" of <code>{}</code>", esc(n)))
-                .unwrap_or_default();
-            let err = if *is_error {
-                " <span class=\"error\">error</span>"
-            } else {
-                ""
-            };
-            let code = code
-                .as_deref()
-                .map(|c| format!(" <code>{}</code>", esc(c)))
-                .unwrap_or_default();
-            let _ = writeln!(
-                h,
-                "<div class=\"result\">← result{name}{err}{code} <span class=\"when\">{}</span>",
-                esc(call_id)
-            );
-            for inner in content {
-                match inner {
-                    Block::Text { text } => {
-                        let _ = writeln!(h, "<pre>{}</pre>", esc(text));
-                    }
-                    other => block(h, other, calls),
-                }
-            }
-            h.push_str("</div>\n");
-        }
-        Block::Image { media_type, data } => {
-            let safe = media_type.starts_with("image/")
-                && media_type
-                    .bytes()
-                    .all(|c| c.is_ascii_alphanumeric() || b"/+-.".contains(&c))
-                && data
-                    .bytes()
-                    .all(|c| c.is_ascii_alphanumeric() || b"+/=".contains(&c));
-            if safe {
-                let _ = writeln!(
-                    h,
-                    "<img alt=\"image\" style=\"max-width:100%\" src=\"data:{media_type};base64,{data}\">"
-                );
-            } else {
-                let _ = writeln!(h, "<p class=\"meta\">[image {}]</p>", esc(media_type));
-            }
-        }
-        Block::Blob { uri, .. } => {
-            let _ = writeln!(h, "<p class=\"meta\">[blob <code>{}</code>]</p>", esc(uri));
-        }
+    }
+
+    fn blob(h: &mut String, uri: &str) {
+        let _ = writeln!(h, "<p class=\"meta\">[blob <code>{}</code>]</p>", esc(uri));
     }
 }

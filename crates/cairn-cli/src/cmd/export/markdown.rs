@@ -2,12 +2,12 @@
 //! messages as sections, tool calls and results as fenced blocks, and the
 //! other entries (state changes, checkouts, compactions, labels) as notes.
 
-use std::collections::HashMap;
 use std::fmt::Write as _;
 
 use anyhow::Result;
-use cairn::{AppStateChange, Block, EntryBody, Session};
+use cairn::{AppStateChange, EntryBody, ResultBlock, Session};
 
+use super::blocks::{BlockFormat, Blocks};
 use super::branch;
 use crate::cmd::list::short_time;
 use cairn_agent::describe::{compact, entry_line};
@@ -40,7 +40,7 @@ pub fn render(session: &Session) -> Result<String> {
         entries.len(),
         session.entry_count()
     );
-    let mut calls: HashMap<String, String> = HashMap::new();
+    let mut blocks = Blocks::default();
     for (e, ts) in &entries {
         match &e.body {
             EntryBody::Message(m) => {
@@ -56,7 +56,7 @@ pub fn render(session: &Session) -> Result<String> {
                     short_time(ts)
                 );
                 for b in &m.content {
-                    block(&mut md, b, &mut calls);
+                    blocks.write::<Markdown>(&mut md, b);
                 }
             }
             EntryBody::AppState(AppStateChange::Set(v)) => {
@@ -111,71 +111,65 @@ pub fn render(session: &Session) -> Result<String> {
     Ok(md)
 }
 
-fn block(md: &mut String, b: &Block, calls: &mut HashMap<String, String>) {
-    match b {
-        Block::Text { text } => {
-            let _ = writeln!(md, "{}\n", text.trim_end());
-        }
-        Block::Thinking { thinking, .. } => {
-            let _ = writeln!(
-                md,
-                "<details><summary>Thinking</summary>\n\n{}\n\n</details>\n",
-                thinking.trim_end()
-            );
-        }
-        Block::ToolCall {
-            call_id,
-            name,
-            arguments,
-        } => {
-            calls.insert(call_id.clone(), name.clone());
-            let args = serde_json::to_string_pretty(arguments).unwrap_or_default();
-            let _ = writeln!(
-                md,
-                "**Tool call** `{}` (`{}`):\n",
-                code(name),
-                code(call_id)
-            );
-            fenced(md, "json", &args);
-        }
-        Block::ToolResult {
-            call_id,
-            content,
-            is_error,
-            code: outcome,
-        } => {
-            let name = calls
-                .get(call_id)
-                .map(|n| format!(" of `{}`", code(n)))
-                .unwrap_or_default();
-            let status = if *is_error { " (error)" } else { "" };
-            let outcome = outcome
-                .as_deref()
-                .map(|c| format!(" `{}`", code(c)))
-                .unwrap_or_default();
-            let _ = writeln!(
-                md,
-                "**Result**{name} (`{}`){status}{outcome}:\n",
-                code(call_id)
-            );
-            for inner in content {
-                match inner {
-                    Block::Text { text } => fenced(md, "", text),
-                    other => block(md, other, calls),
-                }
-            }
-        }
-        Block::Image { media_type, data } => {
-            let _ = writeln!(
-                md,
-                "*[image {}, {} bytes of base64]*\n",
-                one_line(media_type),
-                data.len()
-            );
-        }
-        Block::Blob { uri, .. } => {
-            let _ = writeln!(md, "*[blob {}]*\n", one_line(uri));
-        }
+/// The Markdown of a transcript's blocks.
+struct Markdown;
+
+impl BlockFormat for Markdown {
+    fn text(md: &mut String, text: &str) {
+        let _ = writeln!(md, "{}\n", text.trim_end());
+    }
+
+    fn thinking(md: &mut String, thinking: &str) {
+        let _ = writeln!(
+            md,
+            "<details><summary>Thinking</summary>\n\n{}\n\n</details>\n",
+            thinking.trim_end()
+        );
+    }
+
+    fn call(md: &mut String, name: &str, call_id: &str, arguments: &str) {
+        let _ = writeln!(
+            md,
+            "**Tool call** `{}` (`{}`):\n",
+            code(name),
+            code(call_id)
+        );
+        fenced(md, "json", arguments);
+    }
+
+    fn result_head(md: &mut String, tool: Option<&str>, r: ResultBlock<'_>) {
+        let name = tool
+            .map(|n| format!(" of `{}`", code(n)))
+            .unwrap_or_default();
+        let status = if r.is_error { " (error)" } else { "" };
+        let outcome = r
+            .code
+            .map(|c| format!(" `{}`", code(c)))
+            .unwrap_or_default();
+        let _ = writeln!(
+            md,
+            "**Result**{name} (`{}`){status}{outcome}:\n",
+            code(r.call_id)
+        );
+    }
+
+    fn result_text(md: &mut String, text: &str) {
+        fenced(md, "", text);
+    }
+
+    fn result_end(_: &mut String) {}
+
+    fn image(md: &mut String, media_type: &str, data: &str) {
+        let _ = writeln!(
+            md,
+            "*[image {}, {} bytes of base64]*\n",
+            one_line(media_type),
+            data.len()
+        );
+    }
+
+    fn blob(md: &mut String, uri: &str) {
+        let _ = writeln!(md, "*[blob {}]*\n", one_line(uri));
     }
 }
 

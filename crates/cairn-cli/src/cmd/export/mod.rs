@@ -2,6 +2,7 @@
 //! self-contained HTML page with the tree drawn as SVG, or a pi session file
 //! (`cairn_import::export_pi`).
 
+mod blocks;
 mod html;
 mod markdown;
 mod svg;
