@@ -54,7 +54,7 @@ pub struct IndexedPrefix {
 
 /// What the index keeps beside the tree: the session-wide folds over every
 /// indexed entry, and the projection at the last indexed entry (absent when
-/// the index holds no entry).
+/// the index holds no entry; without it an open folds the branch).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Checkpoint {
     pub labels: BTreeMap<String, EntryId>,
@@ -374,9 +374,6 @@ pub(crate) fn decode(mut bytes: Vec<u8>, session: &SessionId) -> Result<Decoded,
     if r.at != bytes.len() {
         return Err("it holds bytes after its checkpoint".into());
     }
-    if checkpoint.projection.is_some() != (entries > 0) {
-        return Err("its checkpoint does not match its entries".into());
-    }
     let ops = ops.into_iter().map(|(s, k)| (u64::from(s), k)).collect();
     Ok(Decoded {
         prefix: IndexedPrefix {
@@ -427,5 +424,147 @@ impl<'a> Reader<'a> {
     fn str(&mut self) -> Result<&'a str, String> {
         let n = self.u8()? as usize;
         std::str::from_utf8(self.take(n)?).map_err(|_| "it holds a name that is not UTF-8".into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An index of a header and three entries (a root, its child, and a
+    /// second root), with one operation record between them.
+    fn sample() -> (SessionId, Vec<u8>) {
+        let session = SessionId::generate();
+        let mut tree = Tree::default();
+        let id = |s: &str| EntryId::parse(s).expect("id");
+        tree.insert_checked(1, id("aa"), None, Some(EntryKind::Message));
+        tree.insert_checked(3, id("bbb"), Some(0), None);
+        tree.insert_checked(4, id("c"), None, Some(EntryKind::Label));
+        let ops = vec![(2, "op_started".to_owned())];
+        let checkpoint = Checkpoint::default();
+        let bytes = encode(&Source {
+            session: &session,
+            tree: &tree,
+            ops: &ops,
+            offsets: &[0, 10, 25, 30, 42, 50],
+            last_line_crc: 7,
+            checkpoint: &Checkpoint {
+                projection: None,
+                ..checkpoint
+            },
+        })
+        .expect("encodes");
+        (session, bytes)
+    }
+
+    /// The rows start after the fixed header, the session id and the kind
+    /// names, and the five line lengths.
+    fn rows_at(session: &SessionId) -> usize {
+        let names: usize = EntryKind::ALL.iter().map(|k| 1 + k.name().len()).sum();
+        8 + 4 + 1 + session.as_str().len() + 8 + 8 + 4 + 5 * 4 + 8 + 1 + names + 5 * 4
+    }
+
+    /// Changes byte `at`, then seals the index again with a valid checksum:
+    /// only the structural checks can refuse it.
+    fn resealed(bytes: &[u8], at: usize, value: u8) -> Vec<u8> {
+        let mut b = bytes.to_vec();
+        b[at] = value;
+        let body = b.len() - 4;
+        let crc = crc32c::crc32c(&b[..body]);
+        b[body..].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    fn refusal(session: &SessionId, bytes: Vec<u8>) -> String {
+        match decode(bytes, session) {
+            Ok(_) => panic!("a bad index was accepted"),
+            Err(why) => why,
+        }
+    }
+
+    #[test]
+    fn an_index_reads_back_as_the_tree_it_was_written_from() {
+        let (session, bytes) = sample();
+        let (decoded, with_projection) = match decode(bytes, &session) {
+            Ok(d) => {
+                let p = d.checkpoint.projection.is_some();
+                (d, p)
+            }
+            Err(why) => panic!("{why}"),
+        };
+        assert!(!with_projection);
+        let t = &decoded.table;
+        assert_eq!(t.len(), 3);
+        assert_eq!((t.id(0), t.id(1), t.id(2)), ("aa", "bbb", "c"));
+        assert_eq!(
+            t.node(1),
+            Node {
+                seq: 3,
+                parent: Some(0),
+                depth: 1,
+                kind: None
+            }
+        );
+        assert_eq!(t.node(2).kind, Some(EntryKind::Label));
+        assert_eq!(
+            (t.find("aa"), t.find("bbb"), t.find("c"), t.find("d")),
+            (Some(0), Some(1), Some(2), None)
+        );
+        assert_eq!(decoded.ops, vec![(2, "op_started".to_owned())]);
+        assert_eq!(decoded.prefix.offsets, vec![0, 10, 25, 30, 42]);
+        assert_eq!(decoded.prefix.end, 50);
+    }
+
+    #[test]
+    fn a_sealed_index_with_a_parent_after_its_child_is_refused() {
+        let (session, bytes) = sample();
+        // Entry 0's parent field: 3 would be entry 2, after it.
+        let at = rows_at(&session) + 4;
+        let why = refusal(&session, resealed(&bytes, at, 3));
+        assert!(why.contains("parent is not before it"), "{why}");
+    }
+
+    #[test]
+    fn a_sealed_index_with_a_wrong_depth_is_refused() {
+        let (session, bytes) = sample();
+        let at = rows_at(&session) + ROW + 8;
+        let why = refusal(&session, resealed(&bytes, at, 5));
+        assert!(why.contains("depth"), "{why}");
+    }
+
+    #[test]
+    fn a_sealed_index_with_an_id_character_ids_may_not_have_is_refused() {
+        let (session, bytes) = sample();
+        let ids_at = rows_at(&session) + 3 * ROW;
+        let why = refusal(&session, resealed(&bytes, ids_at + 1, b'/'));
+        assert!(why.contains("character"), "{why}");
+    }
+
+    #[test]
+    fn a_sealed_index_whose_seqs_skip_a_record_is_refused() {
+        let (session, bytes) = sample();
+        // Entry 2's seq 4 becomes 5: record 4 is then nobody's.
+        let at = rows_at(&session) + 2 * ROW;
+        let why = refusal(&session, resealed(&bytes, at, 5));
+        assert!(why.contains("record 4"), "{why}");
+    }
+
+    #[test]
+    fn a_sealed_index_with_an_unnamed_kind_is_refused() {
+        let (session, bytes) = sample();
+        let at = rows_at(&session) + 17;
+        let why = refusal(&session, resealed(&bytes, at, 40));
+        assert!(why.contains("kind 40"), "{why}");
+    }
+
+    #[test]
+    fn a_flipped_bit_anywhere_is_refused_by_the_checksum() {
+        let (session, bytes) = sample();
+        for at in 13..bytes.len() - 4 {
+            let mut b = bytes.clone();
+            b[at] ^= 0x10;
+            let why = refusal(&session, b);
+            assert!(why.contains("checksum"), "byte {at}: {why}");
+        }
     }
 }
