@@ -117,6 +117,12 @@ impl Table {
         }
     }
 
+    /// The parent of entry `n` alone (a walk up the tree reads nothing else).
+    pub fn parent(&self, n: u32) -> Option<u32> {
+        let at = self.rows_at + n as usize * ROW + 4;
+        le32(&self.bytes[at..at + 4]).checked_sub(1)
+    }
+
     pub fn id(&self, n: u32) -> &str {
         let r = self.row(n);
         let at = self.ids_at + le32(&r[12..16]) as usize;

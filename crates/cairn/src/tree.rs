@@ -113,6 +113,15 @@ impl Tree {
         }
     }
 
+    /// The parent of entry `n`.
+    pub fn parent(&self, n: u32) -> Option<u32> {
+        let base = self.base_len();
+        match &self.base {
+            Some(t) if n < base => t.parent(n),
+            _ => self.nodes[(n - base) as usize].parent,
+        }
+    }
+
     /// The id of entry `n`.
     pub fn id(&self, n: u32) -> &str {
         let base = self.base_len();
@@ -196,11 +205,11 @@ impl Tree {
 
     /// The path from the root to `n`, inclusive, as node numbers.
     pub fn path_to(&self, n: Option<u32>) -> Vec<u32> {
-        let mut path = Vec::new();
+        let mut path = Vec::with_capacity(n.map_or(0, |c| self.node(c).depth as usize + 1));
         let mut cur = n;
         while let Some(c) = cur {
             path.push(c);
-            cur = self.node(c).parent;
+            cur = self.parent(c);
         }
         path.reverse();
         path
