@@ -146,8 +146,11 @@ fn run(cli: &Cli) -> Result<bool> {
                 errors.push(format!("{}: {e:#}", g.name));
             }
         }
-        // Free the group's fixtures before the next one.
-        let _ = std::fs::remove_dir_all(bench.dir().join(g.name));
+        // Free the group's fixtures before the next one (unless kept for
+        // profiling: `--keep` with `--only` keeps what a group wrote).
+        if !cli.keep {
+            let _ = std::fs::remove_dir_all(bench.dir().join(g.name));
+        }
     }
     let report = Report {
         mode: if cli.quick { "quick" } else { "full" },

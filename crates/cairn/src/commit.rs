@@ -99,6 +99,14 @@ impl GroupCommit {
         self.cv.notify_all();
     }
 
+    /// Records `< durable()` are durable.
+    pub fn durable(&self) -> u64 {
+        self.state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .synced
+    }
+
     /// Returns once records `< upto` are durable, leading a sync if none is running.
     pub fn wait_durable(&self, log: &dyn Log, upto: u64) -> Result<(), AppendError> {
         let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);

@@ -2,11 +2,14 @@
 //! ids, parents, depths and kinds, in append order. Lookup by id, by unique
 //! id prefix, children, and the path from a root to any entry.
 
-use hashbrown::{DefaultHashBuilder, HashTable};
 use std::hash::BuildHasher;
+use std::sync::Arc;
+
+use hashbrown::{DefaultHashBuilder, HashTable};
 
 use crate::error::{LookupError, ReadError};
 use crate::id::EntryId;
+use crate::index::Table;
 use crate::kind::EntryKind;
 use crate::projection::EntrySource;
 
@@ -49,11 +52,10 @@ pub(crate) trait BranchFold {
     }
 }
 
-/// One entry in the index.
-#[derive(Debug, Clone)]
+/// One entry in the index (its id is [`Tree::id`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Node {
     pub seq: u64,
-    pub id: EntryId,
     pub parent: Option<u32>,
     /// Number of ancestors (0 for a root).
     pub depth: u32,
@@ -61,12 +63,17 @@ pub(crate) struct Node {
     pub kind: Option<EntryKind>,
 }
 
-/// Every entry of a session, in append order.
+/// Every entry of a session, in append order: the entries a persisted
+/// index covered kept as the index's bytes (node table, ids and id table,
+/// read in place: nothing allocated or hashed per entry at open), then the
+/// entries after them, each with its id.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Tree {
+    base: Option<Arc<Table>>,
+    /// Entries after the base (all of them without an index).
     nodes: Vec<Node>,
-    /// Node numbers by the hash of their id: the id itself is stored once,
-    /// in its node (one allocation per entry, not two).
+    ids: Vec<EntryId>,
+    /// Numbers of the entries after the base, by the hash of their id.
     by_id: HashTable<u32>,
     /// Seeded per process (foldhash), so ids from a file cannot be chosen
     /// to collide.
@@ -81,27 +88,61 @@ pub(crate) enum Reject {
 }
 
 impl Tree {
+    /// The tree of the entries a persisted index covers.
+    pub fn from_table(table: Table) -> Tree {
+        Tree {
+            base: Some(Arc::new(table)),
+            ..Tree::default()
+        }
+    }
+
+    /// Entries read from a persisted index (the first ones).
+    pub fn base_len(&self) -> u32 {
+        self.base.as_ref().map_or(0, |b| b.len())
+    }
+
     pub fn len(&self) -> usize {
-        self.nodes.len()
+        self.base_len() as usize + self.nodes.len()
     }
 
-    /// Makes room for `n` more entries.
-    pub fn reserve(&mut self, n: usize) {
-        let Tree {
-            nodes,
-            by_id,
-            hasher,
-        } = self;
-        nodes.reserve(n);
-        by_id.reserve(n, |&m| hasher.hash_one(nodes[m as usize].id.as_str()));
+    pub fn node(&self, n: u32) -> Node {
+        let base = self.base_len();
+        match &self.base {
+            Some(t) if n < base => t.node(n),
+            _ => self.nodes[(n - base) as usize],
+        }
     }
 
-    pub fn node(&self, n: u32) -> &Node {
-        &self.nodes[n as usize]
+    /// The parent of entry `n`.
+    pub fn parent(&self, n: u32) -> Option<u32> {
+        let base = self.base_len();
+        match &self.base {
+            Some(t) if n < base => t.parent(n),
+            _ => self.nodes[(n - base) as usize].parent,
+        }
     }
 
-    pub fn nodes(&self) -> &[Node] {
-        &self.nodes
+    /// The id of entry `n`.
+    pub fn id(&self, n: u32) -> &str {
+        let base = self.base_len();
+        match &self.base {
+            Some(t) if n < base => t.id(n),
+            _ => self.ids[(n - base) as usize].as_str(),
+        }
+    }
+
+    /// The id of entry `n`, owned.
+    pub fn entry_id(&self, n: u32) -> EntryId {
+        let base = self.base_len();
+        match &self.base {
+            Some(t) if n < base => EntryId::from_checked(t.id(n)),
+            _ => self.ids[(n - base) as usize].clone(),
+        }
+    }
+
+    /// Every entry, in append order, with its number.
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = (u32, Node)> + '_ {
+        (0..self.len() as u32).map(|n| (n, self.node(n)))
     }
 
     pub fn get(&self, id: &EntryId) -> Option<u32> {
@@ -109,15 +150,19 @@ impl Tree {
     }
 
     pub fn get_str(&self, id: &str) -> Option<u32> {
+        if let Some(n) = self.base.as_ref().and_then(|t| t.find(id)) {
+            return Some(n);
+        }
+        let base = self.base_len();
         let hash = self.hasher.hash_one(id);
         self.by_id
-            .find(hash, |&n| self.nodes[n as usize].id.as_str() == id)
+            .find(hash, |&n| self.ids[(n - base) as usize].as_str() == id)
             .copied()
     }
 
     /// The entry appended last.
     pub fn last(&self) -> Option<u32> {
-        (!self.nodes.is_empty()).then(|| self.nodes.len() as u32 - 1)
+        (self.len() > 0).then(|| self.len() as u32 - 1)
     }
 
     /// Checks that an entry could be inserted.
@@ -139,19 +184,18 @@ impl Tree {
         parent: Option<u32>,
         kind: Option<EntryKind>,
     ) -> u32 {
-        let depth = parent.map_or(0, |p| self.nodes[p as usize].depth + 1);
-        let n = self.nodes.len() as u32;
+        let depth = parent.map_or(0, |p| self.node(p).depth + 1);
+        let n = self.len() as u32;
+        let base = self.base_len();
         let Tree {
-            nodes,
-            by_id,
-            hasher,
+            ids, by_id, hasher, ..
         } = self;
         by_id.insert_unique(hasher.hash_one(id.as_str()), n, |&m| {
-            hasher.hash_one(nodes[m as usize].id.as_str())
+            hasher.hash_one(ids[(m - base) as usize].as_str())
         });
+        self.ids.push(id);
         self.nodes.push(Node {
             seq,
-            id,
             parent,
             depth,
             kind,
@@ -161,11 +205,11 @@ impl Tree {
 
     /// The path from the root to `n`, inclusive, as node numbers.
     pub fn path_to(&self, n: Option<u32>) -> Vec<u32> {
-        let mut path = Vec::new();
+        let mut path = Vec::with_capacity(n.map_or(0, |c| self.node(c).depth as usize + 1));
         let mut cur = n;
         while let Some(c) = cur {
             path.push(c);
-            cur = self.nodes[c as usize].parent;
+            cur = self.parent(c);
         }
         path.reverse();
         path
@@ -179,7 +223,7 @@ impl Tree {
         let mut suffix = Vec::new();
         let mut cur = target;
         while let Some(c) = cur {
-            let node = &self.nodes[c as usize];
+            let node = self.node(c);
             if path.get(node.depth as usize) == Some(&c) {
                 break;
             }
@@ -187,16 +231,14 @@ impl Tree {
             cur = node.parent;
         }
         suffix.reverse();
-        (
-            cur.map_or(0, |c| self.nodes[c as usize].depth as usize + 1),
-            suffix,
-        )
+        (cur.map_or(0, |c| self.node(c).depth as usize + 1), suffix)
     }
 
     /// The children of `n` (roots for `None`), in append order.
     pub fn children(&self, n: Option<u32>) -> Vec<u32> {
-        (0..self.nodes.len() as u32)
-            .filter(|&c| self.nodes[c as usize].parent == n)
+        self.iter()
+            .filter(|(_, c)| c.parent == n)
+            .map(|(c, _)| c)
             .collect()
     }
 
@@ -207,9 +249,9 @@ impl Tree {
         }
         let mut found: Vec<u32> = Vec::new();
         if !query.is_empty() {
-            for (i, node) in self.nodes.iter().enumerate() {
-                if node.id.as_str().starts_with(query) {
-                    found.push(i as u32);
+            for n in 0..self.len() as u32 {
+                if self.id(n).starts_with(query) {
+                    found.push(n);
                 }
             }
         }
@@ -220,7 +262,7 @@ impl Tree {
                 let mut candidates: Vec<String> = many
                     .iter()
                     .take(10)
-                    .map(|&n| self.nodes[n as usize].id.to_string())
+                    .map(|&n| self.id(n).to_owned())
                     .collect();
                 if many.len() > 10 {
                     candidates.push(format!("and {} more", many.len() - 10));

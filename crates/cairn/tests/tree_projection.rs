@@ -2521,12 +2521,25 @@ fn run_history(backing: &Backing, initial: Value, ops: &[Op]) {
             }
             Op::Reopen => {
                 let (leaf, ctx) = (s.leaf(), s.context());
+                // On files, the reopen goes through a persisted index and
+                // its checkpoint, saved at this leaf.
+                if let Backing::Files(_) = backing {
+                    s.sync().expect("sync");
+                    assert!(s.save_index(), "a synced writer saves its index");
+                }
                 drop(s);
                 s = store.open(&id, Access::Write).expect("reopen");
                 s.set_durability(Durability::Buffered);
                 assert_eq!(s.leaf(), leaf, "leaf after reopen");
                 assert_eq!(*s.context(), *ctx, "context after reopen");
                 assert_eq!(all_entries(&s), m.entries, "entries read back after reopen");
+                if let Backing::Files(_) = backing {
+                    let note = s.open_report().index.clone().unwrap_or_default();
+                    assert!(
+                        note.starts_with("index used") && !note.contains("checkpoint"),
+                        "{note}"
+                    );
+                }
             }
         }
         assert_session_matches_model(&s, &m);

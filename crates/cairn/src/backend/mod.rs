@@ -99,12 +99,6 @@ pub trait IndexStore {
     /// The session's index, if it exists.
     fn load_index(&self, id: &SessionId) -> Option<Vec<u8>>;
 
-    /// Replaces the session's index, atomically. Called only by a writer's
-    /// open, after the open made the whole log durable (so an index never
-    /// describes lines a power loss could take). Best effort: it is only a
-    /// cache, checked against the log at every open.
-    fn save_index(&self, id: &SessionId, bytes: &[u8]);
-
     /// Opens a session like [`Backend::open`], trusting that the log still
     /// begins with the lines `prefix` describes: the backend checks that the
     /// log is at least `prefix.end` long and that its last indexed line is
@@ -325,6 +319,21 @@ pub trait Log: Send + Sync + fmt::Debug {
     /// while healthy, and always for backends whose writes cannot fail).
     fn poisoned(&self) -> Option<String> {
         None
+    }
+
+    /// Whether [`Log::save_index`] keeps a persisted index (a writer's log
+    /// of a backend with an [`IndexStore`]). The default keeps none.
+    fn keeps_index(&self) -> bool {
+        false
+    }
+
+    /// Replaces the session's persisted index, atomically. Called only by
+    /// the writer, for lines it knows are durable (so an index never
+    /// describes lines a power loss could take): at an open, which made the
+    /// whole log durable, or at close once every record is. Best effort:
+    /// it is only a cache, checked against the log at every open.
+    fn save_index(&self, bytes: &[u8]) {
+        let _ = bytes;
     }
 }
 

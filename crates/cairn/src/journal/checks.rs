@@ -40,13 +40,13 @@ pub(crate) fn check_branch_point(
     let before = tree
         .get(&left[0].entry)
         .and_then(|n| tree.node(n).parent)
-        .map(|n| tree.node(n).id.clone());
+        .map(|n| tree.entry_id(n));
     let mut after = None;
     for child in tree.children(tree.get(at)) {
         if let EntryBody::Message(m) = src.entry(child)?.body {
             let results: HashSet<&str> = m.tool_results().collect();
             if left.iter().all(|c| results.contains(c.call_id.as_str())) {
-                after = Some(tree.node(child).id.clone());
+                after = Some(tree.entry_id(child));
                 break;
             }
         }

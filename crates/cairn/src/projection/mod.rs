@@ -20,7 +20,7 @@ mod projector;
 
 pub use list::{Iter as MessagesIter, Messages};
 
-pub(crate) use projector::{CheckError, EntrySource, Projector};
+pub(crate) use projector::{CheckError, EntrySource, Projector, Saved};
 
 /// What the model sees and the state beside it, at one leaf. Immutable: a
 /// snapshot handed out by a session never changes and cannot change history.
@@ -254,6 +254,27 @@ fn summary_message(id: &EntryId, pos: u32, c: &Compaction) -> ContextMessage {
             format!("{COMPACTION_PREFIX}{}", c.summary),
         )),
         pos,
+    }
+}
+
+/// [`message_of`] for an entry the caller no longer needs: a message is
+/// moved into the context, not copied.
+fn message_from(e: Entry, pos: u32) -> Option<ContextMessage> {
+    match e.body {
+        EntryBody::Message(m) => Some(ContextMessage {
+            entry: e.id,
+            source: Source::Message,
+            message: Arc::new(m),
+            pos,
+        }),
+        EntryBody::AppState(_)
+        | EntryBody::Compaction(_)
+        | EntryBody::Checkout(_)
+        | EntryBody::Settings(_)
+        | EntryBody::Label(_)
+        | EntryBody::SessionInfo(_)
+        | EntryBody::Custom(_)
+        | EntryBody::Ignored(_) => message_of(&e, pos),
     }
 }
 

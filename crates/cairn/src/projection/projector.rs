@@ -6,11 +6,12 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::{
-    Context, ContextMessage, Messages, Source, active, apply_state, merge_settings, message_of,
-    summary_message,
+    Context, ContextMessage, Messages, Source, active, apply_state, merge_settings, message_from,
+    message_of, summary_message,
 };
 use crate::error::{Invalid, ReadError};
 use crate::id::EntryId;
@@ -38,6 +39,41 @@ struct Mark<T> {
 struct Call {
     pos: u32,
     answered: Option<u32>,
+}
+
+/// The projection at one entry as a persisted index keeps it
+/// ([`Projector::save`], [`Projector::restore`]): what folding the branch
+/// found, so that an open need not read its app-state and settings entries
+/// again. Positions are on the branch from the root to `leaf`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Saved {
+    leaf: u32,
+    app_state: Value,
+    settings: Map<String, Value>,
+    /// Positions of the app-state entries.
+    state_at: Vec<u32>,
+    /// Positions of the settings entries.
+    settings_at: Vec<u32>,
+    /// Positions of the compactions.
+    compactions: Vec<u32>,
+}
+
+/// The marks of entries at positions `at` of `path`: only the last holds
+/// its value (`last`); a move back past it replays the entries from an
+/// earlier snapshot, or from the start.
+fn restored_marks<T: Clone>(at: &[u32], path: &[u32], last: &T) -> Vec<Mark<T>> {
+    let mut marks: Vec<Mark<T>> = at
+        .iter()
+        .map(|&pos| Mark {
+            pos,
+            node: path[pos as usize],
+            snapshot: None,
+        })
+        .collect();
+    if let Some(m) = marks.last_mut() {
+        m.snapshot = Some(Arc::new(last.clone()));
+    }
+    marks
 }
 
 /// The incremental projection of one session.
@@ -68,6 +104,66 @@ impl Projector {
             kept_from: 0,
             calls: HashMap::new(),
         }
+    }
+
+    /// What [`Projector::restore`] needs to stand here again without
+    /// reading the branch (`None` before the first entry).
+    pub fn save(&self) -> Option<Saved> {
+        fn pos<T>(marks: &[Mark<T>]) -> Vec<u32> {
+            marks.iter().map(|m| m.pos).collect()
+        }
+        Some(Saved {
+            leaf: *self.path.last()?,
+            app_state: self.ctx.app_state.clone(),
+            settings: self.ctx.settings.clone(),
+            state_at: pos(&self.state_marks),
+            settings_at: pos(&self.settings_marks),
+            compactions: self.compactions.clone(),
+        })
+    }
+
+    /// The projection at `saved.leaf`, from what [`Projector::save`] kept:
+    /// the path is walked back from the leaf and the messages are read
+    /// from the compaction in force on; no app-state or settings entry is
+    /// read. `None` when `saved` does not fit `tree` (its leaf is not an
+    /// entry the persisted index covers, an entry it names is not on the
+    /// branch, or not of its kind): it is then not trusted.
+    pub fn restore(
+        initial_state: Value,
+        saved: Saved,
+        tree: &Tree,
+        src: &dyn EntrySource,
+    ) -> Result<Option<Projector>, ReadError> {
+        if saved.leaf >= tree.base_len() {
+            return Ok(None);
+        }
+        let path = tree.path_to(Some(saved.leaf));
+        let fits = |at: &[u32], kind: EntryKind| {
+            at.windows(2).all(|w| w[0] < w[1])
+                && at.iter().all(|&p| {
+                    path.get(p as usize)
+                        .is_some_and(|&n| tree.node(n).kind == Some(kind))
+                })
+        };
+        if !fits(&saved.state_at, EntryKind::AppState)
+            || !fits(&saved.settings_at, EntryKind::Settings)
+            || !fits(&saved.compactions, EntryKind::Compaction)
+        {
+            return Ok(None);
+        }
+        let mut p = Projector::new(initial_state);
+        p.state_marks = restored_marks(&saved.state_at, &path, &saved.app_state);
+        p.settings_marks = restored_marks(&saved.settings_at, &path, &saved.settings);
+        p.compactions = saved.compactions;
+        {
+            let ctx = Arc::make_mut(&mut p.ctx);
+            ctx.app_state = saved.app_state;
+            ctx.settings = saved.settings;
+            ctx.leaf = Some(tree.entry_id(saved.leaf));
+        }
+        p.path = path;
+        p.rebuild_messages(tree, src)?;
+        Ok(Some(p))
     }
 
     /// A shared, immutable snapshot of the context.
@@ -144,14 +240,14 @@ impl Projector {
                 }
             }
         }
-        Arc::make_mut(&mut self.ctx).leaf = self.path.last().map(|&n| tree.node(n).id.clone());
+        Arc::make_mut(&mut self.ctx).leaf = self.path.last().map(|&n| tree.entry_id(n));
         self.rebuild_messages(tree, src)
     }
 
     /// Extends the branch by an entry that contributes nothing to the context.
     fn push_quiet(&mut self, tree: &Tree, node: u32) {
         self.path.push(node);
-        Arc::make_mut(&mut self.ctx).leaf = Some(tree.node(node).id.clone());
+        Arc::make_mut(&mut self.ctx).leaf = Some(tree.entry_id(node));
     }
 
     /// Folds an app-state or settings entry at `pos` into the context.
@@ -203,14 +299,14 @@ impl Projector {
         self.state_marks.retain(|m| m.pos < keep32);
         self.settings_marks.retain(|m| m.pos < keep32);
         let state = self.replay_state(src)?;
-        let settings = self.settings_marks.last().and_then(|m| m.snapshot.clone());
+        let settings = self.replay_settings(src)?;
         let dropped_compaction = self.compactions.last().is_some_and(|&c| c >= keep32);
         self.compactions.retain(|&c| c < keep32);
         {
             let ctx = Arc::make_mut(&mut self.ctx);
             ctx.app_state = state;
-            ctx.settings = settings.map(|s| (*s).clone()).unwrap_or_default();
-            ctx.leaf = self.path.last().map(|&n| tree.node(n).id.clone());
+            ctx.settings = settings;
+            ctx.leaf = self.path.last().map(|&n| tree.entry_id(n));
         }
         if dropped_compaction {
             self.rebuild_messages(tree, src)?;
@@ -248,6 +344,25 @@ impl Projector {
         Ok(state)
     }
 
+    /// The settings after the marks kept: the last snapshot plus the
+    /// entries after it (every mark has one, but those of a restored
+    /// projection only the last).
+    fn replay_settings(&self, src: &dyn EntrySource) -> Result<Map<String, Value>, ReadError> {
+        let base = self
+            .settings_marks
+            .iter()
+            .rposition(|m| m.snapshot.is_some());
+        let mut settings = base
+            .and_then(|i| self.settings_marks[i].snapshot.as_deref().cloned())
+            .unwrap_or_default();
+        for m in &self.settings_marks[base.map_or(0, |i| i + 1)..] {
+            if let EntryBody::Settings(s) = &src.entry(m.node)?.body {
+                merge_settings(&mut settings, &s.values);
+            }
+        }
+        Ok(settings)
+    }
+
     /// Recomputes the messages from the active compaction's kept range (or the root).
     fn rebuild_messages(&mut self, tree: &Tree, src: &dyn EntrySource) -> Result<(), ReadError> {
         let mut messages = Messages::new();
@@ -276,12 +391,10 @@ impl Projector {
             if matches!(
                 tree.node(node).kind,
                 Some(EntryKind::Message) | Some(EntryKind::Checkout) | Some(EntryKind::Custom)
-            ) {
-                let e = src.entry(node)?;
-                if let Some(m) = message_of(&e, pos as u32) {
-                    Self::track_calls(&mut self.calls, &m);
-                    messages.push(m);
-                }
+            ) && let Some(m) = message_from(src.entry(node)?, pos as u32)
+            {
+                Self::track_calls(&mut self.calls, &m);
+                messages.push(m);
             }
         }
         let ctx = Arc::make_mut(&mut self.ctx);

@@ -79,7 +79,7 @@ impl Session {
         let (durability, mut g) = self.begin_write(durability)?;
         let inner = &mut *g;
         let parent = match new.parent {
-            Parent::Leaf => inner.tree.last().map(|n| inner.tree.node(n).id.clone()),
+            Parent::Leaf => inner.tree.last().map(|n| inner.tree.entry_id(n)),
             Parent::Root => None,
             Parent::Entry(p) => Some(p),
         };
@@ -313,11 +313,12 @@ impl Session {
             return target.is_none();
         };
         let node = inner.tree.node(leaf);
-        if target == Some(&node.id) {
+        let leaf_id = inner.tree.id(leaf);
+        let target = target.map(EntryId::as_str);
+        if target == Some(leaf_id) {
             return true;
         }
-        if node.kind != Some(EntryKind::Checkout)
-            || node.parent.map(|p| &inner.tree.node(p).id) != target
+        if node.kind != Some(EntryKind::Checkout) || node.parent.map(|p| inner.tree.id(p)) != target
         {
             return false;
         }
@@ -327,7 +328,7 @@ impl Session {
             .context()
             .messages()
             .last()
-            .is_none_or(|m| m.source() != &Source::CheckoutSummary || m.entry() != &node.id)
+            .is_none_or(|m| m.source() != &Source::CheckoutSummary || m.entry().as_str() != leaf_id)
     }
 
     /// Sets (or with `target: None`, removes) a label.

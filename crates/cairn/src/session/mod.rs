@@ -138,6 +138,8 @@ struct Inner {
     fold: OpFold,
     /// Session memory, once enabled.
     memory: Option<MemoryTracker>,
+    /// Records the persisted index in force covers (0: none).
+    indexed: u64,
 }
 
 /// Reads entries through the log for the projector.
@@ -174,6 +176,14 @@ fn read_record(log: &dyn Log, seq: u64) -> Result<Record, ReadError> {
         ts: frame.ts.into_owned(),
         body,
     })
+}
+
+/// A writer that closes after appending many records saves the index, so
+/// the next open does not parse them again.
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.save_index_beyond(crate::index::INDEX_AFTER_RECORDS);
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -229,6 +239,7 @@ impl Session {
                 ops: Vec::new(),
                 fold: OpFold::default(),
                 memory: None,
+                indexed: 0,
             }),
             id,
             header,
@@ -313,7 +324,7 @@ impl Session {
     /// The leaf: the entry appended last (`None` before the first entry).
     pub fn leaf(&self) -> Option<EntryId> {
         let inner = lock(&self.inner);
-        inner.tree.last().map(|n| inner.tree.node(n).id.clone())
+        inner.tree.last().map(|n| inner.tree.entry_id(n))
     }
 
     /// The branch: entry ids from the root to the leaf.
@@ -323,7 +334,7 @@ impl Session {
             .proj
             .path()
             .iter()
-            .map(|&n| inner.tree.node(n).id.clone())
+            .map(|&n| inner.tree.entry_id(n))
             .collect()
     }
 
@@ -372,11 +383,10 @@ impl Session {
         let inner = lock(&self.inner);
         inner
             .tree
-            .nodes()
             .iter()
-            .map(|n| NodeInfo {
-                id: n.id.clone(),
-                parent: n.parent.map(|p| inner.tree.node(p).id.clone()),
+            .map(|(i, n)| NodeInfo {
+                id: inner.tree.entry_id(i),
+                parent: n.parent.map(|p| inner.tree.entry_id(p)),
                 seq: n.seq,
                 kind: n.kind.map_or("ignored", EntryKind::name),
             })
@@ -402,7 +412,7 @@ impl Session {
             .tree
             .children(n)
             .into_iter()
-            .map(|c| inner.tree.node(c).id.clone())
+            .map(|c| inner.tree.entry_id(c))
             .collect()
     }
 
@@ -414,13 +424,13 @@ impl Session {
     pub fn resolve(&self, query: &str) -> Result<EntryId, LookupError> {
         let inner = lock(&self.inner);
         if let Some(n) = inner.tree.get_str(query) {
-            return Ok(inner.tree.node(n).id.clone());
+            return Ok(inner.tree.entry_id(n));
         }
         if let Some(id) = inner.wide.labels.get(query) {
             return Ok(id.clone());
         }
         let n = inner.tree.resolve_prefix(query)?;
-        Ok(inner.tree.node(n).id.clone())
+        Ok(inner.tree.entry_id(n))
     }
 
     /// Reads and decodes record `seq`.
@@ -454,10 +464,9 @@ impl Session {
             seqs.extend(
                 inner
                     .tree
-                    .nodes()
                     .iter()
-                    .filter(|n| n.kind == Some(EntryKind::Message))
-                    .map(|n| n.seq),
+                    .filter(|(_, n)| n.kind == Some(EntryKind::Message))
+                    .map(|(_, n)| n.seq),
             );
             seqs
         };
@@ -525,10 +534,9 @@ impl Session {
             let inner = lock(&self.inner);
             inner
                 .tree
-                .nodes()
                 .iter()
-                .filter(|n| n.kind == Some(EntryKind::Message))
-                .map(|n| n.seq)
+                .filter(|(_, n)| n.kind == Some(EntryKind::Message))
+                .map(|(_, n)| n.seq)
                 .collect()
         };
         for seq in seqs {
@@ -594,6 +602,45 @@ impl Session {
                 .find(|(id, _, _)| *id == call_id)
                 .map(|(_, name, args)| (name.to_owned(), args.clone()))
         })
+    }
+
+    /// Saves the persisted index (`docs/FORMAT.md`, "Index") now, covering
+    /// every record, so that the next open reads none of them again. A
+    /// writer does this itself when it closes after appending 1,024 records
+    /// or more; this is for hosts that want it sooner. Returns whether it
+    /// was saved: not when the backend keeps no index, this handle is not
+    /// a healthy writer, or a record is not yet durable (an index never
+    /// covers lines a power loss could take: [`Session::sync`] first).
+    /// Best effort: it is only a cache.
+    pub fn save_index(&self) -> bool {
+        self.save_index_beyond(0)
+    }
+
+    /// Saves the index if at least `min_new` records are not yet covered.
+    fn save_index_beyond(&self, min_new: u64) -> bool {
+        let mut inner = lock(&self.inner);
+        let records = self.log.len();
+        if !self.log.is_writer()
+            || !self.log.keeps_index()
+            || self.log.poisoned().is_some()
+            || records < inner.indexed + min_new
+            || self.commit.durable() < records
+        {
+            return false;
+        }
+        let saved = open::save_index(
+            &self.id,
+            &*self.log,
+            &inner.tree,
+            &inner.ops,
+            &inner.proj,
+            &inner.wide,
+        )
+        .is_ok();
+        if saved {
+            inner.indexed = records;
+        }
+        saved
     }
 
     fn check_writable(&self) -> Result<(), AppendError> {

@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use serde_json::Value;
 
 use super::{Inner, OpenReport, Reader, Session, read_record};
-use crate::backend::{Access, Backend, IndexStore, IndexedOpen, Log, RawLine};
+use crate::backend::{Access, Backend, IndexedOpen, Log, RawLine};
 use crate::commit::{Durability, GroupCommit};
 use crate::error::{Damage, IoFailure, OpenError, ReadError};
 use crate::frame::{self, Class, Frame};
@@ -42,18 +42,22 @@ impl Session {
         let indexes = backend.indexes();
         let loaded = indexes.and_then(|ix| {
             ix.load_index(id)
-                .map(|bytes| (ix, index::decode(&bytes, id)))
+                .map(|bytes| (ix, index::decode(bytes, id)))
         });
         let mut note = None;
         let mut st = Scanned::default();
+        let mut checkpoint = None;
         let opened = match loaded {
             Some((ix, Ok(decoded))) => {
-                st.tree = decoded.tree;
+                st.tree = Tree::from_table(decoded.table);
                 st.ops = decoded.ops;
                 st.indexed = decoded.prefix.offsets.len() as u64;
                 let mut visit = |raw: RawLine<'_>| st.line(raw, id, &location);
                 match ix.open_indexed(id, access, decoded.prefix, &mut visit)? {
-                    IndexedOpen::Opened(o) => Some(o),
+                    IndexedOpen::Opened(o) => {
+                        checkpoint = Some(decoded.checkpoint);
+                        Some(o)
+                    }
                     IndexedOpen::Stale(why) => {
                         note = Some(format!("index not used ({why})"));
                         None
@@ -112,17 +116,27 @@ impl Session {
                 problem: "it has no header".into(),
             });
         };
+        let reader = Reader {
+            log: &*log,
+            tree: &tree,
+        };
+        let (proj, wide, restored) =
+            project(&header, &tree, &reader, checkpoint).map_err(read_err)?;
         // Only a writer saves: its open has made the whole log durable (a
         // reader may see lines a writer has not synced yet).
+        let mut indexed_now = indexed;
         if access == Access::Write
             && records - indexed >= index::INDEX_AFTER_RECORDS
-            && let Some(ix) = indexes
+            && log.keeps_index()
         {
-            let saved = match save_index(ix, id, &*log, &tree, &ops) {
-                Ok(()) => format!(
-                    "{records} records ({} parsed now, {indexed} from the old index)",
-                    records - indexed
-                ),
+            let saved = match save_index(id, &*log, &tree, &ops, &proj, &wide) {
+                Ok(()) => {
+                    indexed_now = records;
+                    format!(
+                        "{records} records ({} parsed now, {indexed} from the old index)",
+                        records - indexed
+                    )
+                }
                 Err(e) => format!("not saved: {e}"),
             };
             note = Some(match note {
@@ -131,42 +145,15 @@ impl Session {
             });
         } else if indexed > 0 && note.is_none() {
             note = Some(format!(
-                "index used: {indexed} records from the index, {} verified after it",
-                records - indexed
+                "index used: {indexed} records from the index, {} verified after it{}",
+                records - indexed,
+                if restored {
+                    ""
+                } else {
+                    " (its checkpoint did not fit the tree: the branch was read)"
+                }
             ));
         }
-        let mut proj = Projector::new(header.app_state.clone());
-        let mut wide = SessionWide::new(header.title.clone());
-        {
-            let reader = Reader {
-                log: &*log,
-                tree: &tree,
-            };
-            proj.move_to(
-                tree.last(),
-                Walk {
-                    tree: &tree,
-                    src: &reader,
-                },
-            )
-            .map_err(read_err)?;
-            for (n, node) in tree.nodes().iter().enumerate() {
-                let read = match node.kind {
-                    Some(EntryKind::Label) | Some(EntryKind::SessionInfo) => true,
-                    Some(EntryKind::Message)
-                    | Some(EntryKind::AppState)
-                    | Some(EntryKind::Compaction)
-                    | Some(EntryKind::Checkout)
-                    | Some(EntryKind::Settings)
-                    | Some(EntryKind::Custom)
-                    | None => false,
-                };
-                if read {
-                    wide.apply(&reader.entry(n as u32).map_err(read_err)?.body);
-                }
-            }
-        }
-        proj.set_labels(wide.labels.clone());
         let fold = fold_last_operation(&*log, &ops).map_err(read_err)?;
         Ok(Session {
             id: id.clone(),
@@ -180,6 +167,7 @@ impl Session {
                 ops,
                 fold,
                 memory: None,
+                indexed: indexed_now,
             }),
             log,
             commit: GroupCommit::new(records),
@@ -280,26 +268,93 @@ fn header_of(frame: &Frame<'_>, id: &SessionId, location: &str) -> Result<Header
     })
 }
 
-/// Saves the persisted index of every record of `log`.
-fn save_index(
-    indexes: &dyn IndexStore,
+/// The projection and the session-wide folds at the leaf: from the index's
+/// checkpoint when there is one that fits the tree (then only the entries
+/// after the index and the messages from the compaction in force on are
+/// read), else folded from every entry. Also whether a checkpoint was used.
+fn project(
+    header: &Header,
+    tree: &Tree,
+    reader: &Reader<'_>,
+    checkpoint: Option<index::Checkpoint>,
+) -> Result<(Projector, SessionWide, bool), ReadError> {
+    let walk = Walk { tree, src: reader };
+    let (mut proj, mut wide, from) = match checkpoint {
+        Some(cp) if cp.labels.values().all(|t| tree.get(t).is_some()) => {
+            let proj = match cp.projection {
+                Some(saved) => Projector::restore(header.app_state.clone(), saved, tree, reader)?,
+                None => Some(Projector::new(header.app_state.clone())),
+            };
+            let wide = SessionWide {
+                labels: cp.labels,
+                title: cp.title,
+            };
+            match proj {
+                Some(p) => (p, wide, tree.base_len()),
+                None => (
+                    Projector::new(header.app_state.clone()),
+                    SessionWide::new(header.title.clone()),
+                    0,
+                ),
+            }
+        }
+        Some(_) | None => (
+            Projector::new(header.app_state.clone()),
+            SessionWide::new(header.title.clone()),
+            0,
+        ),
+    };
+    proj.move_to(tree.last(), walk)?;
+    for n in from..tree.len() as u32 {
+        let read = match tree.node(n).kind {
+            Some(EntryKind::Label) | Some(EntryKind::SessionInfo) => true,
+            Some(EntryKind::Message)
+            | Some(EntryKind::AppState)
+            | Some(EntryKind::Compaction)
+            | Some(EntryKind::Checkout)
+            | Some(EntryKind::Settings)
+            | Some(EntryKind::Custom)
+            | None => false,
+        };
+        if read {
+            wide.apply(&reader.entry(n)?.body);
+        }
+    }
+    proj.set_labels(wide.labels.clone());
+    Ok((proj, wide, from > 0 || tree.base_len() == 0))
+}
+
+/// Saves the persisted index of every record of `log`, with the
+/// checkpoint of the projection and session-wide folds over all of them.
+pub(super) fn save_index(
     id: &SessionId,
     log: &dyn Log,
     tree: &Tree,
     ops: &[(u64, String)],
-) -> Result<(), ReadError> {
+    proj: &Projector,
+    wide: &SessionWide,
+) -> Result<(), String> {
     let records = log.len();
-    let last = log.read(records.saturating_sub(1))?;
+    let last = log
+        .read(records.saturating_sub(1))
+        .map_err(|e| crate::error::with_causes(&e))?;
     let mut offsets: Vec<u64> = (0..records).map(|seq| log.offset(seq)).collect();
     offsets.push(log.byte_len());
+    let checkpoint = index::Checkpoint {
+        labels: wide.labels.clone(),
+        title: wide.title.clone(),
+        projection: proj.save(),
+    };
     let bytes = index::encode(&index::Source {
         session: id,
         tree,
         ops,
         offsets: &offsets,
         last_line_crc: crc32c::crc32c(&last),
-    });
-    indexes.save_index(id, &bytes);
+        checkpoint: &checkpoint,
+    })
+    .ok_or("the session is too large for the index layout (over 2^32 records)")?;
+    log.save_index(&bytes);
     Ok(())
 }
 

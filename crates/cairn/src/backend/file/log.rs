@@ -3,6 +3,7 @@
 //! a failed write or sync.
 
 use std::io;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use super::super::Log;
@@ -10,7 +11,7 @@ use super::lock::{remember_unsynced, write_lock_note};
 use super::scan::read_exact_at;
 use crate::error::{AppendError, Damage, ReadError};
 use crate::frame;
-use crate::vfs::VfsFile;
+use crate::vfs::{Vfs, VfsFile, write_atomic};
 
 /// An open session file.
 #[derive(Debug)]
@@ -25,6 +26,8 @@ pub(super) struct FileLog {
     /// The end of what the last successful sync covered (at open: the
     /// whole file, whose dirty pages, if any, are still queued).
     synced_end: std::sync::atomic::AtomicU64,
+    /// Where a writer saves the session's persisted index.
+    index_file: Option<(Arc<dyn Vfs>, PathBuf)>,
 }
 
 #[derive(Debug)]
@@ -48,7 +51,16 @@ impl FileLog {
             index: RwLock::new(Index { offsets, end }),
             poisoned: Mutex::new(None),
             synced_end: std::sync::atomic::AtomicU64::new(end),
+            index_file: None,
         }
+    }
+
+    /// The log, saving the persisted index at `path` (writers only).
+    pub(super) fn with_index(mut self, vfs: Arc<dyn Vfs>, path: PathBuf) -> FileLog {
+        if self.lock.is_some() {
+            self.index_file = Some((vfs, path));
+        }
+        self
     }
 
     fn check_writable(&self) -> Result<(), AppendError> {
@@ -193,5 +205,15 @@ impl Log for FileLog {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
+    }
+
+    fn keeps_index(&self) -> bool {
+        self.index_file.is_some()
+    }
+
+    fn save_index(&self, bytes: &[u8]) {
+        if let Some((vfs, path)) = &self.index_file {
+            let _ = write_atomic(&**vfs, path, bytes);
+        }
     }
 }

@@ -208,13 +208,10 @@ impl Backend for FileBackend {
             .vfs
             .open(&path, OpenMode::ReadWrite)
             .map_err(|e| io_err("open", e))?;
-        Ok(Box::new(FileLog::new(
-            location,
-            file,
-            Some(lock),
-            offsets,
-            end,
-        )))
+        Ok(Box::new(
+            FileLog::new(location, file, Some(lock), offsets, end)
+                .with_index(Arc::clone(&self.vfs), self.index_path(id)),
+        ))
     }
 
     fn open(&self, id: &SessionId, access: Access, visit: &mut Visitor<'_>) -> Opening {
@@ -318,10 +315,6 @@ impl IndexStore for FileBackend {
         vfs::read_all(&*self.vfs, &self.index_path(id)).ok()
     }
 
-    fn save_index(&self, id: &SessionId, bytes: &[u8]) {
-        let _ = vfs::write_atomic(&*self.vfs, &self.index_path(id), bytes);
-    }
-
     fn open_indexed(
         &self,
         id: &SessionId,
@@ -411,7 +404,8 @@ impl FileBackend {
             )
             .map_err(|e| io_err("make durable again the unsynced part of", e))?;
         }
-        let log = FileLog::new(location, file, lock, scan.offsets, scan.end);
+        let log = FileLog::new(location, file, lock, scan.offsets, scan.end)
+            .with_index(Arc::clone(&self.vfs), self.index_path(id));
         Ok(IndexedOpen::Opened(Opened {
             log: Box::new(log),
             torn,
