@@ -538,6 +538,12 @@ pub fn valid_digest(s: &str) -> bool {
     s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
+/// The SHA-256 of `bytes`, in lower-case hex: the digest a blob of them
+/// is stored under.
+pub fn digest(bytes: &[u8]) -> String {
+    hex(&Sha256::digest(bytes))
+}
+
 /// Lower-case hex of `bytes`.
 pub fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write as _;
@@ -546,19 +552,6 @@ pub fn hex(bytes: &[u8]) -> String {
         let _ = write!(s, "{b:02x}");
     }
     s
-}
-
-/// Makes every write to the file system holding `dir` durable
-/// (`syncfs(2)`): one flush for many files, where an fsync each would cost
-/// one device flush per file.
-///
-/// # Errors
-///
-/// When `dir` cannot be opened or the file system cannot be synced.
-pub fn sync_filesystem(dir: &Path) -> io::Result<()> {
-    let d = File::open(dir)?;
-    rustix::fs::syncfs(&d)?;
-    Ok(())
 }
 
 /// Syncs a directory, so the names created in it are durable.

@@ -29,13 +29,14 @@ mod record;
 mod restore;
 mod scan;
 mod tracker;
+mod watch;
 
 pub use history::History;
 pub use record::{FileState, KIND, Manifest, Phase, Scope, WorkspaceRecord, read_all, same};
 pub use restore::{
     Action, Change, Conflict, Plan, RestoreReport, apply, apply_with, checkout_files, diff, plan,
 };
-pub use scan::{Limits, Snapshotter};
+pub use scan::{Limits, Scanned, Snapshotter};
 pub use tracker::{Touches, Workspace};
 
 /// A failure of snapshots or restores.

@@ -168,7 +168,7 @@ pub fn plan(
     let Some(root) = history.root() else {
         return Err(WorkspaceError::NoSnapshots(session.id().to_string()));
     };
-    let snap = Snapshotter::new(root, blobs.clone(), Limits::default());
+    let snap = Snapshotter::new(root, blobs.clone(), Limits::default()).storing_all();
     let last = history.last();
     let wanted = history.state_at(target);
     let mut plan = Plan {
@@ -190,7 +190,7 @@ pub fn plan(
             Disk::Other => {
                 plan.conflicts.push(Conflict {
                     path: change.path.clone(),
-                    why: "a directory or special file is there now".into(),
+                    why: "a special file is there now".into(),
                 });
                 plan.changes.push(change);
                 continue;
@@ -219,7 +219,45 @@ pub fn plan(
             });
         }
     }
+    unlisted_in_removed_dirs(&mut plan)?;
     Ok(plan)
+}
+
+/// A directory the restore removes must hold nothing but what it removes
+/// too (a file no snapshot recorded, e.g. an ignored one, would be lost):
+/// otherwise it is a conflict, and a forced restore leaves it in place.
+fn unlisted_in_removed_dirs(plan: &mut Plan) -> Result<(), WorkspaceError> {
+    let removed: BTreeSet<&str> = plan
+        .changes
+        .iter()
+        .filter(|c| c.to.is_none())
+        .map(|c| c.path.as_str())
+        .collect();
+    let mut found = Vec::new();
+    for c in &plan.changes {
+        if c.to.is_some() || !c.from.as_ref().is_some_and(|f| f.dir) {
+            continue;
+        }
+        let dir = plan.root.join(&c.path);
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(io_err("read", &dir)(e)),
+        };
+        for e in entries {
+            let e = e.map_err(io_err("read", &dir))?;
+            let name = e.file_name().to_string_lossy().into_owned();
+            if !removed.contains(format!("{}/{name}", c.path).as_str()) {
+                found.push(Conflict {
+                    path: c.path.clone(),
+                    why: format!("it holds {name:?}, which no snapshot recorded"),
+                });
+                break;
+            }
+        }
+    }
+    plan.conflicts.extend(found);
+    Ok(())
 }
 
 /// Carries out a plan: refuses if it has conflicts (unless `force`), writes
@@ -262,48 +300,93 @@ pub fn apply_with(
     };
     let mut files = Manifest::new();
     let mut dirs = BTreeSet::new();
-    // 1. Every new content under its temporary name; nothing visible yet.
+    // 1. Every new directory, then every new content under its temporary
+    // name; nothing else visible yet.
     let mut targets = Vec::with_capacity(plan.changes.len());
     for change in &plan.changes {
         let dest = path::confined(&plan.root, &change.path, change.to.is_some())?;
         dirs.insert(dest.parent().unwrap_or(&plan.root).to_owned());
-        if let Some(to) = &change.to {
-            write_one(&dest, to, blobs)?;
-            hook("written", &change.path);
+        match &change.to {
+            Some(to) if to.dir => {
+                match std::fs::create_dir(&dest) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dest.is_dir() => {}
+                    Err(e) => return Err(io_err("create", &dest)(e)),
+                }
+                std::fs::set_permissions(&dest, std::fs::Permissions::from_mode(to.mode))
+                    .map_err(io_err("set the mode of", &dest))?;
+                hook("made", &change.path);
+            }
+            Some(to) => {
+                write_one(&dest, to, blobs)?;
+                hook("written", &change.path);
+            }
+            None => {}
         }
         targets.push(dest);
     }
-    // 2. All of them durable at once.
-    sync_written(&plan.root, &plan.changes, &targets)?;
-    // 3. Each one renamed over its path (atomic: before or after), or removed.
-    for (change, dest) in plan.changes.iter().zip(&targets) {
-        match &change.to {
-            Some(to) => {
-                let tmp = temp_name(dest);
-                std::fs::rename(&tmp, dest).map_err(io_err("rename into place", dest))?;
-                hook("renamed", &change.path);
-                let meta = std::fs::symlink_metadata(dest).map_err(io_err("read", dest))?;
-                let mtime_ns = match crate::scan::disk_of(&meta) {
-                    Disk::Entry(s) => s.mtime_ns,
-                    Disk::Absent | Disk::Other => to.mtime_ns,
-                };
-                files.insert(
-                    change.path.clone(),
-                    Some(FileState {
-                        mtime_ns,
-                        ..to.clone()
-                    }),
-                );
+    // 2. All of them durable.
+    sync_written(&plan.changes, &targets)?;
+    // 3. What goes away removed (files, then directories deepest first),
+    // then each new content renamed over its path (atomic: before or
+    // after).
+    let order = plan.changes.iter().zip(&targets);
+    let removals = order.clone().rev().filter(|(c, _)| c.to.is_none());
+    let mut kept = Vec::new();
+    for (change, dest) in removals
+        .clone()
+        .filter(|(c, _)| !c.from.as_ref().is_some_and(|f| f.dir))
+    {
+        match std::fs::remove_file(dest) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_err("remove", dest)(e)),
+        }
+        hook("deleted", &change.path);
+        files.insert(change.path.clone(), None);
+    }
+    for (change, dest) in removals.filter(|(c, _)| c.from.as_ref().is_some_and(|f| f.dir)) {
+        match std::fs::remove_dir(dest) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            // Holds what no snapshot recorded (a conflict, forced): kept.
+            Err(e) if e.kind() == std::io::ErrorKind::DirectoryNotEmpty => {
+                kept.push(change.path.clone());
+                continue;
             }
-            None => {
-                match std::fs::remove_file(dest) {
-                    Ok(()) => {}
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                    Err(e) => return Err(io_err("remove", dest)(e)),
-                }
-                hook("deleted", &change.path);
-                files.insert(change.path.clone(), None);
-            }
+            Err(e) => return Err(io_err("remove", dest)(e)),
+        }
+        hook("deleted", &change.path);
+        files.insert(change.path.clone(), None);
+    }
+    for (change, dest) in order {
+        let Some(to) = &change.to else { continue };
+        if to.dir {
+            files.insert(change.path.clone(), Some(to.clone()));
+            continue;
+        }
+        let tmp = temp_name(dest);
+        std::fs::rename(&tmp, dest).map_err(io_err("rename into place", dest))?;
+        hook("renamed", &change.path);
+        let meta = std::fs::symlink_metadata(dest).map_err(io_err("read", dest))?;
+        let mtime_ns = match crate::scan::disk_of(&meta) {
+            Disk::Entry(s) => s.mtime_ns,
+            Disk::Absent | Disk::Other => to.mtime_ns,
+        };
+        files.insert(
+            change.path.clone(),
+            Some(FileState {
+                mtime_ns,
+                // Written just now: the next comparison reads it.
+                recent: true,
+                ..to.clone()
+            }),
+        );
+    }
+    for change in &plan.changes {
+        if kept.contains(&change.path) {
+            report.unrestorable.push(change.path.clone());
+            continue;
         }
         if conflicting.contains(change.path.as_str()) {
             report.overwritten.push(change.path.clone());
@@ -357,32 +440,58 @@ fn temp_name(dest: &Path) -> PathBuf {
     dest.with_file_name(format!(".{name}{TEMP_SUFFIX}"))
 }
 
-/// Makes every temporary file written durable: for many files, one
-/// `syncfs` of the working directory's file system (one flush instead of one
-/// per file); for a few, or where `syncfs` fails, an `fsync` of each.
-fn sync_written(
-    root: &Path,
-    changes: &[Change],
-    targets: &[PathBuf],
-) -> Result<(), WorkspaceError> {
-    let written = changes.iter().filter(|c| c.to.is_some()).count();
-    if written == 0 {
-        return Ok(());
-    }
-    if written > crate::scan::SYNC_EACH_UP_TO && cairn_stores::blobs::sync_filesystem(root).is_ok()
-    {
-        return Ok(());
-    }
-    for (change, dest) in changes.iter().zip(targets) {
-        if change.to.as_ref().is_some_and(|t| t.link.is_none()) {
-            let tmp = temp_name(dest);
-            std::fs::File::open(&tmp)
-                .and_then(|f| f.sync_all())
-                .map_err(io_err("sync", &tmp))?;
+/// Makes every temporary file written durable: an `fdatasync` of each
+/// (its data and size; its name is made durable by the directory's fsync
+/// after the rename), from a few threads at once, so the file system
+/// commits them together and the device sees one queue of writes rather
+/// than one flush after another — and, unlike `syncfs`, without waiting
+/// for other processes' dirty data.
+fn sync_written(changes: &[Change], targets: &[PathBuf]) -> Result<(), WorkspaceError> {
+    let files: Vec<PathBuf> = changes
+        .iter()
+        .zip(targets)
+        .filter(|(c, _)| c.to.as_ref().is_some_and(|t| t.link.is_none() && !t.dir))
+        .map(|(_, dest)| temp_name(dest))
+        .collect();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let threads = files.len().div_ceil(SYNCS_PER_THREAD).min(SYNC_THREADS);
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| -> Result<(), WorkspaceError> {
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(tmp) = files.get(i) else {
+                            return Ok(());
+                        };
+                        std::fs::File::open(tmp)
+                            .and_then(|f| f.sync_data())
+                            .map_err(io_err("sync", tmp))?;
+                    }
+                })
+            })
+            .collect();
+        let mut first = Ok(());
+        for w in workers {
+            let done = w.join().unwrap_or_else(|_| {
+                Err(WorkspaceError::Io(cairn::IoFailure::new(
+                    "sync",
+                    "the restored files".to_owned(),
+                    std::io::Error::other("a sync thread panicked"),
+                )))
+            });
+            if first.is_ok() {
+                first = done;
+            }
         }
-    }
-    Ok(())
+        first
+    })
 }
+
+/// Threads that sync a restore's files.
+const SYNC_THREADS: usize = 16;
+/// A thread for every this many files to sync (up to [`SYNC_THREADS`]).
+const SYNCS_PER_THREAD: usize = 8;
 
 /// Writes `to` under the temporary name beside `dest` (made durable by
 /// [`sync_written`]).
@@ -398,8 +507,10 @@ fn write_one(dest: &Path, to: &FileState, blobs: &BlobStore) -> Result<(), Works
         std::os::unix::fs::symlink(link, &tmp).map_err(io_err("create the symlink", &tmp))?;
         return Ok(());
     }
-    let sha = to.sha256.as_deref().unwrap_or_default();
-    let bytes = blobs.get(sha)?;
+    let bytes = match &to.text {
+        Some(text) => text.as_bytes().to_vec(),
+        None => blobs.get(to.sha256.as_deref().unwrap_or_default())?,
+    };
     let mut f = OpenOptions::new()
         .write(true)
         .create_new(true)
