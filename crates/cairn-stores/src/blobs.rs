@@ -255,12 +255,8 @@ impl BlobStore {
 
     fn put_file_with(&self, path: &Path, durable: bool) -> Result<BlobRef, BlobError> {
         let mut f = File::open(path).map_err(io_err("read", path))?;
-        let mut hasher = Sha256::new();
-        let size = io::copy(&mut f, &mut HashWriter(&mut hasher)).map_err(io_err("read", path))?;
-        let r = BlobRef {
-            sha256: hex(&hasher.finalize()),
-            size,
-        };
+        let (sha256, size) = digest_of(&mut f).map_err(io_err("read", path))?;
+        let r = BlobRef { sha256, size };
         if self.touch(&r.sha256) {
             return Ok(r);
         }
@@ -542,6 +538,17 @@ pub fn valid_digest(s: &str) -> bool {
 /// is stored under.
 pub fn digest(bytes: &[u8]) -> String {
     hex(&Sha256::digest(bytes))
+}
+
+/// The digest and size of everything `r` reads, streamed.
+///
+/// # Errors
+///
+/// When `r` fails.
+pub fn digest_of(r: &mut impl io::Read) -> io::Result<(String, u64)> {
+    let mut hasher = Sha256::new();
+    let size = io::copy(r, &mut HashWriter(&mut hasher))?;
+    Ok((hex(&hasher.finalize()), size))
 }
 
 /// Lower-case hex of `bytes`.

@@ -24,6 +24,7 @@
 //! a symlink. The user's `.git` is never read or written; git is not needed.
 
 mod history;
+mod parallel;
 mod path;
 mod record;
 mod restore;

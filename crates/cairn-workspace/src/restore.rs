@@ -21,7 +21,7 @@ use cairn_stores::BlobStore;
 use crate::history::History;
 use crate::record::{FileState, Manifest, Phase, Scope, WorkspaceRecord, same};
 use crate::scan::{Disk, Limits, Snapshotter, TEMP_SUFFIX};
-use crate::{WorkspaceError, io_err, path};
+use crate::{WorkspaceError, io_err, parallel, path};
 
 /// What a restore does to one path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -168,7 +168,7 @@ pub fn plan(
     let Some(root) = history.root() else {
         return Err(WorkspaceError::NoSnapshots(session.id().to_string()));
     };
-    let snap = Snapshotter::new(root, blobs.clone(), Limits::default()).storing_all();
+    let snap = Snapshotter::new(root, blobs.clone(), Limits::default()).hashing_only();
     let last = history.last();
     let wanted = history.state_at(target);
     let mut plan = Plan {
@@ -197,10 +197,29 @@ pub fn plan(
             }
         };
         if same(disk.as_ref(), change.to.as_ref()) {
-            plan.done.push((change.path, disk));
+            // The content as the records keep it, the stat as it is.
+            let now = change.to.clone().zip(disk).map(|(to, d)| FileState {
+                mtime_ns: d.mtime_ns,
+                recent: d.recent,
+                ..to
+            });
+            plan.done.push((change.path, now));
         } else if same(disk.as_ref(), change.from.as_ref()) {
             plan.changes.push(change);
         } else {
+            // Changed outside the agent: its content kept, so even a
+            // forced restore loses nothing.
+            let disk = match disk {
+                Some(d) if d.sha256.is_some() => {
+                    let r = blobs.put_file_unsynced(&plan.root.join(&change.path))?;
+                    Some(FileState {
+                        sha256: Some(r.sha256),
+                        size: r.size,
+                        ..d
+                    })
+                }
+                other => other,
+            };
             let why = match &disk {
                 None => "deleted outside the agent since the last snapshot".to_owned(),
                 Some(_) if change.from.is_none() => {
@@ -288,7 +307,7 @@ pub fn apply_with(
     blobs: &BlobStore,
     plan: &Plan,
     force: bool,
-    hook: &mut dyn FnMut(&str, &str),
+    hook: &mut (dyn FnMut(&str, &str) + Send),
 ) -> Result<RestoreReport, WorkspaceError> {
     if !plan.conflicts.is_empty() && !force {
         return Err(WorkspaceError::Conflicts(plan.conflicts.clone()));
@@ -300,52 +319,77 @@ pub fn apply_with(
     };
     let mut files = Manifest::new();
     let mut dirs = BTreeSet::new();
+    let hook = std::sync::Mutex::new(hook);
+    let step = |event: &str, path: &str| {
+        let mut h = hook
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        (*h)(event, path);
+    };
     // 1. Every new directory, then every new content under its temporary
     // name; nothing else visible yet.
     let mut targets = Vec::with_capacity(plan.changes.len());
     for change in &plan.changes {
         let dest = path::confined(&plan.root, &change.path, change.to.is_some())?;
         dirs.insert(dest.parent().unwrap_or(&plan.root).to_owned());
-        match &change.to {
-            Some(to) if to.dir => {
-                match std::fs::create_dir(&dest) {
-                    Ok(()) => {}
-                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dest.is_dir() => {}
-                    Err(e) => return Err(io_err("create", &dest)(e)),
-                }
-                std::fs::set_permissions(&dest, std::fs::Permissions::from_mode(to.mode))
-                    .map_err(io_err("set the mode of", &dest))?;
-                hook("made", &change.path);
+        if let Some(to) = change.to.as_ref().filter(|t| t.dir) {
+            match std::fs::create_dir(&dest) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dest.is_dir() => {}
+                Err(e) => return Err(io_err("create", &dest)(e)),
             }
-            Some(to) => {
-                write_one(&dest, to, blobs)?;
-                hook("written", &change.path);
-            }
-            None => {}
+            std::fs::set_permissions(&dest, std::fs::Permissions::from_mode(to.mode))
+                .map_err(io_err("set the mode of", &dest))?;
+            files.insert(change.path.clone(), Some(to.clone()));
+            step("made", &change.path);
         }
         targets.push(dest);
     }
-    // 2. All of them durable.
-    sync_written(&plan.changes, &targets)?;
+    let order: Vec<(&Change, &PathBuf)> = plan.changes.iter().zip(&targets).collect();
+    let writes: Vec<(&Change, &PathBuf, &FileState)> = order
+        .iter()
+        .filter_map(|(c, dest)| Some((*c, *dest, c.to.as_ref().filter(|t| !t.dir)?)))
+        .collect();
+    parallel::each(&writes, |(change, dest, to)| {
+        write_one(dest, to, blobs)?;
+        step("written", &change.path);
+        Ok(())
+    })?;
+    // 2. All of them durable: an fdatasync of each (data and size; the
+    // name is made durable by the directory's fsync after the rename).
+    parallel::each(&writes, |(_, dest, to)| {
+        if to.link.is_some() {
+            return Ok(());
+        }
+        let tmp = temp_name(dest);
+        std::fs::File::open(&tmp)
+            .and_then(|f| f.sync_data())
+            .map_err(io_err("sync", &tmp))
+    })?;
     // 3. What goes away removed (files, then directories deepest first),
     // then each new content renamed over its path (atomic: before or
     // after).
-    let order = plan.changes.iter().zip(&targets);
-    let removals = order.clone().rev().filter(|(c, _)| c.to.is_none());
-    let mut kept = Vec::new();
-    for (change, dest) in removals
-        .clone()
-        .filter(|(c, _)| !c.from.as_ref().is_some_and(|f| f.dir))
-    {
+    let removals: Vec<(&Change, &PathBuf)> = order
+        .iter()
+        .rev()
+        .filter(|(c, _)| c.to.is_none())
+        .copied()
+        .collect();
+    let (dir_removals, file_removals): (Vec<_>, Vec<_>) = removals
+        .into_iter()
+        .partition(|(c, _)| c.from.as_ref().is_some_and(|f| f.dir));
+    let removed = parallel::each(&file_removals, |(change, dest)| {
         match std::fs::remove_file(dest) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(io_err("remove", dest)(e)),
         }
-        hook("deleted", &change.path);
-        files.insert(change.path.clone(), None);
-    }
-    for (change, dest) in removals.filter(|(c, _)| c.from.as_ref().is_some_and(|f| f.dir)) {
+        step("deleted", &change.path);
+        Ok(change.path.clone())
+    })?;
+    files.extend(removed.into_iter().map(|p| (p, None)));
+    let mut kept = Vec::new();
+    for (change, dest) in dir_removals {
         match std::fs::remove_dir(dest) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -356,33 +400,27 @@ pub fn apply_with(
             }
             Err(e) => return Err(io_err("remove", dest)(e)),
         }
-        hook("deleted", &change.path);
+        step("deleted", &change.path);
         files.insert(change.path.clone(), None);
     }
-    for (change, dest) in order {
-        let Some(to) = &change.to else { continue };
-        if to.dir {
-            files.insert(change.path.clone(), Some(to.clone()));
-            continue;
-        }
+    let renamed = parallel::each(&writes, |(change, dest, to)| {
         let tmp = temp_name(dest);
         std::fs::rename(&tmp, dest).map_err(io_err("rename into place", dest))?;
-        hook("renamed", &change.path);
+        step("renamed", &change.path);
         let meta = std::fs::symlink_metadata(dest).map_err(io_err("read", dest))?;
         let mtime_ns = match crate::scan::disk_of(&meta) {
             Disk::Entry(s) => s.mtime_ns,
             Disk::Absent | Disk::Other => to.mtime_ns,
         };
-        files.insert(
-            change.path.clone(),
-            Some(FileState {
-                mtime_ns,
-                // Written just now: the next comparison reads it.
-                recent: true,
-                ..to.clone()
-            }),
-        );
-    }
+        let state = FileState {
+            mtime_ns,
+            // Written just now: the next comparison reads it.
+            recent: true,
+            ..(*to).clone()
+        };
+        Ok((change.path.clone(), Some(state)))
+    })?;
+    files.extend(renamed);
     for change in &plan.changes {
         if kept.contains(&change.path) {
             report.unrestorable.push(change.path.clone());
@@ -426,7 +464,7 @@ pub fn apply_with(
     };
     record.append(session)?;
     session.sync().map_err(WorkspaceError::Append)?;
-    hook("recorded", "");
+    step("recorded", "");
     Ok(report)
 }
 
@@ -440,61 +478,8 @@ fn temp_name(dest: &Path) -> PathBuf {
     dest.with_file_name(format!(".{name}{TEMP_SUFFIX}"))
 }
 
-/// Makes every temporary file written durable: an `fdatasync` of each
-/// (its data and size; its name is made durable by the directory's fsync
-/// after the rename), from a few threads at once, so the file system
-/// commits them together and the device sees one queue of writes rather
-/// than one flush after another — and, unlike `syncfs`, without waiting
-/// for other processes' dirty data.
-fn sync_written(changes: &[Change], targets: &[PathBuf]) -> Result<(), WorkspaceError> {
-    let files: Vec<PathBuf> = changes
-        .iter()
-        .zip(targets)
-        .filter(|(c, _)| c.to.as_ref().is_some_and(|t| t.link.is_none() && !t.dir))
-        .map(|(_, dest)| temp_name(dest))
-        .collect();
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let threads = files.len().div_ceil(SYNCS_PER_THREAD).min(SYNC_THREADS);
-    std::thread::scope(|scope| {
-        let workers: Vec<_> = (0..threads)
-            .map(|_| {
-                scope.spawn(|| -> Result<(), WorkspaceError> {
-                    loop {
-                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let Some(tmp) = files.get(i) else {
-                            return Ok(());
-                        };
-                        std::fs::File::open(tmp)
-                            .and_then(|f| f.sync_data())
-                            .map_err(io_err("sync", tmp))?;
-                    }
-                })
-            })
-            .collect();
-        let mut first = Ok(());
-        for w in workers {
-            let done = w.join().unwrap_or_else(|_| {
-                Err(WorkspaceError::Io(cairn::IoFailure::new(
-                    "sync",
-                    "the restored files".to_owned(),
-                    std::io::Error::other("a sync thread panicked"),
-                )))
-            });
-            if first.is_ok() {
-                first = done;
-            }
-        }
-        first
-    })
-}
-
-/// Threads that sync a restore's files.
-const SYNC_THREADS: usize = 16;
-/// A thread for every this many files to sync (up to [`SYNC_THREADS`]).
-const SYNCS_PER_THREAD: usize = 8;
-
-/// Writes `to` under the temporary name beside `dest` (made durable by
-/// [`sync_written`]).
+/// Writes `to` under the temporary name beside `dest` (made durable
+/// before it is renamed).
 fn write_one(dest: &Path, to: &FileState, blobs: &BlobStore) -> Result<(), WorkspaceError> {
     let tmp = temp_name(dest);
     // A killed restore's leftover (never anyone else's: the name is ours).

@@ -73,7 +73,8 @@ pub struct Snapshotter {
     blobs: BlobStore,
     limits: Limits,
     exclude: Vec<PathBuf>,
-    inline: bool,
+    /// Keeps what it reads (inline or as a blob); else only hashes it.
+    keep: bool,
 }
 
 impl Snapshotter {
@@ -87,15 +88,16 @@ impl Snapshotter {
             blobs,
             limits,
             exclude,
-            inline: true,
+            keep: true,
         }
     }
 
-    /// Keeps every content in the blob store, never inline (a restore's
-    /// plan, which keeps the content of files changed outside the agent).
+    /// Only hashes what it reads, keeping nothing (a restore's plan,
+    /// which compares the disk with the records and keeps only the
+    /// content of the files changed outside the agent).
     #[must_use]
-    pub(crate) fn storing_all(mut self) -> Snapshotter {
-        self.inline = false;
+    pub(crate) fn hashing_only(mut self) -> Snapshotter {
+        self.keep = false;
         self
     }
 
@@ -136,8 +138,9 @@ impl Snapshotter {
 
     /// The full state of `rel` given its stat: `known` itself when the stat
     /// matches it (nothing read) and it was not `recent`, else the content
-    /// is read, hashed and kept (inline when small text and `inline`, else
-    /// in the blob store, synced by the caller before the record).
+    /// is read, hashed and kept (inline when small text, else in the blob
+    /// store, synced by the caller before the record; nothing kept when
+    /// hashing only).
     pub(crate) fn observe(
         &self,
         rel: &str,
@@ -172,7 +175,17 @@ impl Snapshotter {
         if stat.size > self.limits.max_file_bytes {
             return Ok(stat);
         }
-        if self.inline && stat.size <= INLINE_MAX {
+        if !self.keep {
+            let mut f = std::fs::File::open(&p).map_err(io_err("read", &p))?;
+            let (sha256, size) =
+                cairn_stores::blobs::digest_of(&mut f).map_err(io_err("read", &p))?;
+            return Ok(FileState {
+                sha256: Some(sha256),
+                size,
+                ..stat
+            });
+        }
+        if stat.size <= INLINE_MAX {
             let bytes = std::fs::read(&p).map_err(io_err("read", &p))?;
             if bytes.len() as u64 <= INLINE_MAX
                 && let Ok(text) = String::from_utf8(bytes)
