@@ -322,17 +322,14 @@ fn a_side_effect_the_recovery_loop_reruns_is_snapshotted_around() {
         .start_operation(cairn::Message::text(cairn::Role::User, "go"))
         .unwrap();
     let t = op.model_attempt(None, None).unwrap();
-    let call = cairn::Message {
-        role: cairn::Role::Assistant,
-        content: vec![cairn::Block::ToolCall {
-            call_id: "c1".into(),
-            name: "bash".into(),
-            arguments: json!({"command": "printf rerun >> tally && mkdir made"}),
-        }],
-        usage: None,
-        model: Some("scripted".into()),
-        stop_reason: Some("tool_use".into()),
-    };
+    let call = cairn::testkit::build::calls(
+        "",
+        &[(
+            "c1",
+            "bash",
+            json!({"command": "printf rerun >> tally && mkdir made"}),
+        )],
+    );
     op.record_assistant(t, call).unwrap();
     let called = leaf(&s);
     op.dispatch_tool("c1", cairn::EffectClass::SideEffect)

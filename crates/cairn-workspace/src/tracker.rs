@@ -176,7 +176,9 @@ impl Workspace {
         phase: Phase,
         touches: &Touches,
     ) -> Result<WorkspaceRecord, WorkspaceError> {
-        let taken = self.take(session, at, call_id, phase, touches);
+        let taken = self
+            .take(touches)
+            .and_then(|scanned| self.record(session, scanned, at, call_id, phase));
         if taken.is_err() && matches!(self.watch, Watch::Running(_)) {
             // The paths the watcher handed out were not recorded: the next
             // tree snapshot scans everything.
@@ -185,14 +187,8 @@ impl Workspace {
         taken
     }
 
-    fn take(
-        &mut self,
-        session: &Session,
-        at: Option<EntryId>,
-        call_id: Option<&str>,
-        phase: Phase,
-        touches: &Touches,
-    ) -> Result<WorkspaceRecord, WorkspaceError> {
+    /// What changed in what `touches` names.
+    fn take(&mut self, touches: &Touches) -> Result<(Scope, Scanned), WorkspaceError> {
         let root = self.snap.root().to_owned();
         let root = root.as_path();
         let (scope, scanned) = match touches {
@@ -217,6 +213,18 @@ impl Workspace {
             }
             Touches::Tree => (Scope::Tree, self.scan_tree()?),
         };
+        Ok((scope, scanned))
+    }
+
+    /// Records what a snapshot found (its blobs synced first).
+    fn record(
+        &mut self,
+        session: &Session,
+        (scope, scanned): (Scope, Scanned),
+        at: Option<EntryId>,
+        call_id: Option<&str>,
+        phase: Phase,
+    ) -> Result<WorkspaceRecord, WorkspaceError> {
         let Scanned {
             changes: files,
             settled,
@@ -229,7 +237,7 @@ impl Workspace {
             at,
             phase,
             call_id: call_id.map(str::to_owned),
-            root: root.to_string_lossy().into_owned(),
+            root: self.snap.root().to_string_lossy().into_owned(),
             scope,
             files,
             truncated,

@@ -169,6 +169,10 @@ fn an_overflowed_event_queue_falls_back_to_a_full_scan() {
     assert_eq!(names(&missed(&s)), vec![]);
 }
 
+fn conflicts(p: &cairn_workspace::Plan) -> Vec<&str> {
+    p.conflicts.iter().map(|c| c.path.as_str()).collect()
+}
+
 /// Rewrites `rel` with `text` (the same size), keeping its mtime: what a
 /// rewrite within one timestamp tick looks like to a stat.
 fn rewrite_in_the_same_tick(work: &Path, rel: &str, text: &str) {
@@ -203,25 +207,27 @@ fn a_same_size_rewrite_within_the_timestamp_tick_is_caught() {
     // Outside the agent, then a restore: a conflict, not a silent overwrite.
     rewrite_in_the_same_tick(&s.work, "a.txt", "six\n");
     let p = plan(&s.session, &s.blobs, None).unwrap();
-    assert_eq!(
-        p.conflicts
-            .iter()
-            .map(|c| c.path.as_str())
-            .collect::<Vec<_>>(),
-        vec!["a.txt"]
-    );
+    assert_eq!(conflicts(&p), vec!["a.txt"]);
+}
+
+/// A tree snapshot before and after `act` (in the working directory):
+/// the entry before, and what the after snapshot lists.
+fn around(s: &Setup, act: impl FnOnce(&Path)) -> (Option<cairn::EntryId>, Manifest) {
+    let mut ws = workspace(s);
+    let start = s.session.leaf();
+    before(&mut ws, s);
+    act(&s.work);
+    (start, after(&mut ws, s))
 }
 
 #[test]
 fn empty_directories_are_created_and_removed_by_a_restore() {
     let s = setup(0);
-    let mut ws = workspace(&s);
-    let start = s.session.leaf();
-    before(&mut ws, &s);
-    std::fs::create_dir_all(s.work.join("empty/inner")).unwrap();
-    std::fs::create_dir(s.work.join("kept")).unwrap();
-    std::fs::write(s.work.join("kept/f.txt"), "f").unwrap();
-    let changed = after(&mut ws, &s);
+    let (start, changed) = around(&s, |work| {
+        std::fs::create_dir_all(work.join("empty/inner")).unwrap();
+        std::fs::create_dir(work.join("kept")).unwrap();
+        std::fs::write(work.join("kept/f.txt"), "f").unwrap();
+    });
     assert!(changed["empty/inner"].as_ref().unwrap().dir);
     let made = s.session.leaf().unwrap();
     let report =
@@ -242,21 +248,11 @@ fn empty_directories_are_created_and_removed_by_a_restore() {
 #[test]
 fn a_directory_holding_a_file_no_snapshot_recorded_is_a_conflict() {
     let s = setup(0);
-    let mut ws = workspace(&s);
-    let start = s.session.leaf();
-    before(&mut ws, &s);
-    std::fs::create_dir(s.work.join("out")).unwrap();
-    after(&mut ws, &s);
+    let (start, _) = around(&s, |work| std::fs::create_dir(work.join("out")).unwrap());
     // Ignored, so never recorded.
     std::fs::write(s.work.join("out/x.log"), "log").unwrap();
     let p = plan(&s.session, &s.blobs, start.as_ref()).unwrap();
-    assert_eq!(
-        p.conflicts
-            .iter()
-            .map(|c| c.path.as_str())
-            .collect::<Vec<_>>(),
-        vec!["out"]
-    );
+    assert_eq!(conflicts(&p), vec!["out"]);
     let report = cairn_workspace::apply(&s.session, &s.blobs, &p, true).unwrap();
     assert_eq!(report.unrestorable, vec!["out"]);
     assert!(s.work.join("out/x.log").exists());
