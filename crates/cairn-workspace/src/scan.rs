@@ -247,9 +247,8 @@ impl Snapshotter {
     /// regular file, symlink and directory the walk reaches (`.gitignore`d
     /// paths, `.git` and the store left out; at most `max_files`), and the
     /// known paths that are gone. With `within`, only that part of the
-    /// tree is walked and compared. `on_dir` is called with each directory
-    /// (relative; "" is the root) in a first walk, before any is read for
-    /// the comparison (where a watcher adds its watches).
+    /// tree is walked and compared. `dirs` is told of the directories
+    /// (where a watcher adds its watches).
     ///
     /// # Errors
     ///
@@ -258,17 +257,21 @@ impl Snapshotter {
         &self,
         known: &Manifest,
         within: Option<Arc<Within>>,
-        on_dir: Option<&mut dyn FnMut(&str)>,
+        dirs: Dirs<'_>,
     ) -> Result<Scanned, WorkspaceError> {
-        if let Some(on_dir) = on_dir {
-            for entry in self.walk(within.clone(), true).build().flatten() {
-                if entry.file_type().is_some_and(|t| t.is_dir())
-                    && let Some(rel) = self.rel_of(entry.path())
-                {
-                    on_dir(&rel);
+        let mut along = match dirs {
+            Dirs::First(on_dir) => {
+                for entry in self.walk(within.clone(), true).build().flatten() {
+                    if entry.file_type().is_some_and(|t| t.is_dir())
+                        && let Some(rel) = self.rel_of(entry.path())
+                    {
+                        on_dir(&rel);
+                    }
                 }
+                None
             }
-        }
+            Dirs::Along(on_dir) => Some(on_dir),
+        };
         let mut out = Scanned::default();
         let mut seen: HashSet<String> = HashSet::new();
         for entry in self.walk(within.clone(), false).build().flatten() {
@@ -288,6 +291,11 @@ impl Snapshotter {
             let Disk::Entry(stat) = disk_of(&meta) else {
                 continue;
             };
+            if stat.dir
+                && let Some(on_dir) = along.as_mut()
+            {
+                on_dir(&rel);
+            }
             let before = known.get(&rel).and_then(Option::as_ref);
             let now = self.observe(&rel, stat, before)?;
             out.note(&rel, before, Some(now), true);
@@ -369,6 +377,16 @@ impl Snapshotter {
     }
 }
 
+/// When a tree scan tells of the directories it reaches.
+pub(crate) enum Dirs<'a> {
+    /// In a first walk of the directories alone, before any is read for the
+    /// comparison (so a watch added then misses nothing the comparison
+    /// does not see).
+    First(&'a mut dyn FnMut(&str)),
+    /// As the comparison's walk reaches them (the root excepted).
+    Along(&'a mut dyn FnMut(&str)),
+}
+
 /// What a scan found.
 #[derive(Debug, Clone, Default)]
 pub struct Scanned {
@@ -383,6 +401,13 @@ pub struct Scanned {
 }
 
 impl Scanned {
+    /// Adds what a later scan found (its states win).
+    pub(crate) fn merge(&mut self, later: Scanned) {
+        self.changes.extend(later.changes);
+        self.settled.extend(later.settled);
+        self.truncated |= later.truncated;
+    }
+
     fn note(&mut self, rel: &str, before: Option<&FileState>, now: Option<FileState>, known: bool) {
         let same = match (before, &now) {
             (None, None) => known,

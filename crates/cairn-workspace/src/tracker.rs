@@ -2,6 +2,7 @@
 //! the snapshotter and the state the session's records describe, folded
 //! once when it starts and kept up to date with each record it appends.
 
+use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -9,7 +10,7 @@ use cairn::{EntryId, Session};
 
 use crate::history::History;
 use crate::record::{Manifest, Phase, Scope, WorkspaceRecord};
-use crate::scan::{Scanned, Snapshotter};
+use crate::scan::{Dirs, Scanned, Snapshotter};
 use crate::watch::{Seen, Watcher, Within};
 use crate::{WorkspaceError, path};
 
@@ -272,11 +273,30 @@ impl Workspace {
         if let Watch::Running(w) = &mut self.watch {
             w.drain();
             if let Seen::Paths(paths) = w.take() {
+                if paths.is_empty() {
+                    return Ok(Scanned::default());
+                }
                 let within = Arc::new(Within::new(paths));
-                let mut add = |rel: &str| failed |= w.watch(&root, rel).is_err();
-                let scanned = self
-                    .snap
-                    .scan_tree(&self.known, Some(within), Some(&mut add))?;
+                let mut new: HashSet<String> = HashSet::new();
+                let mut note = |rel: &str| {
+                    if !w.watches(rel) {
+                        new.insert(rel.to_owned());
+                    }
+                };
+                let mut scanned =
+                    self.snap
+                        .scan_tree(&self.known, Some(within), Dirs::Along(&mut note))?;
+                if !new.is_empty() {
+                    // Directories made since the last snapshot: watched
+                    // now, then read again, so a file made in one between
+                    // the walk's read and its watch is not missed.
+                    let within = Arc::new(Within::new(new));
+                    let mut add = |rel: &str| failed |= w.watch(&root, rel).is_err();
+                    let again =
+                        self.snap
+                            .scan_tree(&self.known, Some(within), Dirs::First(&mut add))?;
+                    scanned.merge(again);
+                }
                 if failed {
                     // What changed from now on would be missed.
                     self.watch = Watch::Off;
@@ -292,9 +312,12 @@ impl Workspace {
         let scanned = match &mut watcher {
             Some(w) => {
                 let mut add = |rel: &str| failed |= w.watch(&root, rel).is_err();
-                self.snap.scan_tree(&self.known, None, Some(&mut add))?
+                self.snap
+                    .scan_tree(&self.known, None, Dirs::First(&mut add))?
             }
-            None => self.snap.scan_tree(&self.known, None, None)?,
+            None => self
+                .snap
+                .scan_tree(&self.known, None, Dirs::Along(&mut |_| {}))?,
         };
         self.watch = match watcher {
             Some(w) if !failed => Watch::Running(w),

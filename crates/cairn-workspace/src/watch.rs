@@ -159,6 +159,11 @@ impl Watcher {
         Ok(())
     }
 
+    /// Whether the directory `rel` is watched.
+    pub(crate) fn watches(&self, rel: &str) -> bool {
+        self.wds.contains_key(rel)
+    }
+
     /// Reads the events queued since the last call.
     pub(crate) fn drain(&mut self) {
         #[cfg(target_os = "linux")]

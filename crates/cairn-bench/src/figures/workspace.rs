@@ -282,7 +282,7 @@ fn restore(b: &Bench) -> Result<Figure> {
         best(cp_sync_ms)
     ))
     .note(format!(
-        "plan (lstat + hash of each file), every file read from its zstd blob and verified, written to a temporary name, all fdatasynced from up to 16 threads at once, each renamed, the directories synced; the restore recorded and synced; cp -r does not sync; best of {RESTORE_ROUNDS}"
+        "plan (an lstat of each file, a hash where its stat cannot be trusted); from up to 16 threads at once: every file read from its zstd blob and verified and written to a temporary name, then each fdatasynced, then each renamed; the directories synced; the restore recorded and synced; cp -r does not sync; best of {RESTORE_ROUNDS}"
     )))
 }
 
