@@ -24,6 +24,7 @@ use std::time::Instant;
 use anyhow::{Context as _, Result};
 use cairn::view::ViewBuilder;
 use cairn::{Message, Operation, Outcome, Role, Session, Store, ToolTicket};
+use cairn_workspace::Touches;
 use serde_json::Value;
 
 use crate::compaction::{self, CompactionPolicy};
@@ -609,20 +610,11 @@ pub(crate) fn run_call(
             }
         }
     }
-    if let Some(touches) = tool.touches(args, &rt.env) {
-        let leaf = session.leaf();
-        let taken = rt.env.workspace(session).and_then(|w| {
-            w.map(|w| w.before(session, leaf, call_id, &touches))
-                .transpose()
-        });
-        if let Err(e) = taken {
-            let why = format!(
-                "Not run: the workspace snapshot before it could not be taken, so a rewind could not undo it ({}).",
-                cairn::with_causes(&e)
-            );
-            deny(op, rt, call_id, name, &why)?;
-            return Ok(Flow::Continue);
-        }
+    if let Some(touches) = tool.touches(args, &rt.env)
+        && let Err(why) = snapshot_before(rt, session, call_id, &touches)
+    {
+        deny(op, rt, call_id, name, &why)?;
+        return Ok(Flow::Continue);
     }
     let ticket = op.dispatch_tool(call_id, tool.effect())?;
     execute(op, session, rt, ticket, &tool, args)
@@ -661,17 +653,7 @@ pub(crate) fn execute(
     if let Some(touches) = tool.touches(args, &rt.env) {
         // Before the result (T2), whose sync makes the record durable.
         let at = ticket.result_entry().clone();
-        let taken = rt.env.workspace(session).and_then(|w| {
-            w.map(|w| w.after(session, at, &call_id, &touches))
-                .transpose()
-        });
-        if let Err(e) = taken {
-            // The next snapshot (before the next tool) sees these changes.
-            rt.observer.event(&Event::Notice(&format!(
-                "the workspace snapshot after {name} failed: {}",
-                cairn::with_causes(&e)
-            )));
-        }
+        snapshot_after(rt, session, at, &call_id, &name, &touches);
     }
     let appended = op.record_result(ticket, output.clone())?;
     if let Some(entry) = &appended.id {
@@ -687,4 +669,48 @@ pub(crate) fn execute(
     } else {
         Flow::Continue
     })
+}
+
+/// The workspace snapshot before a call that touches files (appended
+/// before its T1, or synced by the caller); `Err` is the result text of a
+/// call not run because it could not be taken.
+pub(crate) fn snapshot_before(
+    rt: &mut Runtime,
+    session: &Session,
+    call_id: &str,
+    touches: &Touches,
+) -> std::result::Result<(), String> {
+    let leaf = session.leaf();
+    let taken = rt.env.workspace(session).and_then(|w| {
+        w.map(|w| w.before(session, leaf, call_id, touches))
+            .transpose()
+    });
+    taken.map(drop).map_err(|e| {
+        format!(
+            "Not run: the workspace snapshot before it could not be taken, so a rewind could not undo it ({}).",
+            cairn::with_causes(&e)
+        )
+    })
+}
+
+/// The workspace snapshot after a call that touches files, at its result's
+/// entry; a failure is a notice (the next snapshot sees the changes).
+pub(crate) fn snapshot_after(
+    rt: &mut Runtime,
+    session: &Session,
+    at: cairn::EntryId,
+    call_id: &str,
+    name: &str,
+    touches: &Touches,
+) {
+    let taken = rt.env.workspace(session).and_then(|w| {
+        w.map(|w| w.after(session, at, call_id, touches))
+            .transpose()
+    });
+    if let Err(e) = taken {
+        rt.observer.event(&Event::Notice(&format!(
+            "the workspace snapshot after {name} failed: {}",
+            cairn::with_causes(&e)
+        )));
+    }
 }

@@ -308,9 +308,34 @@ impl ToolRunner for AgentResolver<'_> {
             tool: name,
             key,
         });
+        let touches = tool.touches(arguments, &self.rt.env);
+        if let Some(t) = &touches {
+            // Its T1 is written already: the pre-image is synced here, so
+            // it is durable before the tool starts.
+            let before = crate::agent::snapshot_before(self.rt, self.session, call_id, t)
+                .and_then(|()| {
+                    self.session.sync().map_err(|e| {
+                        format!(
+                            "Not run: the workspace snapshot before it could not be made durable ({}).",
+                            cairn::with_causes(&e)
+                        )
+                    })
+                });
+            if let Err(why) = before {
+                return ToolOutput::error(why);
+            }
+        }
         let output = run_tool(&tool, self.session, self.rt, call_id, arguments, key);
         if let Some(hook) = &self.rt.after_tool_effect {
             hook(name, call_id);
+        }
+        if let Some(t) = &touches {
+            match dispatched_result_entry(self.session, call_id) {
+                Some(at) => crate::agent::snapshot_after(self.rt, self.session, at, call_id, name, t),
+                None => self.rt.observer.event(&Event::Notice(&format!(
+                    "no workspace snapshot after {name}: its dispatch record was not found (the next snapshot sees its changes)"
+                ))),
+            }
         }
         output
     }
@@ -331,6 +356,19 @@ fn run_tool(
         session,
         env: &rt.env,
         interrupt: &rt.interrupt,
+    })
+}
+
+/// The result entry the last dispatch of `call_id` preallocated (the core
+/// hands a runner the key, not the ticket).
+fn dispatched_result_entry(session: &Session, call_id: &str) -> Option<cairn::EntryId> {
+    session.op_records().into_iter().rev().find_map(|(seq, _)| {
+        match session.record(seq).ok()?.body {
+            cairn::Body::Op(cairn::OpRecord::ToolDispatched(d)) if d.call_id == call_id => {
+                Some(d.result_entry)
+            }
+            _ => None,
+        }
     })
 }
 

@@ -252,6 +252,7 @@ fn unchanged_files_cost_nothing() {
     for i in 0..50 {
         std::fs::write(h.work.join(format!("f{i}")), format!("file {i}")).unwrap();
     }
+    std::fs::write(h.work.join("big"), "large enough for a blob\n".repeat(200)).unwrap();
     agent.prompt("many").unwrap();
     let s = agent.session();
     let records = read_all(s).unwrap();
@@ -262,13 +263,20 @@ fn unchanged_files_cost_nothing() {
     assert_eq!(tree.len(), 4, "{records:?}");
     // The first scan sees every file once; then only what changed.
     assert_eq!(tree[0].1.phase, Phase::Before);
-    assert_eq!(tree[0].1.files.len(), 52);
+    assert_eq!(tree[0].1.files.len(), 53);
     assert_eq!(tree[1].1.phase, Phase::After);
     assert_eq!(tree[1].1.files.keys().collect::<Vec<_>>(), vec!["f7"]);
     assert!(tree[2].1.files.is_empty() && tree[3].1.files.is_empty());
-    // Each file's content is stored once.
-    let stored = walk_count(&h.home.join("blobs"));
-    assert_eq!(stored, 53);
+    // Small text files are kept in the records themselves; a larger one
+    // is stored once, as a blob.
+    let inline = tree[0]
+        .1
+        .files
+        .values()
+        .flatten()
+        .filter(|s| s.text.is_some());
+    assert_eq!(inline.count(), 52);
+    assert_eq!(walk_count(&h.home.join("blobs")), 1);
     assert!(!History::read(s).unwrap().is_empty());
 }
 
@@ -301,4 +309,59 @@ fn a_store_kept_inside_the_working_directory_is_not_snapshotted() {
     for (_, r) in records {
         assert!(r.files.keys().all(|p| !p.starts_with(".cairn/")), "{r:?}");
     }
+}
+
+#[test]
+fn a_side_effect_the_recovery_loop_reruns_is_snapshotted_around() {
+    let h = Harness::new();
+    std::fs::write(h.work.join("tally"), "before\n").unwrap();
+    // Crashed after the T1 of a bash call, before its result.
+    let s = h.new_session();
+    let id = s.id().clone();
+    let op = s
+        .start_operation(cairn::Message::text(cairn::Role::User, "go"))
+        .unwrap();
+    let t = op.model_attempt(None, None).unwrap();
+    let call = cairn::testkit::build::calls(
+        "",
+        &[(
+            "c1",
+            "bash",
+            json!({"command": "printf rerun >> tally && mkdir made"}),
+        )],
+    );
+    op.record_assistant(t, call).unwrap();
+    let called = leaf(&s);
+    op.dispatch_tool("c1", cairn::EffectClass::SideEffect)
+        .unwrap();
+    drop(op);
+    drop(s);
+    let done = json!({"turns": [{"replies": [{"text": "unused"}, {"text": "All done."}]}]});
+    let mut rt = h.runtime(Harness::scripted(done), Default::default());
+    rt.config.on_unknown = cairn_agent::OnUnknown::Rerun;
+    let mut agent = h.agent(h.store.open(&id, cairn::Access::Write).unwrap(), rt);
+    agent.resume().unwrap();
+    assert_eq!(content(&h.work, "tally"), "before\nrerun");
+
+    let records = read_all(agent.session()).unwrap();
+    let phases: Vec<(Phase, Option<&str>)> = records
+        .iter()
+        .map(|(_, r)| (r.phase, r.call_id.as_deref()))
+        .collect();
+    assert_eq!(
+        phases,
+        vec![(Phase::Before, Some("c1")), (Phase::After, Some("c1"))]
+    );
+    let result = records[1].1.at.clone().unwrap();
+    assert_eq!(
+        agent.session().entry(&result).unwrap().unwrap().parent,
+        Some(called.clone()),
+        "the after snapshot is at the call's result"
+    );
+    assert!(records[1].1.files["made"].as_ref().unwrap().dir);
+    // So the rewind (to before the call) takes the re-run's effect away.
+    let asked = agent.session().entry(&called).unwrap().unwrap().parent;
+    rewind(&h, agent.session(), asked.as_ref());
+    assert_eq!(content(&h.work, "tally"), "before\n");
+    assert!(!h.work.join("made").exists());
 }

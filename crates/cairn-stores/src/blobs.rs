@@ -255,12 +255,8 @@ impl BlobStore {
 
     fn put_file_with(&self, path: &Path, durable: bool) -> Result<BlobRef, BlobError> {
         let mut f = File::open(path).map_err(io_err("read", path))?;
-        let mut hasher = Sha256::new();
-        let size = io::copy(&mut f, &mut HashWriter(&mut hasher)).map_err(io_err("read", path))?;
-        let r = BlobRef {
-            sha256: hex(&hasher.finalize()),
-            size,
-        };
+        let (sha256, size) = digest_of(&mut f).map_err(io_err("read", path))?;
+        let r = BlobRef { sha256, size };
         if self.touch(&r.sha256) {
             return Ok(r);
         }
@@ -538,6 +534,23 @@ pub fn valid_digest(s: &str) -> bool {
     s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
+/// The SHA-256 of `bytes`, in lower-case hex: the digest a blob of them
+/// is stored under.
+pub fn digest(bytes: &[u8]) -> String {
+    hex(&Sha256::digest(bytes))
+}
+
+/// The digest and size of everything `r` reads, streamed.
+///
+/// # Errors
+///
+/// When `r` fails.
+pub fn digest_of(r: &mut impl io::Read) -> io::Result<(String, u64)> {
+    let mut hasher = Sha256::new();
+    let size = io::copy(r, &mut HashWriter(&mut hasher))?;
+    Ok((hex(&hasher.finalize()), size))
+}
+
 /// Lower-case hex of `bytes`.
 pub fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write as _;
@@ -546,19 +559,6 @@ pub fn hex(bytes: &[u8]) -> String {
         let _ = write!(s, "{b:02x}");
     }
     s
-}
-
-/// Makes every write to the file system holding `dir` durable
-/// (`syncfs(2)`): one flush for many files, where an fsync each would cost
-/// one device flush per file.
-///
-/// # Errors
-///
-/// When `dir` cannot be opened or the file system cannot be synced.
-pub fn sync_filesystem(dir: &Path) -> io::Result<()> {
-    let d = File::open(dir)?;
-    rustix::fs::syncfs(&d)?;
-    Ok(())
 }
 
 /// Syncs a directory, so the names created in it are durable.

@@ -6,17 +6,22 @@
 //! `write_file`/`edit_file`, or for `bash` a scan of the working directory
 //! bounded by [`Limits`] and honouring `.gitignore`, compared with what the
 //! session's records already say (size, mtime and mode first; the content
-//! is hashed only when they changed). After the tool, it records the new
-//! state ([`Workspace::after`]). Each snapshot is one `cairn.workspace`
-//! record (FORMAT.md §18) listing only the paths that changed, whose
-//! contents go to the store's blob store ([`cairn_stores::BlobStore`]):
+//! is hashed only when they changed, or when the last stat was taken within
+//! a timestamp tick of the change). After the first scan, a file-system
+//! watcher kept between snapshots narrows each scan to the paths changed
+//! since the last one (a full scan again whenever it may have missed
+//! something). After the tool, it records the new state
+//! ([`Workspace::after`]). Each snapshot is one `cairn.workspace` record
+//! (FORMAT.md §18) listing only the paths that changed (files, symlinks,
+//! directories), whose contents go to the store's blob store
+//! ([`cairn_stores::BlobStore`]) or, for small text files, into the record:
 //! unchanged files cost nothing.
 //!
 //! [`History`] folds those records into the workspace state at any entry;
 //! [`plan`] compares it with the last recorded state and the disk (a file
 //! changed outside the agent is a [`Conflict`], never overwritten silently)
 //! and [`apply`] writes each file under a temporary name, syncs and renames
-//! it, then records the restore. [`checkout_files`] is the whole rewind: the
+//! it (many at once, from a few threads), then records the restore. [`checkout_files`] is the whole rewind: the
 //! conversation's checkout and the files'. [`diff`] compares two entries.
 //!
 //! Every path is confined to the working directory: records naming `..`,
@@ -24,18 +29,20 @@
 //! a symlink. The user's `.git` is never read or written; git is not needed.
 
 mod history;
+mod parallel;
 mod path;
 mod record;
 mod restore;
 mod scan;
 mod tracker;
+mod watch;
 
 pub use history::History;
 pub use record::{FileState, KIND, Manifest, Phase, Scope, WorkspaceRecord, read_all, same};
 pub use restore::{
     Action, Change, Conflict, Plan, RestoreReport, apply, apply_with, checkout_files, diff, plan,
 };
-pub use scan::{Limits, Snapshotter};
+pub use scan::{Limits, Scanned, Snapshotter};
 pub use tracker::{Touches, Workspace};
 
 /// A failure of snapshots or restores.

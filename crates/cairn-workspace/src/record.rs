@@ -14,7 +14,7 @@ use crate::WorkspaceError;
 pub const KIND: &str = "cairn.workspace";
 
 /// What the disk held at one path.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FileState {
     /// SHA-256 of a regular file's content (a blob of the store); absent
     /// for a symlink, and for a file larger than the snapshot limit (its
@@ -31,15 +31,33 @@ pub struct FileState {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub link: Option<String>,
     /// Modification time, nanoseconds since the Unix epoch: with `size`
-    /// and `mode`, the cheap test of "unchanged".
+    /// and `mode`, the cheap test of "unchanged" (0 for a directory).
     #[serde(default)]
     pub mtime_ns: i64,
+    /// A directory (tracked so that a restore creates and removes empty
+    /// ones too): only its `mode` counts.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dir: bool,
+    /// A small UTF-8 file's content, kept in the record itself instead of
+    /// a blob (nothing to sync before the record: the record's own sync
+    /// makes it durable). `sha256` is its digest all the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// The file was modified within a timestamp tick of the scan that saw
+    /// it, so a same-size rewrite in that tick would leave its stat
+    /// unchanged: the next comparison reads and hashes it instead of
+    /// trusting the stat.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub recent: bool,
 }
 
 impl FileState {
     /// Whether `self` and `other` hold the same thing (content or link
     /// target, and mode), whatever their times.
     pub fn same_content(&self, other: &FileState) -> bool {
+        if self.dir || other.dir {
+            return self.dir == other.dir && self.mode == other.mode;
+        }
         match (&self.link, &other.link) {
             (Some(a), Some(b)) => a == b,
             (None, None) => match (&self.sha256, &other.sha256) {
@@ -57,7 +75,19 @@ impl FileState {
 
     /// Whether the content was kept, so it can be restored.
     pub fn restorable(&self) -> bool {
-        self.link.is_some() || self.sha256.is_some()
+        self.dir || self.link.is_some() || self.sha256.is_some()
+    }
+
+    /// Whether `self` and `other` describe the disk alike (what a snapshot
+    /// lists when it differs): whether a state was `recent` or kept
+    /// `text` inline does not count.
+    pub fn same_stat(&self, other: &FileState) -> bool {
+        self.sha256 == other.sha256
+            && self.size == other.size
+            && self.mode == other.mode
+            && self.link == other.link
+            && self.mtime_ns == other.mtime_ns
+            && self.dir == other.dir
     }
 }
 

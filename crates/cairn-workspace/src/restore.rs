@@ -21,7 +21,7 @@ use cairn_stores::BlobStore;
 use crate::history::History;
 use crate::record::{FileState, Manifest, Phase, Scope, WorkspaceRecord, same};
 use crate::scan::{Disk, Limits, Snapshotter, TEMP_SUFFIX};
-use crate::{WorkspaceError, io_err, path};
+use crate::{WorkspaceError, io_err, parallel, path};
 
 /// What a restore does to one path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -168,7 +168,7 @@ pub fn plan(
     let Some(root) = history.root() else {
         return Err(WorkspaceError::NoSnapshots(session.id().to_string()));
     };
-    let snap = Snapshotter::new(root, blobs.clone(), Limits::default());
+    let snap = Snapshotter::new(root, blobs.clone(), Limits::default()).hashing_only();
     let last = history.last();
     let wanted = history.state_at(target);
     let mut plan = Plan {
@@ -190,17 +190,36 @@ pub fn plan(
             Disk::Other => {
                 plan.conflicts.push(Conflict {
                     path: change.path.clone(),
-                    why: "a directory or special file is there now".into(),
+                    why: "a special file is there now".into(),
                 });
                 plan.changes.push(change);
                 continue;
             }
         };
         if same(disk.as_ref(), change.to.as_ref()) {
-            plan.done.push((change.path, disk));
+            // The content as the records keep it, the stat as it is.
+            let now = change.to.clone().zip(disk).map(|(to, d)| FileState {
+                mtime_ns: d.mtime_ns,
+                recent: d.recent,
+                ..to
+            });
+            plan.done.push((change.path, now));
         } else if same(disk.as_ref(), change.from.as_ref()) {
             plan.changes.push(change);
         } else {
+            // Changed outside the agent: its content kept, so even a
+            // forced restore loses nothing.
+            let disk = match disk {
+                Some(d) if d.sha256.is_some() => {
+                    let r = blobs.put_file_unsynced(&plan.root.join(&change.path))?;
+                    Some(FileState {
+                        sha256: Some(r.sha256),
+                        size: r.size,
+                        ..d
+                    })
+                }
+                other => other,
+            };
             let why = match &disk {
                 None => "deleted outside the agent since the last snapshot".to_owned(),
                 Some(_) if change.from.is_none() => {
@@ -219,7 +238,45 @@ pub fn plan(
             });
         }
     }
+    unlisted_in_removed_dirs(&mut plan)?;
     Ok(plan)
+}
+
+/// A directory the restore removes must hold nothing but what it removes
+/// too (a file no snapshot recorded, e.g. an ignored one, would be lost):
+/// otherwise it is a conflict, and a forced restore leaves it in place.
+fn unlisted_in_removed_dirs(plan: &mut Plan) -> Result<(), WorkspaceError> {
+    let removed: BTreeSet<&str> = plan
+        .changes
+        .iter()
+        .filter(|c| c.to.is_none())
+        .map(|c| c.path.as_str())
+        .collect();
+    let mut found = Vec::new();
+    for c in &plan.changes {
+        if c.to.is_some() || !c.from.as_ref().is_some_and(|f| f.dir) {
+            continue;
+        }
+        let dir = plan.root.join(&c.path);
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(io_err("read", &dir)(e)),
+        };
+        for e in entries {
+            let e = e.map_err(io_err("read", &dir))?;
+            let name = e.file_name().to_string_lossy().into_owned();
+            if !removed.contains(format!("{}/{name}", c.path).as_str()) {
+                found.push(Conflict {
+                    path: c.path.clone(),
+                    why: format!("it holds {name:?}, which no snapshot recorded"),
+                });
+                break;
+            }
+        }
+    }
+    plan.conflicts.extend(found);
+    Ok(())
 }
 
 /// Carries out a plan: refuses if it has conflicts (unless `force`), writes
@@ -250,7 +307,7 @@ pub fn apply_with(
     blobs: &BlobStore,
     plan: &Plan,
     force: bool,
-    hook: &mut dyn FnMut(&str, &str),
+    hook: &mut (dyn FnMut(&str, &str) + Send),
 ) -> Result<RestoreReport, WorkspaceError> {
     if !plan.conflicts.is_empty() && !force {
         return Err(WorkspaceError::Conflicts(plan.conflicts.clone()));
@@ -262,48 +319,112 @@ pub fn apply_with(
     };
     let mut files = Manifest::new();
     let mut dirs = BTreeSet::new();
-    // 1. Every new content under its temporary name; nothing visible yet.
+    let hook = std::sync::Mutex::new(hook);
+    let step = |event: &str, path: &str| {
+        let mut h = hook
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        (*h)(event, path);
+    };
+    // 1. Every new directory, then every new content under its temporary
+    // name; nothing else visible yet.
     let mut targets = Vec::with_capacity(plan.changes.len());
     for change in &plan.changes {
         let dest = path::confined(&plan.root, &change.path, change.to.is_some())?;
         dirs.insert(dest.parent().unwrap_or(&plan.root).to_owned());
-        if let Some(to) = &change.to {
-            write_one(&dest, to, blobs)?;
-            hook("written", &change.path);
+        if let Some(to) = change.to.as_ref().filter(|t| t.dir) {
+            match std::fs::create_dir(&dest) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dest.is_dir() => {}
+                Err(e) => return Err(io_err("create", &dest)(e)),
+            }
+            std::fs::set_permissions(&dest, std::fs::Permissions::from_mode(to.mode))
+                .map_err(io_err("set the mode of", &dest))?;
+            files.insert(change.path.clone(), Some(to.clone()));
+            step("made", &change.path);
         }
         targets.push(dest);
     }
-    // 2. All of them durable at once.
-    sync_written(&plan.root, &plan.changes, &targets)?;
-    // 3. Each one renamed over its path (atomic: before or after), or removed.
-    for (change, dest) in plan.changes.iter().zip(&targets) {
-        match &change.to {
-            Some(to) => {
-                let tmp = temp_name(dest);
-                std::fs::rename(&tmp, dest).map_err(io_err("rename into place", dest))?;
-                hook("renamed", &change.path);
-                let meta = std::fs::symlink_metadata(dest).map_err(io_err("read", dest))?;
-                let mtime_ns = match crate::scan::disk_of(&meta) {
-                    Disk::Entry(s) => s.mtime_ns,
-                    Disk::Absent | Disk::Other => to.mtime_ns,
-                };
-                files.insert(
-                    change.path.clone(),
-                    Some(FileState {
-                        mtime_ns,
-                        ..to.clone()
-                    }),
-                );
+    let order: Vec<(&Change, &PathBuf)> = plan.changes.iter().zip(&targets).collect();
+    let writes: Vec<(&Change, &PathBuf, &FileState)> = order
+        .iter()
+        .filter_map(|(c, dest)| Some((*c, *dest, c.to.as_ref().filter(|t| !t.dir)?)))
+        .collect();
+    parallel::each(&writes, |(change, dest, to)| {
+        write_one(dest, to, blobs)?;
+        step("written", &change.path);
+        Ok(())
+    })?;
+    // 2. All of them durable: an fdatasync of each (data and size; the
+    // name is made durable by the directory's fsync after the rename).
+    parallel::each(&writes, |(_, dest, to)| {
+        if to.link.is_some() {
+            return Ok(());
+        }
+        let tmp = temp_name(dest);
+        std::fs::File::open(&tmp)
+            .and_then(|f| f.sync_data())
+            .map_err(io_err("sync", &tmp))
+    })?;
+    // 3. What goes away removed (files, then directories deepest first),
+    // then each new content renamed over its path (atomic: before or
+    // after).
+    let removals: Vec<(&Change, &PathBuf)> = order
+        .iter()
+        .rev()
+        .filter(|(c, _)| c.to.is_none())
+        .copied()
+        .collect();
+    let (dir_removals, file_removals): (Vec<_>, Vec<_>) = removals
+        .into_iter()
+        .partition(|(c, _)| c.from.as_ref().is_some_and(|f| f.dir));
+    let removed = parallel::each(&file_removals, |(change, dest)| {
+        match std::fs::remove_file(dest) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_err("remove", dest)(e)),
+        }
+        step("deleted", &change.path);
+        Ok(change.path.clone())
+    })?;
+    files.extend(removed.into_iter().map(|p| (p, None)));
+    let mut kept = Vec::new();
+    for (change, dest) in dir_removals {
+        match std::fs::remove_dir(dest) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            // Holds what no snapshot recorded (a conflict, forced): kept.
+            Err(e) if e.kind() == std::io::ErrorKind::DirectoryNotEmpty => {
+                kept.push(change.path.clone());
+                continue;
             }
-            None => {
-                match std::fs::remove_file(dest) {
-                    Ok(()) => {}
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                    Err(e) => return Err(io_err("remove", dest)(e)),
-                }
-                hook("deleted", &change.path);
-                files.insert(change.path.clone(), None);
-            }
+            Err(e) => return Err(io_err("remove", dest)(e)),
+        }
+        step("deleted", &change.path);
+        files.insert(change.path.clone(), None);
+    }
+    let renamed = parallel::each(&writes, |(change, dest, to)| {
+        let tmp = temp_name(dest);
+        std::fs::rename(&tmp, dest).map_err(io_err("rename into place", dest))?;
+        step("renamed", &change.path);
+        let meta = std::fs::symlink_metadata(dest).map_err(io_err("read", dest))?;
+        let mtime_ns = match crate::scan::disk_of(&meta) {
+            Disk::Entry(s) => s.mtime_ns,
+            Disk::Absent | Disk::Other => to.mtime_ns,
+        };
+        let state = FileState {
+            mtime_ns,
+            // Written just now: the next comparison reads it.
+            recent: true,
+            ..(*to).clone()
+        };
+        Ok((change.path.clone(), Some(state)))
+    })?;
+    files.extend(renamed);
+    for change in &plan.changes {
+        if kept.contains(&change.path) {
+            report.unrestorable.push(change.path.clone());
+            continue;
         }
         if conflicting.contains(change.path.as_str()) {
             report.overwritten.push(change.path.clone());
@@ -343,7 +464,7 @@ pub fn apply_with(
     };
     record.append(session)?;
     session.sync().map_err(WorkspaceError::Append)?;
-    hook("recorded", "");
+    step("recorded", "");
     Ok(report)
 }
 
@@ -357,35 +478,8 @@ fn temp_name(dest: &Path) -> PathBuf {
     dest.with_file_name(format!(".{name}{TEMP_SUFFIX}"))
 }
 
-/// Makes every temporary file written durable: for many files, one
-/// `syncfs` of the working directory's file system (one flush instead of one
-/// per file); for a few, or where `syncfs` fails, an `fsync` of each.
-fn sync_written(
-    root: &Path,
-    changes: &[Change],
-    targets: &[PathBuf],
-) -> Result<(), WorkspaceError> {
-    let written = changes.iter().filter(|c| c.to.is_some()).count();
-    if written == 0 {
-        return Ok(());
-    }
-    if written > crate::scan::SYNC_EACH_UP_TO && cairn_stores::blobs::sync_filesystem(root).is_ok()
-    {
-        return Ok(());
-    }
-    for (change, dest) in changes.iter().zip(targets) {
-        if change.to.as_ref().is_some_and(|t| t.link.is_none()) {
-            let tmp = temp_name(dest);
-            std::fs::File::open(&tmp)
-                .and_then(|f| f.sync_all())
-                .map_err(io_err("sync", &tmp))?;
-        }
-    }
-    Ok(())
-}
-
-/// Writes `to` under the temporary name beside `dest` (made durable by
-/// [`sync_written`]).
+/// Writes `to` under the temporary name beside `dest` (made durable
+/// before it is renamed).
 fn write_one(dest: &Path, to: &FileState, blobs: &BlobStore) -> Result<(), WorkspaceError> {
     let tmp = temp_name(dest);
     // A killed restore's leftover (never anyone else's: the name is ours).
@@ -398,8 +492,10 @@ fn write_one(dest: &Path, to: &FileState, blobs: &BlobStore) -> Result<(), Works
         std::os::unix::fs::symlink(link, &tmp).map_err(io_err("create the symlink", &tmp))?;
         return Ok(());
     }
-    let sha = to.sha256.as_deref().unwrap_or_default();
-    let bytes = blobs.get(sha)?;
+    let bytes = match &to.text {
+        Some(text) => text.as_bytes().to_vec(),
+        None => blobs.get(to.sha256.as_deref().unwrap_or_default())?,
+    };
     let mut f = OpenOptions::new()
         .write(true)
         .create_new(true)

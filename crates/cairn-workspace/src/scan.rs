@@ -3,14 +3,24 @@
 //! (size, mtime and mode first; the content is read, hashed and stored in
 //! the blob store only when they changed).
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use cairn_stores::BlobStore;
 
 use crate::record::{FileState, Manifest};
+use crate::watch::Within;
 use crate::{WorkspaceError, io_err, path};
+
+/// A regular file's timestamp tick, as coarse as any file system's (FAT
+/// keeps 2 s; Linux's own file systems the kernel's clock tick, a few ms).
+const TICK_NS: i64 = 2_000_000_000;
+
+/// Files up to this size whose content is UTF-8 are kept in the record
+/// itself, not in a blob.
+pub(crate) const INLINE_MAX: u64 = 1024;
 
 /// The suffix of a restore's temporary files (`.NAME.cairn-restore`),
 /// which scans skip.
@@ -24,8 +34,10 @@ pub(crate) const SYNC_EACH_UP_TO: usize = 64;
 /// Bounds of a snapshot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
-    /// Files a tree scan looks at before it stops (the record then says
-    /// `truncated`, and paths it did not reach are left as they were).
+    /// Paths (files, symlinks, directories) a tree scan looks at before it
+    /// stops (the record then says `truncated`, and paths it did not reach
+    /// are left as they were); also the most changed paths a watcher
+    /// hands a snapshot before it asks for a full scan instead.
     pub max_files: usize,
     /// A file larger than this is described (size, mode, mtime) but its
     /// content is not kept, so a restore cannot bring it back (and says so).
@@ -47,9 +59,10 @@ impl Default for Limits {
 pub(crate) enum Disk {
     /// Nothing.
     Absent,
-    /// A regular file or symlink (its stat as a state without content).
+    /// A regular file, symlink or directory (its stat as a state without
+    /// content).
     Entry(FileState),
-    /// A directory or a special file: never snapshotted.
+    /// A special file: never snapshotted.
     Other,
 }
 
@@ -60,6 +73,8 @@ pub struct Snapshotter {
     blobs: BlobStore,
     limits: Limits,
     exclude: Vec<PathBuf>,
+    /// Keeps what it reads (inline or as a blob); else only hashes it.
+    keep: bool,
 }
 
 impl Snapshotter {
@@ -73,7 +88,17 @@ impl Snapshotter {
             blobs,
             limits,
             exclude,
+            keep: true,
         }
+    }
+
+    /// Only hashes what it reads, keeping nothing (a restore's plan,
+    /// which compares the disk with the records and keeps only the
+    /// content of the files changed outside the agent).
+    #[must_use]
+    pub(crate) fn hashing_only(mut self) -> Snapshotter {
+        self.keep = false;
+        self
     }
 
     /// Also leaves `dir` out of tree scans (e.g. a store kept inside the
@@ -112,14 +137,22 @@ impl Snapshotter {
     }
 
     /// The full state of `rel` given its stat: `known` itself when the stat
-    /// matches it (nothing read), else the content is read, hashed and kept.
+    /// matches it (nothing read) and it was not `recent`, else the content
+    /// is read, hashed and kept (inline when small text, else in the blob
+    /// store, synced by the caller before the record; nothing kept when
+    /// hashing only).
     pub(crate) fn observe(
         &self,
         rel: &str,
         stat: FileState,
         known: Option<&FileState>,
     ) -> Result<FileState, WorkspaceError> {
+        if stat.dir {
+            return Ok(stat);
+        }
         if let Some(k) = known
+            && !k.recent
+            && !k.dir
             && k.size == stat.size
             && k.mtime_ns == stat.mtime_ns
             && k.mode == stat.mode
@@ -127,6 +160,10 @@ impl Snapshotter {
         {
             return Ok(k.clone());
         }
+        let stat = FileState {
+            recent: is_recent(stat.mtime_ns),
+            ..stat
+        };
         let p = self.root.join(rel);
         if stat.link.is_some() {
             let target = std::fs::read_link(&p).map_err(io_err("read the link", &p))?;
@@ -138,6 +175,29 @@ impl Snapshotter {
         if stat.size > self.limits.max_file_bytes {
             return Ok(stat);
         }
+        if !self.keep {
+            let mut f = std::fs::File::open(&p).map_err(io_err("read", &p))?;
+            let (sha256, size) =
+                cairn_stores::blobs::digest_of(&mut f).map_err(io_err("read", &p))?;
+            return Ok(FileState {
+                sha256: Some(sha256),
+                size,
+                ..stat
+            });
+        }
+        if stat.size <= INLINE_MAX {
+            let bytes = std::fs::read(&p).map_err(io_err("read", &p))?;
+            if bytes.len() as u64 <= INLINE_MAX
+                && let Ok(text) = String::from_utf8(bytes)
+            {
+                return Ok(FileState {
+                    sha256: Some(cairn_stores::blobs::digest(text.as_bytes())),
+                    size: text.len() as u64,
+                    text: Some(text),
+                    ..stat
+                });
+            }
+        }
         // Synced once for the whole snapshot, before its record.
         let r = self.blobs.put_file_unsynced(&p)?;
         Ok(FileState {
@@ -147,7 +207,8 @@ impl Snapshotter {
         })
     }
 
-    /// The changes of the named paths against `known`.
+    /// The changes of the named paths against `known`, and the state of
+    /// each directory on their way.
     ///
     /// # Errors
     ///
@@ -156,35 +217,136 @@ impl Snapshotter {
         &self,
         paths: &[String],
         known: &Manifest,
-    ) -> Result<Manifest, WorkspaceError> {
-        let mut changes = Manifest::new();
-        for rel in paths {
+    ) -> Result<Scanned, WorkspaceError> {
+        let mut out = Scanned::default();
+        // The directories a tool may create on the way, parents first.
+        let dirs: BTreeSet<&str> = paths
+            .iter()
+            .flat_map(|p| {
+                p.char_indices()
+                    .filter(|(_, c)| *c == '/')
+                    .map(|(i, _)| &p[..i])
+            })
+            .collect();
+        let mut looked: HashSet<&str> = HashSet::new();
+        for rel in dirs.into_iter().chain(paths.iter().map(String::as_str)) {
+            if !looked.insert(rel) {
+                continue;
+            }
             let before = known.get(rel).cloned().flatten();
             let now = match self.stat(rel)? {
                 Disk::Absent | Disk::Other => None,
                 Disk::Entry(stat) => Some(self.observe(rel, stat, before.as_ref())?),
             };
-            if !known.contains_key(rel) || now != before {
-                changes.insert(rel.clone(), now);
-            }
+            out.note(rel, before.as_ref(), now, known.contains_key(rel));
         }
-        Ok(changes)
+        Ok(out)
     }
 
     /// The changes of the working directory against `known`: every
-    /// regular file and symlink the walk reaches (`.gitignore`d paths,
-    /// `.git` and the store left out; at most `max_files`), and the known
-    /// paths that are gone. Returns the changes and whether the walk was
-    /// cut short.
+    /// regular file, symlink and directory the walk reaches (`.gitignore`d
+    /// paths, `.git` and the store left out; at most `max_files`), and the
+    /// known paths that are gone. With `within`, only that part of the
+    /// tree is walked and compared. `dirs` is told of the directories
+    /// (where a watcher adds its watches).
     ///
     /// # Errors
     ///
     /// [`WorkspaceError::Io`] or [`WorkspaceError::Blob`].
-    pub fn scan_tree(&self, known: &Manifest) -> Result<(Manifest, bool), WorkspaceError> {
-        let mut changes = Manifest::new();
+    pub(crate) fn scan_tree(
+        &self,
+        known: &Manifest,
+        within: Option<Arc<Within>>,
+        dirs: Dirs<'_>,
+    ) -> Result<Scanned, WorkspaceError> {
+        let mut along = match dirs {
+            Dirs::First(on_dir) => {
+                for entry in self.walk(within.clone(), true).build().flatten() {
+                    if entry.file_type().is_some_and(|t| t.is_dir())
+                        && let Some(rel) = self.rel_of(entry.path())
+                    {
+                        on_dir(&rel);
+                    }
+                }
+                None
+            }
+            Dirs::Along(on_dir) => Some(on_dir),
+        };
+        let mut out = Scanned::default();
         let mut seen: HashSet<String> = HashSet::new();
-        let mut truncated = false;
+        for entry in self.walk(within.clone(), false).build().flatten() {
+            if entry.depth() == 0 || entry.file_name().to_string_lossy().ends_with(TEMP_SUFFIX) {
+                continue;
+            }
+            let Some(rel) = path::relative(&self.root, entry.path()) else {
+                continue;
+            };
+            if seen.len() >= self.limits.max_files {
+                out.truncated = true;
+                break;
+            }
+            let Ok(meta) = entry.metadata() else {
+                continue;
+            };
+            let Disk::Entry(stat) = disk_of(&meta) else {
+                continue;
+            };
+            if stat.dir
+                && let Some(on_dir) = along.as_mut()
+            {
+                on_dir(&rel);
+            }
+            let before = known.get(&rel).and_then(Option::as_ref);
+            let now = self.observe(&rel, stat, before)?;
+            out.note(&rel, before, Some(now), true);
+            seen.insert(rel);
+        }
+        // The known paths the walk did not reach: gone, or ignored or
+        // beyond the limit and still there (looked at alone).
+        let unseen: Vec<(&String, &FileState)> = match &within {
+            None => known
+                .iter()
+                .filter_map(|(p, s)| Some((p, s.as_ref()?)))
+                .filter(|(p, _)| !seen.contains(*p))
+                .collect(),
+            Some(w) => w
+                .paths()
+                .iter()
+                .flat_map(|p| {
+                    let under = format!("{p}/");
+                    known.get_key_value(p).into_iter().chain(
+                        known
+                            .range(under.clone()..)
+                            .take_while(move |(k, _)| k.starts_with(&under)),
+                    )
+                })
+                .filter_map(|(p, s)| Some((p, s.as_ref()?)))
+                .filter(|(p, _)| !seen.contains(*p))
+                .collect(),
+        };
+        for (rel, state) in unseen {
+            let now = match self.stat(rel)? {
+                Disk::Absent | Disk::Other => None,
+                Disk::Entry(stat) => Some(self.observe(rel, stat, Some(state))?),
+            };
+            out.note(rel, Some(state), now, true);
+        }
+        Ok(out)
+    }
+
+    /// `path` relative to the root ("" for the root itself), when it is a
+    /// path a manifest can name.
+    fn rel_of(&self, p: &Path) -> Option<String> {
+        if p == self.root {
+            return Some(String::new());
+        }
+        path::relative(&self.root, p)
+    }
+
+    /// The walker of tree scans (`dirs`: directories only).
+    fn walk(&self, within: Option<Arc<Within>>, dirs: bool) -> ignore::WalkBuilder {
         let exclude = self.exclude.clone();
+        let root = self.root.clone();
         let mut walk = ignore::WalkBuilder::new(&self.root);
         walk.hidden(false)
             .parents(false)
@@ -195,60 +357,81 @@ impl Snapshotter {
             .require_git(false)
             .follow_links(false)
             .filter_entry(move |e| {
-                e.file_name() != ".git" && !exclude.iter().any(|x| e.path().starts_with(x))
-            });
-        for item in walk.build() {
-            let entry = match item {
-                Ok(e) => e,
-                // An unreadable directory or a bad .gitignore: skip what cannot be read.
-                Err(_) => continue,
-            };
-            if entry.depth() == 0 || entry.file_type().is_some_and(|t| t.is_dir()) {
-                continue;
-            }
-            let name = entry.file_name().to_string_lossy();
-            if name.ends_with(TEMP_SUFFIX) {
-                continue;
-            }
-            let Some(rel) = path::relative(&self.root, entry.path()) else {
-                continue;
-            };
-            if seen.len() >= self.limits.max_files {
-                truncated = true;
-                break;
-            }
-            let meta = match entry.metadata() {
-                Ok(m) => m,
-                Err(_) => continue,
-            };
-            let Disk::Entry(stat) = disk_of(&meta) else {
-                continue;
-            };
-            let before = known.get(&rel).and_then(Option::as_ref);
-            let now = self.observe(&rel, stat, before)?;
-            if before != Some(&now) {
-                changes.insert(rel.clone(), Some(now));
-            }
-            seen.insert(rel);
-        }
-        for (rel, state) in known {
-            if state.is_some() && !seen.contains(rel) && !changes.contains_key(rel) {
-                match self.stat(rel)? {
-                    Disk::Absent | Disk::Other => {
-                        changes.insert(rel.clone(), None);
-                    }
-                    // Ignored or beyond the limit, still there: look at it alone.
-                    Disk::Entry(stat) => {
-                        let now = self.observe(rel, stat, state.as_ref())?;
-                        if state.as_ref() != Some(&now) {
-                            changes.insert(rel.clone(), Some(now));
-                        }
-                    }
+                if e.file_name() == ".git" || exclude.iter().any(|x| e.path().starts_with(x)) {
+                    return false;
                 }
-            }
-        }
-        Ok((changes, truncated))
+                if dirs && !e.file_type().is_some_and(|t| t.is_dir()) {
+                    return false;
+                }
+                match &within {
+                    None => true,
+                    Some(w) => e
+                        .path()
+                        .strip_prefix(&root)
+                        .ok()
+                        .and_then(Path::to_str)
+                        .is_some_and(|rel| w.keeps(rel)),
+                }
+            });
+        walk
     }
+}
+
+/// When a tree scan tells of the directories it reaches.
+pub(crate) enum Dirs<'a> {
+    /// In a first walk of the directories alone, before any is read for the
+    /// comparison (so a watch added then misses nothing the comparison
+    /// does not see).
+    First(&'a mut dyn FnMut(&str)),
+    /// As the comparison's walk reaches them (the root excepted).
+    Along(&'a mut dyn FnMut(&str)),
+}
+
+/// What a scan found.
+#[derive(Debug, Clone, Default)]
+pub struct Scanned {
+    /// The paths whose state differs from what was known (`None`: gone).
+    pub changes: Manifest,
+    /// Paths whose state is unchanged but whose known state was `recent`
+    /// and now is not: the tracker remembers it, the record does not list
+    /// it.
+    pub settled: Manifest,
+    /// A tree scan stopped at its file-count limit.
+    pub truncated: bool,
+}
+
+impl Scanned {
+    /// Adds what a later scan found (its states win).
+    pub(crate) fn merge(&mut self, later: Scanned) {
+        self.changes.extend(later.changes);
+        self.settled.extend(later.settled);
+        self.truncated |= later.truncated;
+    }
+
+    fn note(&mut self, rel: &str, before: Option<&FileState>, now: Option<FileState>, known: bool) {
+        let same = match (before, &now) {
+            (None, None) => known,
+            (Some(b), Some(n)) => b.same_stat(n),
+            _ => false,
+        };
+        if !same {
+            self.changes.insert(rel.to_owned(), now);
+        } else if let (Some(b), Some(n)) = (before, now)
+            && b.recent != n.recent
+        {
+            self.settled.insert(rel.to_owned(), Some(n));
+        }
+    }
+}
+
+/// Whether a file modified at `mtime_ns` was modified within a timestamp
+/// tick of now (or in the future): a same-size rewrite in that tick would
+/// not change its stat.
+fn is_recent(mtime_ns: i64) -> bool {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
+    mtime_ns > now.saturating_sub(TICK_NS)
 }
 
 /// The stat of a file as a state without content.
@@ -260,19 +443,22 @@ pub(crate) fn disk_of(m: &std::fs::Metadata) -> Disk {
     let t = m.file_type();
     if t.is_symlink() {
         Disk::Entry(FileState {
-            sha256: None,
-            size: 0,
-            mode: 0,
             link: Some(String::new()),
             mtime_ns,
+            ..FileState::default()
         })
     } else if t.is_file() {
         Disk::Entry(FileState {
-            sha256: None,
             size: m.len(),
             mode: m.permissions().mode() & 0o7777,
-            link: None,
             mtime_ns,
+            ..FileState::default()
+        })
+    } else if t.is_dir() {
+        Disk::Entry(FileState {
+            mode: m.permissions().mode() & 0o7777,
+            dir: true,
+            ..FileState::default()
         })
     } else {
         Disk::Other

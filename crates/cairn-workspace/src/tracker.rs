@@ -2,13 +2,16 @@
 //! the snapshotter and the state the session's records describe, folded
 //! once when it starts and kept up to date with each record it appends.
 
+use std::collections::HashSet;
 use std::path::Path;
+use std::sync::Arc;
 
 use cairn::{EntryId, Session};
 
 use crate::history::History;
 use crate::record::{Manifest, Phase, Scope, WorkspaceRecord};
-use crate::scan::Snapshotter;
+use crate::scan::{Dirs, Scanned, Snapshotter};
+use crate::watch::{Seen, Watcher, Within};
 use crate::{WorkspaceError, path};
 
 /// What a tool may touch.
@@ -22,12 +25,51 @@ pub enum Touches {
 }
 
 /// Snapshots of one working directory for one session.
-#[derive(Debug, Clone)]
+///
+/// It keeps a file-system watcher between snapshots (inotify, on Linux):
+/// after the first tree snapshot, which scans the whole working directory
+/// and starts it, a tree snapshot walks only the paths changed since the
+/// last snapshot. It falls back to a full scan whenever the watcher may
+/// have missed something (see `watch.rs`), and for good when it cannot
+/// watch (no inotify, the watch limit reached).
+#[derive(Debug)]
 pub struct Workspace {
     snap: Snapshotter,
     known: Manifest,
     /// The `seq` of the session's last workspace record it knows of.
     last_seq: Option<u64>,
+    watch: Watch,
+    /// Tree snapshots that scanned everything.
+    full_scans: u64,
+}
+
+/// The watcher's state.
+#[derive(Debug)]
+enum Watch {
+    /// Not started: the next tree snapshot is a full scan that starts it.
+    Idle,
+    /// Watching every directory the last full scan reached, and those
+    /// created since.
+    Running(Watcher),
+    /// Cannot watch: every tree snapshot is a full scan.
+    Off,
+}
+
+impl Clone for Workspace {
+    /// The same state, with a watcher of its own (started by its first
+    /// tree snapshot): two trackers never share one watcher's events.
+    fn clone(&self) -> Workspace {
+        Workspace {
+            snap: self.snap.clone(),
+            known: self.known.clone(),
+            last_seq: self.last_seq,
+            watch: match self.watch {
+                Watch::Off => Watch::Off,
+                Watch::Idle | Watch::Running(_) => Watch::Idle,
+            },
+            full_scans: 0,
+        }
+    }
 }
 
 /// The `seq` of the session's last `cairn.workspace` record.
@@ -59,6 +101,8 @@ impl Workspace {
             snap,
             known,
             last_seq: last_record(session),
+            watch: Watch::Idle,
+            full_scans: 0,
         })
     }
 
@@ -71,6 +115,19 @@ impl Workspace {
     /// The snapshotter.
     pub fn snapshotter(&self) -> &Snapshotter {
         &self.snap
+    }
+
+    /// Whether a file-system watcher is running, so that the next tree
+    /// snapshot walks only what changed (false before the first tree
+    /// snapshot, and where it cannot watch).
+    pub fn is_watching(&self) -> bool {
+        matches!(self.watch, Watch::Running(_))
+    }
+
+    /// How many tree snapshots scanned the whole working directory (the
+    /// first, and each fallback) rather than what the watcher saw change.
+    pub fn full_scans(&self) -> u64 {
+        self.full_scans
     }
 
     /// The state the records describe now.
@@ -120,8 +177,22 @@ impl Workspace {
         phase: Phase,
         touches: &Touches,
     ) -> Result<WorkspaceRecord, WorkspaceError> {
-        let root = self.snap.root();
-        let (scope, (files, truncated)) = match touches {
+        let taken = self
+            .take(touches)
+            .and_then(|scanned| self.record(session, scanned, at, call_id, phase));
+        if taken.is_err() && matches!(self.watch, Watch::Running(_)) {
+            // The paths the watcher handed out were not recorded: the next
+            // tree snapshot scans everything.
+            self.watch = Watch::Idle;
+        }
+        taken
+    }
+
+    /// What changed in what `touches` names.
+    fn take(&mut self, touches: &Touches) -> Result<(Scope, Scanned), WorkspaceError> {
+        let root = self.snap.root().to_owned();
+        let root = root.as_path();
+        let (scope, scanned) = match touches {
             Touches::Files(paths) => {
                 let rels: Vec<String> = paths
                     .iter()
@@ -135,18 +206,39 @@ impl Workspace {
                         path::relative(root, &abs)
                     })
                     .collect();
-                (
-                    Scope::Files,
-                    (self.snap.scan_files(&rels, &self.known)?, false),
-                )
+                if let Watch::Running(w) = &mut self.watch {
+                    // Read now, so the kernel's queue does not overflow.
+                    w.drain();
+                }
+                (Scope::Files, self.snap.scan_files(&rels, &self.known)?)
             }
-            Touches::Tree => (Scope::Tree, self.snap.scan_tree(&self.known)?),
+            Touches::Tree => (Scope::Tree, self.scan_tree()?),
         };
+        Ok((scope, scanned))
+    }
+
+    /// Records what a snapshot found (its blobs synced first).
+    fn record(
+        &mut self,
+        session: &Session,
+        (scope, scanned): (Scope, Scanned),
+        at: Option<EntryId>,
+        call_id: Option<&str>,
+        phase: Phase,
+    ) -> Result<WorkspaceRecord, WorkspaceError> {
+        let Scanned {
+            changes: files,
+            settled,
+            truncated,
+        } = scanned;
+        for (p, s) in settled {
+            self.known.insert(p, s);
+        }
         let record = WorkspaceRecord {
             at,
             phase,
             call_id: call_id.map(str::to_owned),
-            root: root.to_string_lossy().into_owned(),
+            root: self.snap.root().to_string_lossy().into_owned(),
             scope,
             files,
             truncated,
@@ -157,6 +249,7 @@ impl Workspace {
             .files
             .values()
             .flatten()
+            .filter(|s| s.text.is_none())
             .filter_map(|s| s.sha256.as_deref())
             .collect();
         if named.len() > crate::scan::SYNC_EACH_UP_TO {
@@ -169,5 +262,67 @@ impl Workspace {
             self.known.insert(p.clone(), s.clone());
         }
         Ok(record)
+    }
+
+    /// A tree scan: of the paths the watcher saw change when it is
+    /// running and complete, else of everything (starting the watcher
+    /// afresh, its watches added before the scan reads each directory).
+    fn scan_tree(&mut self) -> Result<Scanned, WorkspaceError> {
+        let root = self.snap.root().to_owned();
+        let mut failed = false;
+        if let Watch::Running(w) = &mut self.watch {
+            w.drain();
+            if let Seen::Paths(paths) = w.take() {
+                if paths.is_empty() {
+                    return Ok(Scanned::default());
+                }
+                let within = Arc::new(Within::new(paths));
+                let mut new: HashSet<String> = HashSet::new();
+                let mut note = |rel: &str| {
+                    if !w.watches(rel) {
+                        new.insert(rel.to_owned());
+                    }
+                };
+                let mut scanned =
+                    self.snap
+                        .scan_tree(&self.known, Some(within), Dirs::Along(&mut note))?;
+                if !new.is_empty() {
+                    // Directories made since the last snapshot: watched
+                    // now, then read again, so a file made in one between
+                    // the walk's read and its watch is not missed.
+                    let within = Arc::new(Within::new(new));
+                    let mut add = |rel: &str| failed |= w.watch(&root, rel).is_err();
+                    let again =
+                        self.snap
+                            .scan_tree(&self.known, Some(within), Dirs::First(&mut add))?;
+                    scanned.merge(again);
+                }
+                if failed {
+                    // What changed from now on would be missed.
+                    self.watch = Watch::Off;
+                }
+                return Ok(scanned);
+            }
+        }
+        self.full_scans += 1;
+        let mut watcher = match self.watch {
+            Watch::Off => None,
+            Watch::Idle | Watch::Running(_) => Watcher::start(self.snap.limits().max_files),
+        };
+        let scanned = match &mut watcher {
+            Some(w) => {
+                let mut add = |rel: &str| failed |= w.watch(&root, rel).is_err();
+                self.snap
+                    .scan_tree(&self.known, None, Dirs::First(&mut add))?
+            }
+            None => self
+                .snap
+                .scan_tree(&self.known, None, Dirs::Along(&mut |_| {}))?,
+        };
+        self.watch = match watcher {
+            Some(w) if !failed => Watch::Running(w),
+            _ => Watch::Off,
+        };
+        Ok(scanned)
     }
 }

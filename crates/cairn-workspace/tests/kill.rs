@@ -19,10 +19,23 @@ use cairn_workspace::{
 
 const OLD: &str = "old content, long enough that a torn write would show\n";
 const NEW: &str = "new content, which the rewind must take away again\n";
-const FILES: [&str; 3] = ["m1.txt", "sub/m2.txt", "m3.txt"];
-/// Steps of the restore: 3 files written and renamed, 1 deleted, 1
+/// Enough that the restore writes, syncs and renames them from several
+/// threads at once.
+const FILES: [&str; 10] = [
+    "m1.txt",
+    "sub/m2.txt",
+    "m3.txt",
+    "m4.txt",
+    "sub/m5.txt",
+    "m6.txt",
+    "m7.txt",
+    "sub/m8.txt",
+    "m9.txt",
+    "m10.txt",
+];
+/// Steps of the restore: the files written and renamed, 1 deleted, 1
 /// created (written, renamed), the record.
-const STEPS: usize = 3 * 2 + 1 + 2 + 1;
+const STEPS: usize = FILES.len() * 2 + 1 + 2 + 1;
 
 struct Fixture {
     home: PathBuf,
@@ -155,7 +168,11 @@ fn a_restore_killed_at_every_step_completes_when_run_again() {
                     && report.deleted.is_empty()
             );
         } else {
-            assert_eq!(last.files.len(), 5, "step {kill_at}: {last:?}");
+            assert_eq!(
+                last.files.len(),
+                FILES.len() + 2,
+                "step {kill_at}: {last:?}"
+            );
         }
     }
 }

@@ -111,6 +111,7 @@ pub fn diff(ctx: &Ctx, arg: &SessionArg, rest: &[String], json: bool) -> Result<
 fn describe(c: &Change) -> String {
     let one = |s: &FileState| match &s.link {
         Some(l) => format!("symlink -> {l}"),
+        None if s.dir => format!("directory, mode {:o}", s.mode),
         None => format!("{} bytes, mode {:o}", s.size, s.mode),
     };
     match (&c.from, &c.to) {

@@ -1,0 +1,259 @@
+//! Tree snapshots with the watcher: after the first snapshot (a full scan)
+//! only what changed is looked at, and still nothing is missed — a change
+//! made outside the agent between calls, one made by the command, new and
+//! removed directories — and when the kernel's event queue overflows, the
+//! snapshot falls back to a full scan. Also the stat shortcut's blind
+//! spot: a same-size rewrite within the timestamp tick.
+
+// Test helpers panic on a failed step; that is how a test fails.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::time::SystemTime;
+
+use cairn::testkit::build::user;
+use cairn::{Session, Store};
+use cairn_stores::BlobStore;
+use cairn_workspace::{Limits, Manifest, Snapshotter, Touches, Workspace, plan};
+
+struct Setup {
+    _dir: tempfile::TempDir,
+    work: std::path::PathBuf,
+    blobs: BlobStore,
+    _store: Store,
+    session: Session,
+}
+
+fn setup(files: usize) -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let work = dir.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    for i in 0..files {
+        let sub = work.join(format!("d{}", i % 4));
+        std::fs::create_dir_all(&sub).unwrap();
+        std::fs::write(sub.join(format!("f{i}.txt")), format!("file {i}\n")).unwrap();
+    }
+    std::fs::write(work.join(".gitignore"), "*.log\nbuild/\n").unwrap();
+    let store = Store::open_dir(dir.path().join("home"));
+    let session = store.create(cairn::NewSession::default()).unwrap();
+    session.append(user("go")).unwrap();
+    let blobs = BlobStore::new(dir.path().join("blobs"));
+    Setup {
+        work,
+        blobs,
+        _store: store,
+        session,
+        _dir: dir,
+    }
+}
+
+fn workspace(s: &Setup) -> Workspace {
+    let snap = Snapshotter::new(&s.work, s.blobs.clone(), Limits::default());
+    Workspace::open(&s.session, snap).unwrap()
+}
+
+fn before(ws: &mut Workspace, s: &Setup) -> Manifest {
+    ws.before(&s.session, s.session.leaf(), "c", &Touches::Tree)
+        .unwrap()
+        .files
+}
+
+fn after(ws: &mut Workspace, s: &Setup) -> Manifest {
+    let at = s.session.append(user("ran")).unwrap().id.unwrap();
+    ws.after(&s.session, at, "c", &Touches::Tree).unwrap().files
+}
+
+fn names(m: &Manifest) -> Vec<(&str, bool)> {
+    m.iter().map(|(p, s)| (p.as_str(), s.is_some())).collect()
+}
+
+/// What a fresh tracker's full scan finds that the records do not say:
+/// nothing, when the watched snapshots missed nothing.
+fn missed(s: &Setup) -> Manifest {
+    let mut fresh = workspace(s);
+    before(&mut fresh, s)
+}
+
+#[test]
+fn changes_outside_the_agent_and_by_the_command_are_both_caught_without_a_full_scan() {
+    let s = setup(40);
+    let mut ws = workspace(&s);
+    assert!(!ws.is_watching());
+    let first = before(&mut ws, &s);
+    assert!(first.contains_key("d1/f1.txt") && first.contains_key("d1"));
+    assert!(
+        ws.is_watching(),
+        "the first tree snapshot starts the watcher"
+    );
+    assert_eq!(names(&after(&mut ws, &s)), vec![]);
+
+    // Outside the agent, between two calls.
+    std::fs::write(s.work.join("d1/f1.txt"), "edited outside\n").unwrap();
+    std::fs::remove_file(s.work.join("d2/f2.txt")).unwrap();
+    std::fs::create_dir_all(s.work.join("new/sub")).unwrap();
+    std::fs::write(s.work.join("new/sub/x.txt"), "x").unwrap();
+    std::fs::write(s.work.join("d0/noise.log"), "ignored").unwrap();
+    assert_eq!(
+        names(&before(&mut ws, &s)),
+        vec![
+            ("d1/f1.txt", true),
+            ("d2/f2.txt", false),
+            ("new", true),
+            ("new/sub", true),
+            ("new/sub/x.txt", true),
+        ]
+    );
+
+    // The command: a file changed, a directory moved, one removed, a file
+    // created in the directory that appeared between the calls.
+    std::fs::write(s.work.join("d3/f3.txt"), "by the command\n").unwrap();
+    std::fs::rename(s.work.join("d0"), s.work.join("moved")).unwrap();
+    std::fs::write(s.work.join("new/sub/y.txt"), "y").unwrap();
+    std::fs::remove_dir_all(s.work.join("d2")).unwrap();
+    std::fs::create_dir(s.work.join("build")).unwrap();
+    std::fs::write(s.work.join("build/out.o"), "ignored").unwrap();
+    let changed = after(&mut ws, &s);
+    assert!(changed["d3/f3.txt"].is_some());
+    assert!(changed["new/sub/y.txt"].is_some());
+    assert_eq!(changed["d0"], None);
+    assert_eq!(changed["d0/f0.txt"], None);
+    assert!(changed["moved"].as_ref().unwrap().dir);
+    assert!(changed["moved/f4.txt"].is_some());
+    assert_eq!(changed["d2/f6.txt"], None);
+    assert!(
+        !changed
+            .keys()
+            .any(|p| p.starts_with("build") || p.ends_with(".log"))
+    );
+
+    // And in the moved directory, whose watch now has another path.
+    std::fs::write(s.work.join("moved/f8.txt"), "after the move\n").unwrap();
+    assert_eq!(names(&before(&mut ws, &s)), vec![("moved/f8.txt", true)]);
+    assert_eq!(
+        ws.full_scans(),
+        1,
+        "only the first snapshot scanned everything"
+    );
+    assert_eq!(names(&missed(&s)), vec![]);
+}
+
+#[test]
+fn an_overflowed_event_queue_falls_back_to_a_full_scan() {
+    let s = setup(8);
+    let mut ws = workspace(&s);
+    before(&mut ws, &s);
+    assert!(ws.is_watching());
+    // More events than the kernel queues (a create, a write and a close
+    // per file, in a watched directory): those after the overflow are
+    // lost, among them the change to a known file made last.
+    let queued: usize = std::fs::read_to_string("/proc/sys/fs/inotify/max_queued_events")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    for i in 0..queued {
+        std::fs::write(s.work.join(format!("d0/flood{i}")), "x").unwrap();
+    }
+    std::fs::write(s.work.join("d1/f1.txt"), "changed after the flood\n").unwrap();
+    let changed = after(&mut ws, &s);
+    assert_eq!(ws.full_scans(), 2, "the overflow made it scan everything");
+    assert!(changed["d1/f1.txt"].is_some());
+    assert_eq!(
+        changed.keys().filter(|p| p.starts_with("d0/flood")).count(),
+        queued
+    );
+    assert!(ws.is_watching(), "watching again after the full scan");
+    std::fs::write(s.work.join("d3/f3.txt"), "then one change\n").unwrap();
+    assert_eq!(names(&before(&mut ws, &s)), vec![("d3/f3.txt", true)]);
+    assert_eq!(ws.full_scans(), 2);
+    assert_eq!(names(&missed(&s)), vec![]);
+}
+
+fn conflicts(p: &cairn_workspace::Plan) -> Vec<&str> {
+    p.conflicts.iter().map(|c| c.path.as_str()).collect()
+}
+
+/// Rewrites `rel` with `text` (the same size), keeping its mtime: what a
+/// rewrite within one timestamp tick looks like to a stat.
+fn rewrite_in_the_same_tick(work: &Path, rel: &str, text: &str) {
+    let p = work.join(rel);
+    let mtime: SystemTime = std::fs::metadata(&p).unwrap().modified().unwrap();
+    std::fs::write(&p, text).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&p)
+        .unwrap()
+        .set_modified(mtime)
+        .unwrap();
+}
+
+#[test]
+fn a_same_size_rewrite_within_the_timestamp_tick_is_caught() {
+    let s = setup(0);
+    std::fs::write(s.work.join("a.txt"), "one\n").unwrap();
+    let mut ws = workspace(&s);
+    let files = Touches::Files(vec!["a.txt".to_owned()]);
+    let at = s.session.leaf();
+    let first = ws.before(&s.session, at, "c", &files).unwrap().files;
+    assert!(first["a.txt"].as_ref().unwrap().recent);
+    rewrite_in_the_same_tick(&s.work, "a.txt", "two\n");
+    let at = s.session.append(user("ran")).unwrap().id.unwrap();
+    let seen = ws.after(&s.session, at, "c", &files).unwrap().files;
+    assert_ne!(
+        seen["a.txt"].as_ref().unwrap().sha256,
+        first["a.txt"].as_ref().unwrap().sha256,
+        "the stat is the same, the content is not"
+    );
+    // Outside the agent, then a restore: a conflict, not a silent overwrite.
+    rewrite_in_the_same_tick(&s.work, "a.txt", "six\n");
+    let p = plan(&s.session, &s.blobs, None).unwrap();
+    assert_eq!(conflicts(&p), vec!["a.txt"]);
+}
+
+/// A tree snapshot before and after `act` (in the working directory):
+/// the entry before, and what the after snapshot lists.
+fn around(s: &Setup, act: impl FnOnce(&Path)) -> (Option<cairn::EntryId>, Manifest) {
+    let mut ws = workspace(s);
+    let start = s.session.leaf();
+    before(&mut ws, s);
+    act(&s.work);
+    (start, after(&mut ws, s))
+}
+
+#[test]
+fn empty_directories_are_created_and_removed_by_a_restore() {
+    let s = setup(0);
+    let (start, changed) = around(&s, |work| {
+        std::fs::create_dir_all(work.join("empty/inner")).unwrap();
+        std::fs::create_dir(work.join("kept")).unwrap();
+        std::fs::write(work.join("kept/f.txt"), "f").unwrap();
+    });
+    assert!(changed["empty/inner"].as_ref().unwrap().dir);
+    let made = s.session.leaf().unwrap();
+    let report =
+        cairn_workspace::checkout_files(&s.session, &s.blobs, start.as_ref(), None, false).unwrap();
+    assert_eq!(
+        report.deleted,
+        vec!["empty", "empty/inner", "kept", "kept/f.txt"]
+    );
+    assert!(!s.work.join("empty").exists() && !s.work.join("kept").exists());
+    cairn_workspace::checkout_files(&s.session, &s.blobs, Some(&made), None, false).unwrap();
+    assert!(s.work.join("empty/inner").is_dir());
+    assert_eq!(
+        std::fs::read_to_string(s.work.join("kept/f.txt")).unwrap(),
+        "f"
+    );
+}
+
+#[test]
+fn a_directory_holding_a_file_no_snapshot_recorded_is_a_conflict() {
+    let s = setup(0);
+    let (start, _) = around(&s, |work| std::fs::create_dir(work.join("out")).unwrap());
+    // Ignored, so never recorded.
+    std::fs::write(s.work.join("out/x.log"), "log").unwrap();
+    let p = plan(&s.session, &s.blobs, start.as_ref()).unwrap();
+    assert_eq!(conflicts(&p), vec!["out"]);
+    let report = cairn_workspace::apply(&s.session, &s.blobs, &p, true).unwrap();
+    assert_eq!(report.unrestorable, vec!["out"]);
+    assert!(s.work.join("out/x.log").exists());
+}
