@@ -10,15 +10,15 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use cairn::OpPhase;
 use cairn::{Access, Backend, Catalog, Claim, Log, Opened, Opening, Stamp, Visitor};
 use cairn::{ListingFold, OpenError, SessionId, StoreError};
-use cairn_sqlite::Holder;
-use cairn_sqlite::rows::{Scan, Writer};
-use cairn_sqlite::summary::{self, HeaderInfo, Summary};
+use cairn_sql::summary::{self, HeaderInfo, Summary, count, uncount};
+use cairn_sql::{Holder, Scan, Scanned, Writer};
+use postgres::Transaction;
 use postgres::types::Type;
 
 use crate::config::PgUrl;
 use crate::error::{PgError, io, open_err, store_err};
 use crate::lease::{self, Lease};
-use crate::log::PgLog;
+use crate::log::{PgLog, PgRows};
 use crate::pool::Pool;
 use crate::schema;
 
@@ -38,29 +38,13 @@ pub(crate) struct Sql {
 impl Sql {
     fn new(s: &str) -> Sql {
         Sql {
-            // The fence and the summary update lock the session's row; the
-            // records are inserted only if it was updated. One statement:
-            // one round trip, one transaction.
+            // The schema's append function (migration 2): the fence and the
+            // summary update lock the session's row; the records are
+            // inserted only if it was updated. One call: one round trip, one
+            // transaction.
             append: format!(
-                "WITH fence AS (
-                    UPDATE {s}.sessions
-                       SET updated = greatest($3 COLLATE \"C\", created COLLATE \"C\"),
-                           title = $4, first_message = $5, phase = $6, op_state = $7,
-                           entries = $8, records = $9, bytes = $10,
-                           lease_expires = now() + make_interval(secs => $11)
-                     WHERE sid = $1 AND lease_token = $2 AND lease_expires > now()
-                       AND records = $12
-                 RETURNING sid
-                 ), ins AS (
-                    INSERT INTO {s}.records (session, seq, kind, id, parent, crc, payload, writer)
-                    SELECT fence.sid, u.seq, u.kind, u.id, u.parent, u.crc, u.payload, $2
-                      FROM fence,
-                           unnest($13::int8[], $14::text[], $15::text[], $16::text[],
-                                  $17::int8[], $18::bytea[])
-                           AS u(seq, kind, id, parent, crc, payload)
-                 RETURNING 1
-                 )
-                 SELECT (SELECT count(*) FROM fence), (SELECT count(*) FROM ins)"
+                "SELECT {s}.append($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14,
+                                   $15, $16, $17, $18)"
             ),
             // Records $2 ≤ seq < $3, stopping after the one that reaches $4
             // bytes (at least one).
@@ -88,21 +72,8 @@ impl Sql {
     }
 }
 
-/// How many bytes of a session's last records an open keeps for the reads
-/// that follow it (see `PgLog`'s read-ahead).
-const RETAIN_BYTES: u64 = 32 << 20;
-
 /// One session's row: key, id, header facts, summary, lease.
 pub(crate) type Row = (i64, SessionId, HeaderInfo, Summary, Option<Lease>);
-
-/// What an open's scan found.
-struct Scanned {
-    offsets: Vec<u64>,
-    end: u64,
-    /// Records `first_kept..` as read.
-    first_kept: u64,
-    tail: Vec<Vec<u8>>,
-}
 
 /// What the backend and its open logs share.
 #[derive(Debug)]
@@ -124,14 +95,6 @@ pub struct PostgresBackend {
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-pub(crate) fn count(n: u64) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
-}
-
-pub(crate) fn uncount(n: i64) -> u64 {
-    u64::try_from(n).unwrap_or(0)
 }
 
 impl PostgresBackend {
@@ -235,31 +198,52 @@ impl PostgresBackend {
             .transpose()
     }
 
+    /// Runs `f` in a transaction on a live connection with session `id`'s
+    /// row locked (`FOR UPDATE`), given its key and lease; `missing` is the
+    /// error when there is no such session. What `f` did is committed if it
+    /// returns `Ok`, else rolled back.
+    fn with_locked_row<T, E>(
+        &self,
+        id: &SessionId,
+        err: impl Fn(postgres::Error) -> E,
+        missing: impl FnOnce() -> E,
+        f: impl FnOnce(&mut Transaction<'_>, i64, Option<Lease>) -> Result<T, E>,
+    ) -> Result<T, E> {
+        let mut conn = self.shared.pool.live().map_err(&err)?;
+        let mut tx = conn.transaction().map_err(&err)?;
+        let (sid, held) = self
+            .lock_row(&mut tx, id)
+            .map_err(&err)?
+            .ok_or_else(missing)?;
+        let out = f(&mut tx, sid, held)?;
+        tx.commit().map_err(&err)?;
+        Ok(out)
+    }
+
     /// Takes the writer lease of session `id` (replacing an expired or dead
     /// holder's; adopting one this process claimed). Returns `(sid, token)`.
     fn take_lease(&self, id: &SessionId, location: &str) -> Result<(i64, i64), OpenError> {
         let claimed = lock(&self.claimed).remove(id);
         let err = open_err("lock", location);
         let schema = self.schema();
-        let mut conn = self.shared.pool.live().map_err(&err)?;
-        let mut tx = conn.transaction().map_err(&err)?;
-        let (sid, held) = self
-            .lock_row(&mut tx, id)
-            .map_err(&err)?
-            .ok_or_else(|| self.not_found(id))?;
-        if let Some(held) = held {
-            let mine = claimed == Some(held.token) && &held.holder == Holder::me();
-            if mine && !held.expired {
-                tx.commit().map_err(&err)?;
-                return Ok((sid, held.token));
-            }
-            if held.holds() {
-                return Err(in_use(id, &held));
-            }
-        }
-        let token = lease::acquire(&mut tx, schema, sid, self.shared.url.lease).map_err(&err)?;
-        tx.commit().map_err(&err)?;
-        Ok((sid, token))
+        self.with_locked_row(
+            id,
+            &err,
+            || self.not_found(id),
+            |tx, sid, held| {
+                if let Some(held) = held {
+                    let mine = claimed == Some(held.token) && &held.holder == Holder::me();
+                    if mine && !held.expired {
+                        return Ok((sid, held.token));
+                    }
+                    if held.holds() {
+                        return Err(in_use(id, &held));
+                    }
+                }
+                let token = lease::acquire(tx, schema, sid, self.shared.url.lease).map_err(&err)?;
+                Ok((sid, token))
+            },
+        )
     }
 
     /// Locks session `id`'s row for the rest of `tx` (`FOR UPDATE`): its key
@@ -292,6 +276,22 @@ impl PostgresBackend {
         summary_at(&r, 0)
     }
 
+    /// The log handle of session `sid`, with its lease's heartbeat for a
+    /// writer.
+    fn log(&self, location: String, sid: i64, scanned: Scanned, writer: Option<Writer>) -> PgLog {
+        let token = writer.as_ref().map(|w| w.token);
+        let log = PgLog::new(
+            location,
+            PgRows::new(sid, Arc::clone(&self.shared)),
+            scanned,
+            writer,
+        );
+        if let Some(token) = token {
+            log.db().start_heartbeat(token, log.poisoner());
+        }
+        log
+    }
+
     fn release(&self, sid: i64, token: i64) {
         let _ = self.shared.pool.run(|c| {
             c.query_typed(
@@ -303,9 +303,8 @@ impl PostgresBackend {
 
     /// Streams a session's records in `seq` order to `visit`, checking each
     /// line's checksum and that `seq`s have no gap. Returns the offsets, and
-    /// the last records up to [`RETAIN_BYTES`] (the first read-ahead window:
-    /// the records an open reads back for the context are the branch's,
-    /// mostly at the end).
+    /// the last records up to [`cairn_sql::KEEP_BYTES`] (the first
+    /// read-ahead window).
     fn scan(
         &self,
         sid: i64,
@@ -318,34 +317,17 @@ impl PostgresBackend {
             .pool
             .run(|c| c.query_typed(&self.shared.sql.scan, &[(&sid, Type::INT8)]))
             .map_err(&err)?;
-        let mut scan = Scan::new(location);
-        for row in &rows {
-            let seq: i64 = row.try_get(0).map_err(&err)?;
-            let bytes: &[u8] = row.try_get(1).map_err(&err)?;
-            scan.row(seq, bytes, visit)?;
-        }
-        let (offsets, end) = scan.finish()?;
-        let mut kept = 0;
-        let mut bytes = 0u64;
-        for row in rows.iter().rev() {
-            let len = row.try_get::<_, &[u8]>(1).map_or(0, |b| b.len() as u64);
-            if bytes + len > RETAIN_BYTES {
-                break;
-            }
-            bytes += len;
-            kept += 1;
-        }
-        let tail = rows[rows.len() - kept..]
+        let lines = rows
             .iter()
-            .map(|r| r.try_get::<_, Vec<u8>>(1))
-            .collect::<Result<Vec<_>, _>>()
+            .map(|row| Ok((row.try_get::<_, i64>(0)?, row.try_get::<_, &[u8]>(1)?)))
+            .collect::<Result<Vec<_>, postgres::Error>>()
             .map_err(&err)?;
-        Ok(Scanned {
-            first_kept: (offsets.len() - kept) as u64,
-            offsets,
-            end,
-            tail,
-        })
+        let bytes = lines.iter().map(|(_, l)| l.len() as u64).sum();
+        let mut scan = Scan::new(location, bytes);
+        for (seq, line) in lines {
+            scan.row(seq, line, visit)?;
+        }
+        scan.finish()
     }
 
     /// Every session's row: key, id, header facts, summary, lease.
@@ -385,17 +367,13 @@ impl PostgresBackend {
 /// The summary columns `updated, title, first_message, op_state, entries,
 /// records, bytes` of a row, from column `at` on.
 fn summary_at(r: &postgres::Row, at: usize) -> Result<Summary, postgres::Error> {
-    Ok(Summary {
-        fold: ListingFold {
-            updated: r.try_get(at)?,
-            title: r.try_get(at + 1)?,
-            first_message: r.try_get(at + 2)?,
-            op: summary::op_state_from(r.try_get(at + 3)?),
-            entries: uncount(r.try_get(at + 4)?),
-            records: uncount(r.try_get(at + 5)?),
-        },
-        bytes: uncount(r.try_get(at + 6)?),
-    })
+    Ok(Summary::from_columns(
+        r.try_get(at)?,
+        r.try_get(at + 1)?,
+        r.try_get(at + 2)?,
+        r.try_get(at + 3)?,
+        [r.try_get(at + 4)?, r.try_get(at + 5)?, r.try_get(at + 6)?],
+    ))
 }
 
 pub(crate) fn in_use(id: &SessionId, held: &Lease) -> OpenError {
@@ -416,11 +394,7 @@ impl Backend for PostgresBackend {
 
     fn create(&self, id: &SessionId, header: &[u8]) -> Result<Box<dyn Log>, OpenError> {
         let location = self.location(id);
-        let (info, summary) =
-            summary::header_info(header).map_err(|problem| OpenError::NotASession {
-                location: location.clone(),
-                problem: format!("its header cannot be stored: {problem}"),
-            })?;
+        let (info, summary) = summary::header_of(&location, header)?;
         let err = open_err("create", &location);
         let schema = self.schema();
         let mut conn = self.shared.pool.live().map_err(&err)?;
@@ -477,12 +451,16 @@ impl Backend for PostgresBackend {
         .map_err(&err)?;
         tx.commit().map_err(&err)?;
         drop(conn);
-        Ok(Box::new(PgLog::new(
+        let scanned = Scanned {
+            offsets: vec![0],
+            end: header.len() as u64,
+            first_kept: 0,
+            kept: vec![header.to_vec()],
+        };
+        Ok(Box::new(self.log(
             location,
             sid,
-            Arc::clone(&self.shared),
-            vec![0],
-            header.len() as u64,
+            scanned,
             Some(Writer { token, summary }),
         )))
     }
@@ -517,21 +495,10 @@ impl Backend for PostgresBackend {
             Ok((scanned, writer))
         })();
         match scanned {
-            Ok((scanned, writer)) => {
-                let log = PgLog::new(
-                    location,
-                    sid,
-                    Arc::clone(&self.shared),
-                    scanned.offsets,
-                    scanned.end,
-                    writer,
-                );
-                log.keep(scanned.first_kept, scanned.tail);
-                Ok(Opened {
-                    log: Box::new(log),
-                    torn: None,
-                })
-            }
+            Ok((scanned, writer)) => Ok(Opened {
+                log: Box::new(self.log(location, sid, scanned, writer)),
+                torn: None,
+            }),
             Err(e) => {
                 if let Some(token) = token {
                     self.release(sid, token);
@@ -609,23 +576,22 @@ impl Backend for PostgresBackend {
         let location = self.location(id);
         let err = store_err("remove", &location);
         let schema = self.schema();
-        let mut conn = self.shared.pool.live().map_err(&err)?;
-        let mut tx = conn.transaction().map_err(&err)?;
-        let (sid, held) = self
-            .lock_row(&mut tx, id)
-            .map_err(&err)?
-            .ok_or_else(|| self.no_such(id))?;
-        if let Some(held) = held
-            && held.holds()
-        {
-            return Err(in_use(id, &held).into());
-        }
-        tx.query_typed(
-            &format!("DELETE FROM {schema}.sessions WHERE sid = $1"),
-            &[(&sid, Type::INT8)],
+        self.with_locked_row(
+            id,
+            &err,
+            || self.no_such(id),
+            |tx, sid, held| {
+                if let Some(held) = held.filter(Lease::holds) {
+                    return Err(in_use(id, &held).into());
+                }
+                tx.query_typed(
+                    &format!("DELETE FROM {schema}.sessions WHERE sid = $1"),
+                    &[(&sid, Type::INT8)],
+                )
+                .map_err(&err)
+                .map(drop)
+            },
         )
-        .map_err(&err)?;
-        tx.commit().map_err(&err)
     }
 
     /// The listing cache, made on the fly from the `sessions` table (no

@@ -9,14 +9,14 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use cairn::OpPhase;
 use cairn::{Access, Backend, Catalog, Log, Opened, Opening, Stamp, Visitor};
 use cairn::{IoFailure, ListingFold, OpenError, SessionId, StoreError};
+use cairn_sql::summary::{self, Summary, count};
+use cairn_sql::{Scan, Scanned, Writer};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use crate::error::{SqliteError, open_err, store_err};
 use crate::lease::{self, Lease};
-use crate::log::SqliteLog;
-use crate::rows::{Scan, Writer};
+use crate::log::{SqliteLog, SqliteRows};
 use crate::schema;
-use crate::summary::{self, Summary};
 
 /// Many sessions in one SQLite database (WAL, `synchronous=FULL`). See the
 /// crate docs for the schema, durability and the writer lease.
@@ -135,26 +135,38 @@ impl SqliteBackend {
 
     /// Reads the summary columns a writer continues from.
     fn load_summary(conn: &Connection, sid: i64) -> rusqlite::Result<Summary> {
-        conn.query_row(
+        conn.prepare_cached(
             "SELECT updated, title, first_message, op_state, entries, records, bytes
              FROM sessions WHERE sid = ?1",
-            [sid],
-            |r| {
-                let count = |i: usize| r.get::<_, i64>(i).map(|n| u64::try_from(n).unwrap_or(0));
-                Ok(Summary {
-                    fold: ListingFold {
-                        updated: r.get(0)?,
-                        title: r.get(1)?,
-                        first_message: r.get(2)?,
-                        op: summary::op_state_from(&r.get::<_, String>(3)?),
-                        entries: count(4)?,
-                        records: count(5)?,
-                    },
-                    bytes: count(6)?,
-                })
-            },
-        )
+        )?
+        .query_row([sid], |r| summary_at(r, 0))
     }
+
+    /// In a write transaction of the caller's: the key of session `id`
+    /// (which must exist) and its lease, if one is recorded.
+    pub(crate) fn leased(
+        &self,
+        tx: &Connection,
+        id: &SessionId,
+        err: impl Fn(rusqlite::Error) -> StoreError,
+    ) -> Result<(i64, Option<Lease>), StoreError> {
+        let sid = Self::sid(tx, id)
+            .map_err(&err)?
+            .ok_or_else(|| self.no_such(id))?;
+        Ok((sid, lease::get(tx, sid).map_err(&err)?))
+    }
+}
+
+/// The summary columns `updated, title, first_message, op_state, entries,
+/// records, bytes` of a row, from column `at` on.
+pub(crate) fn summary_at(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<Summary> {
+    Ok(Summary::from_columns(
+        r.get(at)?,
+        r.get(at + 1)?,
+        r.get(at + 2)?,
+        r.get_ref(at + 3)?.as_str()?,
+        [r.get(at + 4)?, r.get(at + 5)?, r.get(at + 6)?],
+    ))
 }
 
 pub(crate) fn in_use(id: &SessionId, held: &Lease) -> OpenError {
@@ -165,19 +177,21 @@ pub(crate) fn in_use(id: &SessionId, held: &Lease) -> OpenError {
 }
 
 /// Streams a session's records in `seq` order to `visit`, checking each
-/// line's checksum and that `seq`s have no gap. Returns the offsets.
+/// line's checksum and that `seq`s have no gap; `bytes` is how long the
+/// session is expected to be (its last lines are kept).
 fn scan(
     conn: &Connection,
     sid: i64,
+    bytes: u64,
     location: &str,
     visit: &mut Visitor<'_>,
-) -> Result<(Vec<u64>, u64), OpenError> {
+) -> Result<Scanned, OpenError> {
     let err = open_err("read", location);
     let mut stmt = conn
         .prepare_cached("SELECT seq, payload FROM records WHERE session = ?1 ORDER BY seq")
         .map_err(&err)?;
     let mut rows = stmt.query([sid]).map_err(&err)?;
-    let mut scan = Scan::new(location);
+    let mut scan = Scan::new(location, bytes);
     while let Some(row) = rows.next().map_err(&err)? {
         let seq: i64 = row.get(0).map_err(&err)?;
         let bytes = row
@@ -201,11 +215,7 @@ impl Backend for SqliteBackend {
 
     fn create(&self, id: &SessionId, header: &[u8]) -> Result<Box<dyn Log>, OpenError> {
         let location = self.location(id);
-        let (info, summary) =
-            summary::header_info(header).map_err(|problem| OpenError::NotASession {
-                location: location.clone(),
-                problem: format!("its header cannot be stored: {problem}"),
-            })?;
+        let (info, summary) = summary::header_of(&location, header)?;
         let mut conn = self.new_conn(&location)?;
         let err = open_err("create", &location);
         let tx = conn
@@ -233,7 +243,7 @@ impl Backend for SqliteBackend {
                     info.parent,
                     summary::phase_json(OpPhase::None),
                     summary::op_state_json(&summary.fold.op),
-                    i64::try_from(summary.bytes).unwrap_or(i64::MAX),
+                    count(summary.bytes),
                 ],
                 |r| r.get(0),
             )
@@ -247,13 +257,16 @@ impl Backend for SqliteBackend {
         let token = lease::acquire(&tx, sid).map_err(&err)?;
         tx.commit().map_err(&err)?;
         drop(err);
-        let end = header.len() as u64;
+        let scanned = Scanned {
+            offsets: vec![0],
+            end: header.len() as u64,
+            first_kept: 0,
+            kept: vec![header.to_vec()],
+        };
         Ok(Box::new(SqliteLog::new(
             location,
-            sid,
-            conn,
-            vec![0],
-            end,
+            SqliteRows::new(sid, conn),
+            scanned,
             Some(Writer { token, summary }),
         )))
     }
@@ -273,19 +286,19 @@ impl Backend for SqliteBackend {
         };
         // From here on a failure must give the lease back.
         let scanned = (|| {
-            let (offsets, end) = scan(&conn, sid, &location, visit)?;
-            let writer = match token {
-                Some(token) => Some(Writer {
-                    token,
-                    summary: Self::load_summary(&conn, sid).map_err(open_err("read", &location))?,
-                }),
-                None => None,
-            };
-            Ok((offsets, end, writer))
+            let summary = Self::load_summary(&conn, sid).map_err(open_err("read", &location))?;
+            let scanned = scan(&conn, sid, summary.bytes, &location, visit)?;
+            let writer = token.map(|token| Writer { token, summary });
+            Ok((scanned, writer))
         })();
         match scanned {
-            Ok((offsets, end, writer)) => Ok(Opened {
-                log: Box::new(SqliteLog::new(location, sid, conn, offsets, end, writer)),
+            Ok((scanned, writer)) => Ok(Opened {
+                log: Box::new(SqliteLog::new(
+                    location,
+                    SqliteRows::new(sid, conn),
+                    scanned,
+                    writer,
+                )),
                 torn: None,
             }),
             Err(e) => {
@@ -346,9 +359,9 @@ impl Backend for SqliteBackend {
             .map_err(store_err("inspect", &self.location(id)))?;
         let (bytes, records) = row.ok_or_else(|| self.no_such(id))?;
         Ok(Summary {
-            bytes: u64::try_from(bytes).unwrap_or(0),
+            bytes: summary::uncount(bytes),
             fold: ListingFold {
-                records: u64::try_from(records).unwrap_or(0),
+                records: summary::uncount(records),
                 ..ListingFold::default()
             },
         }
@@ -371,12 +384,8 @@ impl Backend for SqliteBackend {
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(&err)?;
-        let sid = Self::sid(&tx, id)
-            .map_err(&err)?
-            .ok_or_else(|| self.no_such(id))?;
-        if let Some(held) = lease::get(&tx, sid).map_err(&err)?
-            && lease::holds(&held)
-        {
+        let (sid, held) = self.leased(&tx, id, &err)?;
+        if let Some(held) = held.filter(lease::holds) {
             return Err(in_use(id, &held).into());
         }
         for sql in [

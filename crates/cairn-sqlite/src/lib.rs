@@ -45,9 +45,7 @@ mod error;
 pub mod lease;
 mod log;
 mod queries;
-pub mod rows;
 mod schema;
-pub mod summary;
 
 pub use backend::SqliteBackend;
 pub use error::SqliteError;

@@ -46,7 +46,10 @@ pub fn run(b: &Bench) -> Result<Vec<Figure>> {
     let scaled = s.scaled("entries", s.open_entries as u64, issue::OPEN_ENTRIES as u64);
     let open = Figure::new(
         "open_context",
-        format!("open + context, {} entries", crate::report::thousands(w.entries)),
+        format!(
+            "open + context, {} entries",
+            crate::report::thousands(w.entries)
+        ),
         Unit::Millis,
         best(cairn_ms),
         "read the file and count lines with memchr",
@@ -54,12 +57,7 @@ pub fn run(b: &Bench) -> Result<Vec<Figure>> {
         Some(Target::AtMost(3.0)),
     )
     .scaled(scaled)
-    .note(format!(
-        "{:.1} MiB, no compaction (the context holds all {} messages); writer open; warm page cache; best of {}",
-        w.bytes as f64 / 1048576.0,
-        w.context_messages,
-        s.open_repeats
-    ));
+    .note(w.open_note("writer open; warm page cache", s.open_repeats));
 
     let per_entry = w.bytes as f64 / w.entries as f64;
     let data_per_entry = w.data_bytes as f64 / w.entries as f64;

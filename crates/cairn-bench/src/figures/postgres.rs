@@ -268,11 +268,9 @@ fn open_figure(b: &Bench, backend: &Arc<PostgresBackend>, store: &Store) -> Resu
         Some(Target::AtMost(1.5)),
     )
     .scaled(scaled)
-    .note(format!(
-        "{:.1} MiB of lines, no compaction (the context holds all {} messages); writer open (for Postgres: a lease transaction, then one ordered read of the rows over a local TCP connection); best of {}",
-        w.bytes as f64 / 1048576.0,
-        w.context_messages,
-        s.sqlite_open_repeats
+    .note(w.open_note(
+        "writer open (for Postgres: a lease transaction, then one ordered read of the rows over a local TCP connection)",
+        s.sqlite_open_repeats,
     ))
     .note(times))
 }

@@ -1,0 +1,129 @@
+//! An open's scan of a session's rows in `seq` order: each stored line's
+//! checksum and `seq` continuity, handed to the core's visitor, with the
+//! offsets the log handle keeps and the last lines kept for the reads that
+//! follow the open.
+
+use cairn::frame;
+use cairn::{Damage, OpenError, RawLine, Visitor};
+
+/// How many bytes of a session's last records an open keeps for the reads
+/// that follow it (the records an open reads back for the context are the
+/// branch's, mostly at the end): the log's first read-ahead window.
+pub const KEEP_BYTES: u64 = 32 << 20;
+
+/// Damage found at open: record `index` at byte `offset` (as if the lines
+/// were one file).
+pub fn damaged(location: &str, index: u64, offset: u64, problem: String) -> OpenError {
+    OpenError::Damaged(Box::new(Damage {
+        location: location.to_owned(),
+        line: index + 1,
+        offset,
+        problem,
+    }))
+}
+
+/// An open's scan of a session's rows in `seq` order.
+#[derive(Debug)]
+pub struct Scan<'a> {
+    location: &'a str,
+    offsets: Vec<u64>,
+    end: u64,
+    /// Lines from this offset on are kept.
+    keep_from: u64,
+    kept: Vec<Vec<u8>>,
+}
+
+/// What a scan found.
+#[derive(Debug)]
+pub struct Scanned {
+    /// The offset of every line, as if the lines were one file.
+    pub offsets: Vec<u64>,
+    /// The end of the last line.
+    pub end: u64,
+    /// `kept[i]` is record `first_kept + i`: the last lines, as read.
+    pub first_kept: u64,
+    /// The lines kept.
+    pub kept: Vec<Vec<u8>>,
+}
+
+impl<'a> Scan<'a> {
+    /// A scan of the session at `location`, whose lines are expected to
+    /// total `bytes` (the lines within [`KEEP_BYTES`] of that end are kept;
+    /// 0 keeps none).
+    pub fn new(location: &'a str, bytes: u64) -> Scan<'a> {
+        Scan {
+            location,
+            offsets: Vec::new(),
+            end: 0,
+            keep_from: if bytes == 0 {
+                u64::MAX
+            } else {
+                bytes.saturating_sub(KEEP_BYTES)
+            },
+            kept: Vec::new(),
+        }
+    }
+
+    /// The position the next row must have.
+    pub fn next_index(&self) -> u64 {
+        self.offsets.len() as u64
+    }
+
+    /// Damage at the next row.
+    pub fn damaged(&self, problem: String) -> OpenError {
+        damaged(self.location, self.next_index(), self.end, problem)
+    }
+
+    /// Takes the next row: its `seq` must follow, its line must verify; the
+    /// line is then handed to `visit`.
+    ///
+    /// # Errors
+    ///
+    /// [`OpenError::Damaged`] for a gap or a line that does not verify, or
+    /// the visitor's error.
+    pub fn row(
+        &mut self,
+        seq: i64,
+        bytes: &[u8],
+        visit: &mut Visitor<'_>,
+    ) -> Result<(), OpenError> {
+        let index = self.next_index();
+        if u64::try_from(seq).ok() != Some(index) {
+            return Err(self.damaged(format!(
+                "record {index} is missing: the next stored record has seq {seq}"
+            )));
+        }
+        frame::check(bytes).map_err(|d| self.damaged(d.to_string()))?;
+        visit(RawLine {
+            index,
+            offset: self.end,
+            bytes,
+        })?;
+        if self.end >= self.keep_from {
+            self.kept.push(bytes.to_vec());
+        }
+        self.offsets.push(self.end);
+        self.end += bytes.len() as u64;
+        Ok(())
+    }
+
+    /// What the scan found.
+    ///
+    /// # Errors
+    ///
+    /// [`OpenError::NotASession`] when there was no row.
+    pub fn finish(self) -> Result<Scanned, OpenError> {
+        if self.offsets.is_empty() {
+            return Err(OpenError::NotASession {
+                location: self.location.to_owned(),
+                problem: "the session has no records".into(),
+            });
+        }
+        Ok(Scanned {
+            first_kept: (self.offsets.len() - self.kept.len()) as u64,
+            offsets: self.offsets,
+            end: self.end,
+            kept: self.kept,
+        })
+    }
+}
