@@ -3,9 +3,11 @@
 //! the call's idempotency key, while the test SIGKILLs workers, SIGSTOPs
 //! one past its lease (and resumes it: its appends must be refused), and
 //! restarts the server once. The worker to pause is always one holding a
-//! lease mid-session: the test asks for it (a `hold` file), the first worker
-//! that reaches a step after its first in a session answers (`held`, with
-//! its pid) and waits for the test's `go` before its next append. Afterwards every session must open, every
+//! lease mid-session: the test asks for it (a `hold` file, from the start),
+//! the first worker that reaches a step after its first in a session
+//! answers (`held`, with its pid) and waits before its next append while
+//! the others run, the kill and the restart happen; the test then stops it
+//! (see `hold_point`). No step depends on timing. Afterwards every session must open, every
 //! acknowledged record be present exactly once, `seq`s be continuous, no
 //! session hold records of two writers interleaved, every tool call have a
 //! result, and no charge have happened twice. The counts are printed.
@@ -161,8 +163,12 @@ fn ack(s: &Session, token: i64) {
 /// The worker's side of the hold point (see the module docs): once the test
 /// has asked (`<dir>/hold`), the first worker here says so (`<dir>/held`,
 /// its pid: made whole under another name, then linked, so only one worker
-/// wins and the test never reads half of it) and waits for `<dir>/go`.
-fn hold_point() {
+/// wins and the test never reads half of it) and waits, holding its lease,
+/// until the test arms it (`<dir>/arm`, after the server restart). Then it
+/// reads through its pool once (which replaces connections the restart
+/// broke, so its next append reaches the server and its fence), says
+/// `<dir>/armed` and waits for `<dir>/go`: the test stops it in between.
+fn hold_point(backend: &PostgresBackend, id: &SessionId) {
     let Some(dir) = std::env::var_os("CAIRN_FLEET_HOLD") else {
         return;
     };
@@ -177,9 +183,17 @@ fn hold_point() {
         return;
     }
     println!("fleet: held");
-    while !dir.join("go").exists() {
-        std::thread::sleep(Duration::from_millis(10));
+    let wait_for = |name: &str| {
+        while !dir.join(name).exists() {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    wait_for("arm");
+    while backend.lease(id).is_err() {
+        std::thread::sleep(Duration::from_millis(50));
     }
+    std::fs::write(dir.join("armed"), "").unwrap();
+    wait_for("go");
 }
 
 /// Recovers a claimed session and runs its operation to the end.
@@ -213,7 +227,7 @@ fn work(
         }
         if done > 0 {
             // Mid-session, holding the lease.
-            hold_point();
+            hold_point(backend, id);
         }
         let t = op
             .model_attempt(Some("fleet"), Some("scripted"))
@@ -359,7 +373,16 @@ fn assert_running(workers: &mut [Worker], waiting_for: &str) {
         .filter_map(|w| w.child.try_wait().ok())
         .filter(Option::is_none)
         .count();
-    assert!(running > 0, "every worker exited before {waiting_for}");
+    if running == 0 {
+        let last: Vec<Vec<String>> = workers
+            .iter()
+            .map(|w| {
+                let lines = w.lines.lock().unwrap();
+                lines.iter().rev().take(3).rev().cloned().collect()
+            })
+            .collect();
+        panic!("every worker exited before {waiting_for}; their last lines: {last:?}");
+    }
 }
 
 /// Waits until the tool ran `at_least` times.
@@ -370,10 +393,16 @@ fn wait_for_progress(scratch: &Scratch, workers: &mut [Worker], at_least: i64) {
     }
 }
 
-/// Asks for a worker to hold mid-session (the module docs) and waits for
-/// one to: its index in `workers`.
+/// A worker still running, other than `paused` (the test fails if none is).
+fn running_other_than(workers: &mut [Worker], paused: usize) -> usize {
+    (0..workers.len())
+        .find(|&i| i != paused && matches!(workers[i].child.try_wait(), Ok(None)))
+        .expect("a worker besides the paused one still runs")
+}
+
+/// Waits for a worker to hold mid-session (the module docs): its index in
+/// `workers`.
 fn wait_for_hold(hold: &Path, workers: &mut [Worker]) -> usize {
-    std::fs::write(hold.join("hold"), "").unwrap();
     let pid: u32 = loop {
         if let Ok(pid) = std::fs::read_to_string(hold.join("held")) {
             break pid.parse().unwrap();
@@ -416,16 +445,24 @@ fn a_fleet_with_kills_a_paused_worker_and_a_server_restart_keeps_every_invariant
         ids.push(s.id().clone());
     }
     let total = i64::try_from(size.sessions * size.steps).unwrap();
+    // Asked for from the start: the first worker past a session's first
+    // step holds there, before its next append, until the test stops it.
     let hold_dir = tempfile::tempdir().unwrap();
     let hold = hold_dir.path();
+    std::fs::write(hold.join("hold"), "").unwrap();
     let mut workers: Vec<Worker> = (0..size.workers)
         .map(|_| spawn(&scratch, hold, &url, size))
         .collect();
     let (mut killed, mut stopped, mut restarts) = (0, 0, 0);
 
-    // SIGKILL one worker mid-run, and start a replacement.
+    // A worker holds in the middle of a session (its lease renewed by its
+    // heartbeat) while the others run on.
+    let paused = wait_for_hold(hold, &mut workers);
+
+    // SIGKILL another worker mid-run, and start a replacement.
     wait_for_progress(&scratch, &mut workers, total / 8);
-    signal(&workers[0].child, "-KILL");
+    let victim = running_other_than(&mut workers, paused);
+    signal(&workers[victim].child, "-KILL");
     killed += 1;
     workers.push(spawn(&scratch, hold, &url, size));
 
@@ -442,18 +479,19 @@ fn a_fleet_with_kills_a_paused_worker_and_a_server_restart_keeps_every_invariant
         }
     }
 
-    // SIGSTOP a worker in the middle of a session (held before its next
-    // append), past its lease; others take its session over.
-    wait_for_progress(&scratch, &mut workers, total * 3 / 8);
-    let paused = wait_for_hold(hold, &mut workers);
+    // SIGSTOP the held worker past its lease; others take its session over.
+    std::fs::write(hold.join("arm"), "").unwrap();
+    while !hold.join("armed").exists() {
+        assert_running(&mut workers, "the held worker was armed");
+        std::thread::sleep(Duration::from_millis(10));
+    }
     signal(&workers[paused].child, "-STOP");
     stopped += 1;
     let stopped_at = std::time::Instant::now();
     std::fs::write(hold.join("go"), "").unwrap();
 
     // One more SIGKILL while it is stopped.
-    wait_for_progress(&scratch, &mut workers, total / 2);
-    let victim = if paused == 2 { 3 } else { 2 };
+    let victim = running_other_than(&mut workers, paused);
     signal(&workers[victim].child, "-KILL");
     killed += 1;
     workers.push(spawn(&scratch, hold, &url, size));
@@ -612,6 +650,12 @@ fn a_fleet_with_kills_a_paused_worker_and_a_server_restart_keeps_every_invariant
         executions - charges,
         acked.len(),
     );
-    assert!(fenced > 0, "the paused worker's append was refused");
+    let paused_lines = workers[paused].lines.lock().unwrap().clone();
+    assert!(
+        paused_lines
+            .iter()
+            .any(|l| l.starts_with("error") && l.contains("writer lease")),
+        "the paused worker's next append was refused by its lost lease: {paused_lines:?}"
+    );
     let _ = backend.describe();
 }
