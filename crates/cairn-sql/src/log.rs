@@ -11,8 +11,11 @@
 //!   open's scan kept ([`crate::Scanned`]), then, at each miss, the next
 //!   records fetched in one query (16 at first, doubling up to 1024 while
 //!   reads stay sequential, and never much more than 4 MiB). So an open
-//!   whose context needs every message costs no query per record. The
-//!   window is dropped at the first append if it is larger than a refill.
+//!   whose context needs every message costs no query per record. A read
+//!   takes its line out of the window (the open reads each record it needs
+//!   once; a second read of it queries again), so the window's memory goes
+//!   as the open reads, and nothing is copied. The window is dropped at the
+//!   first append if it is larger than a refill.
 //! - **Drop** gives the writer's lease back ([`Db::release`]).
 
 use std::fmt;
@@ -224,12 +227,16 @@ impl<D: Db> SqlLog<D> {
     /// module docs); `None` if the database no longer has it.
     fn read_ahead(&self, seq: u64) -> io::Result<Option<Vec<u8>>> {
         let mut w = lock(&self.window);
+        // A line is handed over, not copied: the open reads each record it
+        // needs once. A line already taken (left empty: no line is) is read
+        // again from the database.
         if let Some(line) = seq
             .checked_sub(w.first)
             .and_then(|i| usize::try_from(i).ok())
-            .and_then(|i| w.lines.get(i))
+            .and_then(|i| w.lines.get_mut(i))
+            .filter(|l| !l.is_empty())
         {
-            return Ok(Some(line.clone()));
+            return Ok(Some(std::mem::take(line)));
         }
         let sequential = seq == w.first + w.lines.len() as u64 && !w.lines.is_empty();
         let want = if sequential { w.next } else { READ_AHEAD_MIN };
@@ -516,6 +523,19 @@ mod tests {
             assert_eq!(log.read(seq).unwrap(), line(seq));
         }
         assert_eq!(*lock(&log.db().fetches), 0);
+    }
+
+    #[test]
+    fn a_kept_line_read_twice_is_read_again_from_the_database() {
+        let mut log = log_of(10);
+        log.window = Mutex::new(Window {
+            first: 4,
+            lines: (4..10).map(line).collect(),
+            next: READ_AHEAD_MIN,
+        });
+        assert_eq!(log.read(5).unwrap(), line(5));
+        assert_eq!(log.read(5).unwrap(), line(5));
+        assert_eq!(*lock(&log.db().fetches), 1);
     }
 
     #[test]

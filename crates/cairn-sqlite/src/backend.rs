@@ -119,18 +119,35 @@ impl SqliteBackend {
         location: &str,
     ) -> Result<(i64, i64), OpenError> {
         let err = open_err("lock", location);
-        let tx = conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
+        // The lease is committed without a sync of its own: it is made
+        // durable by the writer's first append (the WAL is synced in order),
+        // and one lost to a power cut was held by a process the cut ended.
+        // A token it handed out can come back only if no append with it
+        // was ever durable.
+        conn.pragma_update(None, "synchronous", "NORMAL")
             .map_err(&err)?;
-        let sid = self.existing_sid(&tx, id, &err)?;
-        if let Some(held) = lease::get(&tx, sid).map_err(&err)?
-            && lease::holds(&held)
-        {
-            return Err(in_use(id, &held));
+        let taken = (|| {
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(&err)?;
+            let sid = self.existing_sid(&tx, id, &err)?;
+            if let Some(held) = lease::get(&tx, sid).map_err(&err)?
+                && lease::holds(&held)
+            {
+                return Err(in_use(id, &held));
+            }
+            let token = lease::acquire(&tx, sid).map_err(&err)?;
+            tx.commit().map_err(&err)?;
+            Ok((sid, token))
+        })();
+        // Every append of this connection syncs its commit again.
+        if let Err(e) = conn.pragma_update(None, "synchronous", "FULL") {
+            if let Ok((sid, token)) = taken {
+                let _ = lease::release(conn, sid, token);
+            }
+            return Err(err(e));
         }
-        let token = lease::acquire(&tx, sid).map_err(&err)?;
-        tx.commit().map_err(&err)?;
-        Ok((sid, token))
+        taken
     }
 
     /// Reads the summary columns a writer continues from.
@@ -411,4 +428,27 @@ impl Backend for SqliteBackend {
     /// Nothing to save: the `sessions` table is the catalog, kept current by
     /// every append transaction.
     fn save_catalog(&self, _catalog: &Catalog) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_writer_connection_syncs_every_commit_after_taking_its_lease() {
+        let dir = tempfile::tempdir().unwrap();
+        let backend = std::sync::Arc::new(SqliteBackend::open(dir.path().join("x.db")).unwrap());
+        let store = cairn::Store::with_backend(backend.clone());
+        let id = store
+            .create(cairn::NewSession::default())
+            .unwrap()
+            .id()
+            .clone();
+        let mut conn = backend.new_conn("test").unwrap();
+        backend.take_lease(&mut conn, &id, "test").unwrap();
+        let sync: i64 = conn
+            .pragma_query_value(None, "synchronous", |r| r.get(0))
+            .unwrap();
+        assert_eq!(sync, 2, "FULL");
+    }
 }
