@@ -206,15 +206,12 @@ impl PostgresBackend {
         &self,
         id: &SessionId,
         err: impl Fn(postgres::Error) -> E,
-        missing: impl FnOnce() -> E,
+        missing: E,
         f: impl FnOnce(&mut Transaction<'_>, i64, Option<Lease>) -> Result<T, E>,
     ) -> Result<T, E> {
         let mut conn = self.shared.pool.live().map_err(&err)?;
         let mut tx = conn.transaction().map_err(&err)?;
-        let (sid, held) = self
-            .lock_row(&mut tx, id)
-            .map_err(&err)?
-            .ok_or_else(missing)?;
+        let (sid, held) = self.lock_row(&mut tx, id).map_err(&err)?.ok_or(missing)?;
         let out = f(&mut tx, sid, held)?;
         tx.commit().map_err(&err)?;
         Ok(out)
@@ -226,24 +223,19 @@ impl PostgresBackend {
         let claimed = lock(&self.claimed).remove(id);
         let err = open_err("lock", location);
         let schema = self.schema();
-        self.with_locked_row(
-            id,
-            &err,
-            || self.not_found(id),
-            |tx, sid, held| {
-                if let Some(held) = held {
-                    let mine = claimed == Some(held.token) && &held.holder == Holder::me();
-                    if mine && !held.expired {
-                        return Ok((sid, held.token));
-                    }
-                    if held.holds() {
-                        return Err(in_use(id, &held));
-                    }
+        self.with_locked_row(id, &err, self.not_found(id), |tx, sid, held| {
+            if let Some(held) = held {
+                let mine = claimed == Some(held.token) && &held.holder == Holder::me();
+                if mine && !held.expired {
+                    return Ok((sid, held.token));
                 }
-                let token = lease::acquire(tx, schema, sid, self.shared.url.lease).map_err(&err)?;
-                Ok((sid, token))
-            },
-        )
+                if held.holds() {
+                    return Err(in_use(id, &held));
+                }
+            }
+            let token = lease::acquire(tx, schema, sid, self.shared.url.lease).map_err(&err)?;
+            Ok((sid, token))
+        })
     }
 
     /// Locks session `id`'s row for the rest of `tx` (`FOR UPDATE`): its key
@@ -451,12 +443,7 @@ impl Backend for PostgresBackend {
         .map_err(&err)?;
         tx.commit().map_err(&err)?;
         drop(conn);
-        let scanned = Scanned {
-            offsets: vec![0],
-            end: header.len() as u64,
-            first_kept: 0,
-            kept: vec![header.to_vec()],
-        };
+        let scanned = Scanned::created(header);
         Ok(Box::new(self.log(
             location,
             sid,
@@ -576,22 +563,17 @@ impl Backend for PostgresBackend {
         let location = self.location(id);
         let err = store_err("remove", &location);
         let schema = self.schema();
-        self.with_locked_row(
-            id,
-            &err,
-            || self.no_such(id),
-            |tx, sid, held| {
-                if let Some(held) = held.filter(Lease::holds) {
-                    return Err(in_use(id, &held).into());
-                }
-                tx.query_typed(
-                    &format!("DELETE FROM {schema}.sessions WHERE sid = $1"),
-                    &[(&sid, Type::INT8)],
-                )
-                .map_err(&err)
-                .map(drop)
-            },
-        )
+        self.with_locked_row(id, &err, self.no_such(id), |tx, sid, held| {
+            if let Some(held) = held.filter(Lease::holds) {
+                return Err(in_use(id, &held).into());
+            }
+            tx.query_typed(
+                &format!("DELETE FROM {schema}.sessions WHERE sid = $1"),
+                &[(&sid, Type::INT8)],
+            )
+            .map_err(&err)
+            .map(drop)
+        })
     }
 
     /// The listing cache, made on the fly from the `sessions` table (no

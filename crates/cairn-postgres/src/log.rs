@@ -14,8 +14,8 @@ use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use cairn_sql::summary::{self, Summary, count, uncount};
-use cairn_sql::{Db, Fence, NewRow, Poisoner, SqlLog};
+use cairn_sql::summary::{self, count, uncount};
+use cairn_sql::{Batch, Db, Fence, Poisoner, SqlLog};
 use postgres::types::Type;
 
 use crate::backend::Shared;
@@ -107,15 +107,10 @@ impl PgRows {
     }
 
     /// The append call. Nothing of it is visible unless it commits.
-    fn transact(
-        &self,
-        token: i64,
-        before: u64,
-        rows: &[NewRow<'_>],
-        summary: &Summary,
-    ) -> Result<bool, postgres::Error> {
+    fn transact(&self, b: Batch<'_>) -> Result<bool, postgres::Error> {
+        let (token, summary) = (b.token, b.summary);
         let mut cols = Columns::default();
-        for r in rows {
+        for r in b.rows {
             cols.seq.push(count(r.seq));
             cols.kind.push(r.kind);
             cols.id.push(r.id);
@@ -123,7 +118,7 @@ impl PgRows {
             cols.crc.push(r.crc);
             cols.payload.push(r.payload);
         }
-        let before = count(before);
+        let before = count(b.before);
         let lease = self.shared.url.lease.as_secs_f64();
         let phase = summary::phase_json(summary.fold.op.phase());
         let op_state = summary::op_state_json(&summary.fold.op);
@@ -222,16 +217,12 @@ impl Db for PgRows {
             .map_err(io)
     }
 
-    fn append(
-        &self,
-        token: i64,
-        before: u64,
-        rows: &[NewRow<'_>],
-        summary: &Summary,
-    ) -> io::Result<Fence> {
-        match self.transact(token, before, rows, summary) {
+    fn append(&self, batch: Batch<'_>) -> io::Result<Fence> {
+        match self.transact(batch) {
             Ok(true) => Ok(Fence::Passed),
-            Ok(false) => Ok(Fence::Refused(self.why_fenced(token, count(before)))),
+            Ok(false) => Ok(Fence::Refused(
+                self.why_fenced(batch.token, count(batch.before)),
+            )),
             Err(e) => Err(io(e)),
         }
     }

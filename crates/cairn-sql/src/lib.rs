@@ -18,5 +18,5 @@ mod scan;
 pub mod summary;
 
 pub use holder::{Holder, Liveness};
-pub use log::{Db, Fence, NewRow, Poisoner, READ_AHEAD_BYTES, SqlLog, Writer};
+pub use log::{Batch, Db, Fence, NewRow, Poisoner, READ_AHEAD_BYTES, SqlLog, Writer};
 pub use scan::{KEEP_BYTES, Scan, Scanned, damaged};

@@ -52,6 +52,20 @@ pub struct NewRow<'a> {
     pub payload: &'a [u8],
 }
 
+/// One append: the lines' rows, the fence they need and the summary after
+/// them.
+#[derive(Debug, Clone, Copy)]
+pub struct Batch<'a> {
+    /// The writer's fencing token.
+    pub token: i64,
+    /// The records the session must hold before these.
+    pub before: u64,
+    /// The records to insert.
+    pub rows: &'a [NewRow<'a>],
+    /// The session's summary after them.
+    pub summary: &'a Summary,
+}
+
 /// Whether an append's fence let it through.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Fence {
@@ -73,21 +87,15 @@ pub trait Db: Send + Sync + fmt::Debug {
     /// The database failed.
     fn fetch(&self, from: u64, to: u64, max_bytes: u64) -> io::Result<Vec<(u64, Vec<u8>)>>;
 
-    /// In one transaction: checks that the lease still carries `token` and
-    /// that the session holds `before` records, then inserts `rows` and
-    /// stores `summary` (the summary after them) in the session's row. A
-    /// transaction that committed returns [`Fence::Passed`].
+    /// In one transaction: checks that the lease still carries the batch's
+    /// token and that the session holds `before` records, then inserts its
+    /// rows and stores its summary in the session's row. A transaction
+    /// that committed returns [`Fence::Passed`].
     ///
     /// # Errors
     ///
     /// The database failed (the append may or may not have committed).
-    fn append(
-        &self,
-        token: i64,
-        before: u64,
-        rows: &[NewRow<'_>],
-        summary: &Summary,
-    ) -> io::Result<Fence>;
+    fn append(&self, batch: Batch<'_>) -> io::Result<Fence>;
 
     /// Gives the lease back if it still carries `token` (best effort: the
     /// handle is being dropped).
@@ -354,7 +362,13 @@ impl<D: Db> Log for SqlLog<D> {
                 summary.apply(f, line.len());
             }
             let rows = Self::rows(first_seq, &frames, lines);
-            match self.db.append(token, first_seq, &rows, &summary) {
+            let batch = Batch {
+                token,
+                before: first_seq,
+                rows: &rows,
+                summary: &summary,
+            };
+            match self.db.append(batch) {
                 Ok(Fence::Passed) => Ok(Ok(())),
                 Ok(Fence::Refused(why)) => Err(Refused::LeaseLost { ours: token, why }),
                 Err(e) => Ok(Err(e)),
@@ -443,18 +457,12 @@ mod tests {
             Ok(out)
         }
 
-        fn append(
-            &self,
-            token: i64,
-            before: u64,
-            rows: &[NewRow<'_>],
-            _summary: &Summary,
-        ) -> io::Result<Fence> {
+        fn append(&self, b: Batch<'_>) -> io::Result<Fence> {
             let mut lines = lock(&self.lines);
-            if *lock(&self.token) != token || lines.len() as u64 != before {
+            if *lock(&self.token) != b.token || lines.len() as u64 != b.before {
                 return Ok(Fence::Refused("was taken over by another writer".into()));
             }
-            lines.extend(rows.iter().map(|r| r.payload.to_vec()));
+            lines.extend(b.rows.iter().map(|r| r.payload.to_vec()));
             Ok(Fence::Passed)
         }
 
@@ -511,14 +519,20 @@ mod tests {
         assert!(fetches <= 10, "{fetches} queries for 5,000 reads");
     }
 
-    #[test]
-    fn the_lines_the_scan_kept_are_read_without_a_query() {
+    /// A log of 10 records whose scan kept records 4 to 9.
+    fn log_keeping_the_last_six() -> SqlLog<Rows> {
         let mut log = log_of(10);
         log.window = Mutex::new(Window {
             first: 4,
             lines: (4..10).map(line).collect(),
             next: READ_AHEAD_MIN,
         });
+        log
+    }
+
+    #[test]
+    fn the_lines_the_scan_kept_are_read_without_a_query() {
+        let log = log_keeping_the_last_six();
         for seq in 4..10 {
             assert_eq!(log.read(seq).unwrap(), line(seq));
         }
@@ -527,12 +541,7 @@ mod tests {
 
     #[test]
     fn a_kept_line_read_twice_is_read_again_from_the_database() {
-        let mut log = log_of(10);
-        log.window = Mutex::new(Window {
-            first: 4,
-            lines: (4..10).map(line).collect(),
-            next: READ_AHEAD_MIN,
-        });
+        let log = log_keeping_the_last_six();
         assert_eq!(log.read(5).unwrap(), line(5));
         assert_eq!(log.read(5).unwrap(), line(5));
         assert_eq!(*lock(&log.db().fetches), 1);

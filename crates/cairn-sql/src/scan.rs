@@ -46,6 +46,18 @@ pub struct Scanned {
     pub kept: Vec<Vec<u8>>,
 }
 
+impl Scanned {
+    /// What a session just created holds: its header, kept.
+    pub fn created(header: &[u8]) -> Scanned {
+        Scanned {
+            offsets: vec![0],
+            end: header.len() as u64,
+            first_kept: 0,
+            kept: vec![header.to_vec()],
+        }
+    }
+}
+
 impl<'a> Scan<'a> {
     /// A scan of the session at `location`, whose lines are expected to
     /// total `bytes` (the lines within [`KEEP_BYTES`] of that end are kept;

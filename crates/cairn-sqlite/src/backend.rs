@@ -274,12 +274,7 @@ impl Backend for SqliteBackend {
         let token = lease::acquire(&tx, sid).map_err(&err)?;
         tx.commit().map_err(&err)?;
         drop(err);
-        let scanned = Scanned {
-            offsets: vec![0],
-            end: header.len() as u64,
-            first_kept: 0,
-            kept: vec![header.to_vec()],
-        };
+        let scanned = Scanned::created(header);
         Ok(Box::new(SqliteLog::new(
             location,
             SqliteRows::new(sid, conn),

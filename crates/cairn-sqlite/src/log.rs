@@ -7,8 +7,8 @@ use std::io;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use cairn_sql::summary::{self, Summary, count};
-use cairn_sql::{Db, Fence, NewRow, SqlLog};
+use cairn_sql::summary::{self, count};
+use cairn_sql::{Batch, Db, Fence, SqlLog};
 use rusqlite::{Connection, TransactionBehavior, params};
 
 use crate::error::io;
@@ -45,13 +45,8 @@ impl SqliteRows {
     }
 
     /// The append transaction. Nothing of it is visible unless it commits.
-    fn transact(
-        &self,
-        token: i64,
-        before: u64,
-        rows: &[NewRow<'_>],
-        summary: &Summary,
-    ) -> rusqlite::Result<Fence> {
+    fn transact(&self, b: Batch<'_>) -> rusqlite::Result<Fence> {
+        let (token, summary) = (b.token, b.summary);
         let mut conn = lock(&self.conn);
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         // The fence: the lease row still carries our token, and the session
@@ -76,7 +71,7 @@ impl SqliteRows {
                 count(summary.fold.entries),
                 count(summary.fold.records),
                 count(summary.bytes),
-                count(before),
+                count(b.before),
                 token,
             ])?;
         if fenced != 1 {
@@ -96,7 +91,7 @@ impl SqliteRows {
                 "INSERT INTO records (session, seq, kind, id, parent, crc, payload)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
             )?;
-            for r in rows {
+            for r in b.rows {
                 insert.execute(params![
                     self.sid,
                     count(r.seq),
@@ -146,14 +141,8 @@ impl Db for SqliteRows {
         Ok(out)
     }
 
-    fn append(
-        &self,
-        token: i64,
-        before: u64,
-        rows: &[NewRow<'_>],
-        summary: &Summary,
-    ) -> io::Result<Fence> {
-        self.transact(token, before, rows, summary).map_err(io)
+    fn append(&self, batch: Batch<'_>) -> io::Result<Fence> {
+        self.transact(batch).map_err(io)
     }
 
     fn release(&self, token: i64) {
