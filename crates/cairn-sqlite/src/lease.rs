@@ -33,7 +33,8 @@ pub struct Lease {
     pub holder: Holder,
     /// When it was acquired (RFC 3339).
     pub acquired: String,
-    /// When its holder last appended (RFC 3339).
+    /// When its holder last appended (RFC 3339), to within 10 s: an append
+    /// writes it only when it is older than that.
     pub heartbeat: String,
 }
 
