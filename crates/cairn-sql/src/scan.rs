@@ -4,7 +4,7 @@
 //! follow the open.
 
 use cairn::frame;
-use cairn::{Damage, OpenError, RawLine, Visitor};
+use cairn::{Damage, IndexedPrefix, OpenError, RawLine, Visitor};
 
 /// How many bytes of a session's last records an open keeps for the reads
 /// that follow it (the records an open reads back for the context are the
@@ -76,6 +76,17 @@ impl<'a> Scan<'a> {
         }
     }
 
+    /// A scan of the rows after the ones a persisted index describes
+    /// (checked with [`stale_prefix`]): the first row must be record
+    /// `prefix.offsets.len()`, at `prefix.end`.
+    pub fn after(location: &'a str, prefix: IndexedPrefix, bytes: u64) -> Scan<'a> {
+        Scan {
+            offsets: prefix.offsets,
+            end: prefix.end,
+            ..Scan::new(location, bytes)
+        }
+    }
+
     /// The position the next row must have.
     pub fn next_index(&self) -> u64 {
         self.offsets.len() as u64
@@ -137,5 +148,92 @@ impl<'a> Scan<'a> {
             end: self.end,
             kept: self.kept,
         })
+    }
+}
+
+/// Why a persisted index no longer describes a session's rows (`None`: it
+/// does): the session holds `records` rows of `bytes` in all, and `last` is
+/// its row at the index's last position, if there is one. The rows of a
+/// session are never rewritten, so its last indexed row, whole and with
+/// the indexed CRC, vouches for the rows before it as the file backend's
+/// last indexed line does.
+pub fn stale_prefix(
+    prefix: &IndexedPrefix,
+    records: u64,
+    bytes: u64,
+    last: Option<&[u8]>,
+) -> Option<String> {
+    let n = prefix.offsets.len() as u64;
+    let Some(&at) = prefix.offsets.last() else {
+        return Some("it indexes no records".into());
+    };
+    if records < n || bytes < prefix.end {
+        return Some(format!(
+            "the session holds {records} records ({bytes} bytes), fewer than the {n} ({} bytes) \
+             it indexes",
+            prefix.end
+        ));
+    }
+    match last {
+        Some(line)
+            if line.len() as u64 == prefix.end - at
+                && frame::check(line).is_ok()
+                && crc32c::crc32c(line) == prefix.last_line_crc =>
+        {
+            None
+        }
+        _ => Some(format!(
+            "the session's record {} is not the one it indexed",
+            n - 1
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn prefix_of(lines: &[&[u8]]) -> IndexedPrefix {
+        let mut offsets = Vec::new();
+        let mut end = 0;
+        for l in lines {
+            offsets.push(end);
+            end += l.len() as u64;
+        }
+        IndexedPrefix {
+            offsets,
+            end,
+            last_line_crc: crc32c::crc32c(lines[lines.len() - 1]),
+        }
+    }
+
+    fn line(seq: u64) -> Vec<u8> {
+        let e = cairn::Entry {
+            id: cairn::EntryId::parse(&format!("e{seq}")).unwrap(),
+            parent: None,
+            body: cairn::EntryBody::Message(cairn::Message::text(cairn::Role::User, "hi")),
+        };
+        frame::encode_entry(seq, "2026-01-01T00:00:00.000Z", &e)
+    }
+
+    #[test]
+    fn an_index_is_stale_unless_its_last_row_is_the_one_it_indexed() {
+        let (a, b) = (line(0), line(1));
+        let p = prefix_of(&[&a, &b]);
+        let all = p.end + 10;
+        assert_eq!(stale_prefix(&p, 3, all, Some(&b)), None);
+        assert!(
+            stale_prefix(&p, 1, all, Some(&b)).is_some(),
+            "fewer records"
+        );
+        assert!(
+            stale_prefix(&p, 3, p.end - 1, Some(&b)).is_some(),
+            "fewer bytes"
+        );
+        assert!(stale_prefix(&p, 3, all, None).is_some(), "no such row");
+        assert!(stale_prefix(&p, 3, all, Some(&a)).is_some(), "another row");
+        let mut torn = b.clone();
+        torn[3] ^= 1;
+        assert!(stale_prefix(&p, 3, all, Some(&torn)).is_some(), "damaged");
     }
 }

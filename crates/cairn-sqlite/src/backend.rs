@@ -7,10 +7,11 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use cairn::OpPhase;
-use cairn::{Access, Backend, Catalog, Log, Opened, Opening, Stamp, Visitor};
+use cairn::{Access, Backend, Catalog, IndexStore, IndexedOpen, IndexedPrefix, Log, Opened};
 use cairn::{IoFailure, ListingFold, OpenError, SessionId, StoreError};
+use cairn::{Opening, Stamp, Visitor};
 use cairn_sql::summary::{self, Summary, count};
-use cairn_sql::{Scan, Scanned, Writer};
+use cairn_sql::{Scan, Scanned, Writer, stale_prefix};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use crate::error::{SqliteError, open_err, store_err};
@@ -186,6 +187,83 @@ pub(crate) fn summary_at(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<S
     ))
 }
 
+impl SqliteBackend {
+    /// Opens session `id`, from the end of `prefix` when given (see
+    /// [`IndexStore::open_indexed`]): the lease for a writer, the prefix
+    /// checked against the rows, then the rows after it scanned. A stale
+    /// prefix gives the lease back.
+    pub(crate) fn open_from(
+        &self,
+        id: &SessionId,
+        access: Access,
+        prefix: Option<IndexedPrefix>,
+        visit: &mut Visitor<'_>,
+    ) -> Result<IndexedOpen, OpenError> {
+        let location = self.location(id);
+        let mut conn = self.new_conn(&location)?;
+        let (sid, token) = match access {
+            Access::Write => {
+                let (sid, token) = self.take_lease(&mut conn, id, &location)?;
+                (sid, Some(token))
+            }
+            Access::Read => {
+                let sid = self.existing_sid(&conn, id, open_err("read", &location))?;
+                (sid, None)
+            }
+        };
+        // From here on a failure must give the lease back.
+        let scanned = (|| {
+            let err = open_err("read", &location);
+            let summary = Self::load_summary(&conn, sid).map_err(&err)?;
+            let from = match prefix {
+                None => Scan::new(&location, summary.bytes),
+                Some(p) => {
+                    let last = last_row(&conn, sid, p.offsets.len()).map_err(&err)?;
+                    let (records, bytes) = (summary.fold.records, summary.bytes);
+                    if let Some(why) = stale_prefix(&p, records, bytes, last.as_deref()) {
+                        return Ok(Err(why));
+                    }
+                    Scan::after(&location, p, bytes)
+                }
+            };
+            let scanned = scan(&conn, sid, from, &location, visit)?;
+            Ok(Ok((scanned, token.map(|token| Writer { token, summary }))))
+        })();
+        let give_back = || {
+            if let Some(token) = token {
+                let _ = lease::release(&conn, sid, token);
+            }
+        };
+        match scanned {
+            Ok(Ok((scanned, writer))) => {
+                let log = SqliteLog::new(location, SqliteRows::new(sid, conn), scanned, writer);
+                Ok(IndexedOpen::Opened(Opened {
+                    log: Box::new(log),
+                    torn: None,
+                }))
+            }
+            Ok(Err(why)) => {
+                give_back();
+                Ok(IndexedOpen::Stale(why))
+            }
+            Err(e) => {
+                give_back();
+                Err(e)
+            }
+        }
+    }
+}
+
+/// Record `n - 1` of session `sid`, if there is one.
+fn last_row(conn: &Connection, sid: i64, n: usize) -> rusqlite::Result<Option<Vec<u8>>> {
+    let Some(seq) = n.checked_sub(1) else {
+        return Ok(None);
+    };
+    conn.prepare_cached("SELECT payload FROM records WHERE session = ?1 AND seq = ?2")?
+        .query_row(params![sid, seq as i64], |r| r.get(0))
+        .optional()
+}
+
 pub(crate) fn in_use(id: &SessionId, held: &Lease) -> OpenError {
     OpenError::InUse {
         session: id.to_string(),
@@ -193,22 +271,24 @@ pub(crate) fn in_use(id: &SessionId, held: &Lease) -> OpenError {
     }
 }
 
-/// Streams a session's records in `seq` order to `visit`, checking each
-/// line's checksum and that `seq`s have no gap; `bytes` is how long the
-/// session is expected to be (its last lines are kept).
+/// Streams a session's records from `scan`'s next on, in `seq` order, to
+/// `visit`, checking each line's checksum and that `seq`s have no gap.
 fn scan(
     conn: &Connection,
     sid: i64,
-    bytes: u64,
+    mut scan: Scan<'_>,
     location: &str,
     visit: &mut Visitor<'_>,
 ) -> Result<Scanned, OpenError> {
     let err = open_err("read", location);
     let mut stmt = conn
-        .prepare_cached("SELECT seq, payload FROM records WHERE session = ?1 ORDER BY seq")
+        .prepare_cached(
+            "SELECT seq, payload FROM records WHERE session = ?1 AND seq >= ?2 ORDER BY seq",
+        )
         .map_err(&err)?;
-    let mut rows = stmt.query([sid]).map_err(&err)?;
-    let mut scan = Scan::new(location, bytes);
+    let mut rows = stmt
+        .query(params![sid, count(scan.next_index())])
+        .map_err(&err)?;
     while let Some(row) = rows.next().map_err(&err)? {
         let seq: i64 = row.get(0).map_err(&err)?;
         let bytes = row
@@ -284,42 +364,18 @@ impl Backend for SqliteBackend {
     }
 
     fn open(&self, id: &SessionId, access: Access, visit: &mut Visitor<'_>) -> Opening {
-        let location = self.location(id);
-        let mut conn = self.new_conn(&location)?;
-        let (sid, token) = match access {
-            Access::Write => {
-                let (sid, token) = self.take_lease(&mut conn, id, &location)?;
-                (sid, Some(token))
-            }
-            Access::Read => {
-                let sid = self.existing_sid(&conn, id, open_err("read", &location))?;
-                (sid, None)
-            }
-        };
-        // From here on a failure must give the lease back.
-        let scanned = (|| {
-            let summary = Self::load_summary(&conn, sid).map_err(open_err("read", &location))?;
-            let scanned = scan(&conn, sid, summary.bytes, &location, visit)?;
-            let writer = token.map(|token| Writer { token, summary });
-            Ok((scanned, writer))
-        })();
-        match scanned {
-            Ok((scanned, writer)) => Ok(Opened {
-                log: Box::new(SqliteLog::new(
-                    location,
-                    SqliteRows::new(sid, conn),
-                    scanned,
-                    writer,
-                )),
-                torn: None,
+        match self.open_from(id, access, None, visit)? {
+            IndexedOpen::Opened(o) => Ok(o),
+            // Only an index can be stale.
+            IndexedOpen::Stale(problem) => Err(OpenError::NotASession {
+                location: self.location(id),
+                problem,
             }),
-            Err(e) => {
-                if let Some(token) = token {
-                    let _ = lease::release(&conn, sid, token);
-                }
-                Err(e)
-            }
         }
+    }
+
+    fn indexes(&self) -> Option<&dyn IndexStore> {
+        Some(self)
     }
 
     fn stored_lines(&self, id: &SessionId) -> Result<Vec<Vec<u8>>, OpenError> {
@@ -402,6 +458,7 @@ impl Backend for SqliteBackend {
         }
         for sql in [
             "DELETE FROM records WHERE session = ?1",
+            "DELETE FROM indexes WHERE session = ?1",
             "DELETE FROM leases WHERE session = ?1",
             "DELETE FROM sessions WHERE sid = ?1",
         ] {

@@ -42,6 +42,7 @@
 
 mod backend;
 mod error;
+mod index;
 pub mod lease;
 mod log;
 mod queries;

@@ -78,9 +78,14 @@ const MIGRATIONS: &[&str] = &[
     // 2: fewer pages written per append. No index on `sessions.updated`,
     // which every append changes (listings sort in memory); none on
     // `records.parent` (`children` reads the session's rows by its key).
+    // The core's persisted index of each session (a cache of its rows).
     "
     DROP INDEX sessions_by_updated;
     DROP INDEX records_by_parent;
+    CREATE TABLE indexes (
+        session INTEGER PRIMARY KEY REFERENCES sessions (sid),
+        bytes   BLOB    NOT NULL
+    );
     ",
 ];
 

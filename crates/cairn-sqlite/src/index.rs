@@ -1,0 +1,42 @@
+//! The persisted indexes of an SQLite store (`docs/FORMAT.md` §16: the
+//! core's index of a session, a cache of its log): one row of `indexes`
+//! per session, written by a writer's open, checked against the rows at
+//! every open (`cairn_sql::stale_prefix`), removed with its session.
+//! Deleting one is always safe.
+
+use cairn::{Access, IndexStore, IndexedOpen, IndexedPrefix, OpenError, SessionId, Visitor};
+use rusqlite::{OptionalExtension, params};
+
+use crate::backend::SqliteBackend;
+
+impl IndexStore for SqliteBackend {
+    fn load_index(&self, id: &SessionId) -> Option<Vec<u8>> {
+        self.conn()
+            .prepare_cached(
+                "SELECT i.bytes FROM indexes i JOIN sessions s ON s.sid = i.session
+                 WHERE s.id = ?1",
+            )
+            .and_then(|mut s| s.query_row([id.as_str()], |r| r.get(0)).optional())
+            .ok()
+            .flatten()
+    }
+
+    fn save_index(&self, id: &SessionId, bytes: &[u8]) {
+        // Best effort: it is only a cache.
+        let _ = self.conn().execute(
+            "INSERT INTO indexes (session, bytes) SELECT sid, ?2 FROM sessions WHERE id = ?1
+             ON CONFLICT (session) DO UPDATE SET bytes = excluded.bytes",
+            params![id.as_str(), bytes],
+        );
+    }
+
+    fn open_indexed(
+        &self,
+        id: &SessionId,
+        access: Access,
+        prefix: IndexedPrefix,
+        visit: &mut Visitor<'_>,
+    ) -> Result<IndexedOpen, OpenError> {
+        self.open_from(id, access, Some(prefix), visit)
+    }
+}
