@@ -8,10 +8,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use cairn::OpPhase;
-use cairn::{Access, Backend, Catalog, Claim, Log, Opened, Opening, Stamp, Visitor};
+use cairn::{Access, Backend, Catalog, Claim, IndexStore, IndexedOpen, IndexedPrefix, Log};
 use cairn::{ListingFold, OpenError, SessionId, StoreError};
+use cairn::{Opened, Opening, Stamp, Visitor};
 use cairn_sql::summary::{self, HeaderInfo, Summary, count, uncount};
-use cairn_sql::{Holder, Scan, Scanned, Writer};
+use cairn_sql::{Holder, Scan, Scanned, Writer, scan_from};
 use postgres::Transaction;
 use postgres::types::Type;
 
@@ -28,6 +29,8 @@ pub(crate) struct Sql {
     pub append: String,
     pub read_ahead: String,
     pub scan: String,
+    pub scan_from: String,
+    pub row: String,
     pub renew: String,
     pub release: String,
     pub lease_of: String,
@@ -57,6 +60,11 @@ impl Sql {
                  ) w WHERE before < $4 ORDER BY seq"
             ),
             scan: format!("SELECT seq, payload FROM {s}.records WHERE session = $1 ORDER BY seq"),
+            scan_from: format!(
+                "SELECT seq, payload FROM {s}.records WHERE session = $1 AND seq >= $2
+                  ORDER BY seq"
+            ),
+            row: format!("SELECT payload FROM {s}.records WHERE session = $1 AND seq = $2"),
             renew: lease::renew_sql(s),
             release: lease::release_sql(s),
             lease_of: format!(
@@ -300,26 +308,94 @@ impl PostgresBackend {
     fn scan(
         &self,
         sid: i64,
+        mut scan: Scan<'_>,
         location: &str,
         visit: &mut Visitor<'_>,
     ) -> Result<Scanned, OpenError> {
         let err = open_err("read", location);
+        let from = count(scan.next_index());
         let rows = self
             .shared
             .pool
-            .run(|c| c.query_typed(&self.shared.sql.scan, &[(&sid, Type::INT8)]))
+            .run(|c| {
+                c.query_typed(
+                    &self.shared.sql.scan_from,
+                    &[(&sid, Type::INT8), (&from, Type::INT8)],
+                )
+            })
             .map_err(&err)?;
-        let lines = rows
-            .iter()
-            .map(|row| Ok((row.try_get::<_, i64>(0)?, row.try_get::<_, &[u8]>(1)?)))
-            .collect::<Result<Vec<_>, postgres::Error>>()
-            .map_err(&err)?;
-        let bytes = lines.iter().map(|(_, l)| l.len() as u64).sum();
-        let mut scan = Scan::new(location, bytes);
-        for (seq, line) in lines {
-            scan.row(seq, line, visit)?;
+        for row in &rows {
+            let seq: i64 = row.try_get(0).map_err(&err)?;
+            scan.row(seq, row.try_get(1).map_err(&err)?, visit)?;
         }
         scan.finish()
+    }
+
+    /// Record `seq` of session `sid`, if there is one.
+    fn row(&self, sid: i64, seq: u64) -> Result<Option<Vec<u8>>, postgres::Error> {
+        let seq = count(seq);
+        self.shared
+            .pool
+            .run(|c| {
+                c.query_typed_opt(
+                    &self.shared.sql.row,
+                    &[(&sid, Type::INT8), (&seq, Type::INT8)],
+                )
+            })?
+            .map(|r| r.try_get(0))
+            .transpose()
+    }
+
+    /// Opens session `id`, from the end of `prefix` when given (see
+    /// [`IndexStore::open_indexed`]): the lease for a writer, the prefix
+    /// checked against the rows, then the rows after it read. A stale
+    /// prefix gives the lease back.
+    pub(crate) fn open_from(
+        &self,
+        id: &SessionId,
+        access: Access,
+        prefix: Option<IndexedPrefix>,
+        visit: &mut Visitor<'_>,
+    ) -> Result<IndexedOpen, OpenError> {
+        let location = self.location(id);
+        let (sid, token) = match access {
+            Access::Write => {
+                let (sid, token) = self.take_lease(id, &location)?;
+                (sid, Some(token))
+            }
+            Access::Read => {
+                let sid = self
+                    .sid(id)
+                    .map_err(open_err("read", &location))?
+                    .ok_or_else(|| self.not_found(id))?;
+                (sid, None)
+            }
+        };
+        // From here on a failure must give the lease back.
+        let scanned = (|| -> Result<Result<_, String>, OpenError> {
+            let err = open_err("read", &location);
+            let summary = self.load_summary(sid).map_err(&err)?;
+            let size = (summary.fold.records, summary.bytes);
+            let from = match scan_from(&location, prefix, size, |n| self.row(sid, n).map_err(&err))?
+            {
+                Ok(from) => from,
+                Err(why) => return Ok(Err(why)),
+            };
+            let scanned = self.scan(sid, from, &location, visit)?;
+            Ok(Ok((scanned, token.map(|token| Writer { token, summary }))))
+        })();
+        if !matches!(scanned, Ok(Ok(_)))
+            && let Some(token) = token
+        {
+            self.release(sid, token);
+        }
+        Ok(match scanned? {
+            Ok((scanned, writer)) => IndexedOpen::Opened(Opened {
+                log: Box::new(self.log(location, sid, scanned, writer)),
+                torn: None,
+            }),
+            Err(why) => IndexedOpen::Stale(why),
+        })
     }
 
     /// Every session's row: key, id, header facts, summary, lease.
@@ -453,46 +529,18 @@ impl Backend for PostgresBackend {
     }
 
     fn open(&self, id: &SessionId, access: Access, visit: &mut Visitor<'_>) -> Opening {
-        let location = self.location(id);
-        let (sid, token) = match access {
-            Access::Write => {
-                let (sid, token) = self.take_lease(id, &location)?;
-                (sid, Some(token))
-            }
-            Access::Read => {
-                let sid = self
-                    .sid(id)
-                    .map_err(open_err("read", &location))?
-                    .ok_or_else(|| self.not_found(id))?;
-                (sid, None)
-            }
-        };
-        // From here on a failure must give the lease back.
-        let scanned = (|| {
-            let scanned = self.scan(sid, &location, visit)?;
-            let writer = match token {
-                Some(token) => Some(Writer {
-                    token,
-                    summary: self
-                        .load_summary(sid)
-                        .map_err(open_err("read", &location))?,
-                }),
-                None => None,
-            };
-            Ok((scanned, writer))
-        })();
-        match scanned {
-            Ok((scanned, writer)) => Ok(Opened {
-                log: Box::new(self.log(location, sid, scanned, writer)),
-                torn: None,
+        match self.open_from(id, access, None, visit)? {
+            IndexedOpen::Opened(o) => Ok(o),
+            // Only an index can be stale.
+            IndexedOpen::Stale(problem) => Err(OpenError::NotASession {
+                location: self.location(id),
+                problem,
             }),
-            Err(e) => {
-                if let Some(token) = token {
-                    self.release(sid, token);
-                }
-                Err(e)
-            }
         }
+    }
+
+    fn indexes(&self) -> Option<&dyn IndexStore> {
+        Some(self)
     }
 
     fn stored_lines(&self, id: &SessionId) -> Result<Vec<Vec<u8>>, OpenError> {

@@ -69,7 +69,12 @@ const MIGRATIONS: &[&str] = &[
     // unnamed statement, so it works behind a transaction pooler), and
     // PL/pgSQL plans its two statements once per connection instead of the
     // server parsing and planning one large statement at every append.
+    // The core's persisted index of each session (a cache of its rows).
     r#"
+    CREATE TABLE {s}.indexes (
+        session bigint PRIMARY KEY REFERENCES {s}.sessions (sid) ON DELETE CASCADE,
+        bytes   bytea  NOT NULL
+    );
     CREATE FUNCTION {s}.append(
         p_sid bigint, p_token bigint, p_before bigint, p_lease float8,
         p_updated text, p_title text, p_first_message text, p_phase text, p_op_state text,

@@ -151,6 +151,35 @@ impl<'a> Scan<'a> {
     }
 }
 
+/// Where an open's scan starts: at the first row, or after the rows
+/// `prefix` (a persisted index's) describes if it still describes them —
+/// else why not. The session holds `records` rows of `bytes` in all;
+/// `last_row(n)` reads its record `n`, if there is one.
+///
+/// # Errors
+///
+/// `last_row`'s.
+pub fn scan_from<'a>(
+    location: &'a str,
+    prefix: Option<IndexedPrefix>,
+    (records, bytes): (u64, u64),
+    last_row: impl FnOnce(u64) -> Result<Option<Vec<u8>>, OpenError>,
+) -> Result<Result<Scan<'a>, String>, OpenError> {
+    let Some(prefix) = prefix else {
+        return Ok(Ok(Scan::new(location, bytes)));
+    };
+    let last = match (prefix.offsets.len() as u64).checked_sub(1) {
+        Some(n) => last_row(n)?,
+        None => None,
+    };
+    Ok(
+        match stale_prefix(&prefix, records, bytes, last.as_deref()) {
+            Some(why) => Err(why),
+            None => Ok(Scan::after(location, prefix, bytes)),
+        },
+    )
+}
+
 /// Why a persisted index no longer describes a session's rows (`None`: it
 /// does): the session holds `records` rows of `bytes` in all, and `last` is
 /// its row at the index's last position, if there is one. The rows of a

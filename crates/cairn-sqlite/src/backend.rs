@@ -11,7 +11,7 @@ use cairn::{Access, Backend, Catalog, IndexStore, IndexedOpen, IndexedPrefix, Lo
 use cairn::{IoFailure, ListingFold, OpenError, SessionId, StoreError};
 use cairn::{Opening, Stamp, Visitor};
 use cairn_sql::summary::{self, Summary, count};
-use cairn_sql::{Scan, Scanned, Writer, stale_prefix};
+use cairn_sql::{Scan, Scanned, Writer, scan_from};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use crate::error::{SqliteError, open_err, store_err};
@@ -215,16 +215,12 @@ impl SqliteBackend {
         let scanned = (|| {
             let err = open_err("read", &location);
             let summary = Self::load_summary(&conn, sid).map_err(&err)?;
-            let from = match prefix {
-                None => Scan::new(&location, summary.bytes),
-                Some(p) => {
-                    let last = last_row(&conn, sid, p.offsets.len()).map_err(&err)?;
-                    let (records, bytes) = (summary.fold.records, summary.bytes);
-                    if let Some(why) = stale_prefix(&p, records, bytes, last.as_deref()) {
-                        return Ok(Err(why));
-                    }
-                    Scan::after(&location, p, bytes)
-                }
+            let size = (summary.fold.records, summary.bytes);
+            let from = match scan_from(&location, prefix, size, |n| {
+                last_row(&conn, sid, n).map_err(&err)
+            })? {
+                Ok(from) => from,
+                Err(why) => return Ok(Err(why)),
             };
             let scanned = scan(&conn, sid, from, &location, visit)?;
             Ok(Ok((scanned, token.map(|token| Writer { token, summary }))))
@@ -254,13 +250,10 @@ impl SqliteBackend {
     }
 }
 
-/// Record `n - 1` of session `sid`, if there is one.
-fn last_row(conn: &Connection, sid: i64, n: usize) -> rusqlite::Result<Option<Vec<u8>>> {
-    let Some(seq) = n.checked_sub(1) else {
-        return Ok(None);
-    };
+/// Record `seq` of session `sid`, if there is one.
+fn last_row(conn: &Connection, sid: i64, seq: u64) -> rusqlite::Result<Option<Vec<u8>>> {
     conn.prepare_cached("SELECT payload FROM records WHERE session = ?1 AND seq = ?2")?
-        .query_row(params![sid, seq as i64], |r| r.get(0))
+        .query_row(params![sid, count(seq)], |r| r.get(0))
         .optional()
 }
 
