@@ -19,4 +19,4 @@ pub mod summary;
 
 pub use holder::{Holder, Liveness};
 pub use log::{Batch, Db, Fence, NewRow, Poisoner, READ_AHEAD_BYTES, SqlLog, Writer};
-pub use scan::{KEEP_BYTES, Scan, Scanned, damaged, scan_from, stale_prefix};
+pub use scan::{KEEP_BYTES, Scan, Scanned, damaged, opened_whole, scan_from, stale_prefix};

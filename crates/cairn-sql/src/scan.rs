@@ -4,7 +4,7 @@
 //! follow the open.
 
 use cairn::frame;
-use cairn::{Damage, IndexedPrefix, OpenError, RawLine, Visitor};
+use cairn::{Damage, IndexedOpen, IndexedPrefix, OpenError, Opening, RawLine, Visitor};
 
 /// How many bytes of a session's last records an open keeps for the reads
 /// that follow it (the records an open reads back for the context are the
@@ -148,6 +148,22 @@ impl<'a> Scan<'a> {
             end: self.end,
             kept: self.kept,
         })
+    }
+}
+
+/// What a backend's open of a whole session (no index) found: only an
+/// index can be stale, so a stale answer would be a session that is not one.
+///
+/// # Errors
+///
+/// [`OpenError::NotASession`] for a stale answer.
+pub fn opened_whole(found: IndexedOpen, location: impl FnOnce() -> String) -> Opening {
+    match found {
+        IndexedOpen::Opened(o) => Ok(o),
+        IndexedOpen::Stale(problem) => Err(OpenError::NotASession {
+            location: location(),
+            problem,
+        }),
     }
 }
 

@@ -357,14 +357,8 @@ impl Backend for SqliteBackend {
     }
 
     fn open(&self, id: &SessionId, access: Access, visit: &mut Visitor<'_>) -> Opening {
-        match self.open_from(id, access, None, visit)? {
-            IndexedOpen::Opened(o) => Ok(o),
-            // Only an index can be stale.
-            IndexedOpen::Stale(problem) => Err(OpenError::NotASession {
-                location: self.location(id),
-                problem,
-            }),
-        }
+        let found = self.open_from(id, access, None, visit)?;
+        cairn_sql::opened_whole(found, || self.location(id))
     }
 
     fn indexes(&self) -> Option<&dyn IndexStore> {
