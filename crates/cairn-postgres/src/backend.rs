@@ -533,10 +533,6 @@ impl Backend for PostgresBackend {
         cairn_sql::opened_whole(found, || self.location(id))
     }
 
-    fn indexes(&self) -> Option<&dyn IndexStore> {
-        Some(self)
-    }
-
     fn stored_lines(&self, id: &SessionId) -> Result<Vec<Vec<u8>>, OpenError> {
         let location = self.location(id);
         let err = open_err("read", &location);
@@ -638,5 +634,10 @@ impl Backend for PostgresBackend {
             Some(id) => Claim::Claimed(id),
             None => Claim::NoneLeft,
         })
+    }
+
+    /// The persisted indexes, in the schema's `indexes` table (`index.rs`).
+    fn indexes(&self) -> Option<&dyn IndexStore> {
+        Some(self)
     }
 }
