@@ -71,6 +71,18 @@ pub struct Written {
     pub context_messages: usize,
 }
 
+impl Written {
+    /// What an open figure's note says of the session: its size and
+    /// context, then `how` it was opened, and how many runs gave the best.
+    pub fn open_note(&self, how: &str, repeats: usize) -> String {
+        format!(
+            "{:.1} MiB of lines, no compaction (the context holds all {} messages); {how}; best of {repeats}",
+            self.bytes as f64 / 1048576.0,
+            self.context_messages,
+        )
+    }
+}
+
 /// Milliseconds between records' timestamps.
 const TICK_MS: i64 = 1_000;
 /// A fixed epoch for fixture timestamps (2026-01-01T00:00:00Z).

@@ -8,17 +8,18 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use cairn::OpPhase;
-use cairn::{Access, Backend, Catalog, Claim, Log, Opened, Opening, Stamp, Visitor};
+use cairn::{Access, Backend, Catalog, Claim, IndexStore, IndexedOpen, IndexedPrefix, Log};
 use cairn::{ListingFold, OpenError, SessionId, StoreError};
-use cairn_sqlite::Holder;
-use cairn_sqlite::rows::{Scan, Writer};
-use cairn_sqlite::summary::{self, HeaderInfo, Summary};
+use cairn::{Opened, Opening, Stamp, Visitor};
+use cairn_sql::summary::{self, HeaderInfo, Summary, count, uncount};
+use cairn_sql::{Holder, Scan, Scanned, Writer, scan_from};
+use postgres::Transaction;
 use postgres::types::Type;
 
 use crate::config::PgUrl;
 use crate::error::{PgError, io, open_err, store_err};
 use crate::lease::{self, Lease};
-use crate::log::PgLog;
+use crate::log::{PgLog, PgRows};
 use crate::pool::Pool;
 use crate::schema;
 
@@ -28,6 +29,8 @@ pub(crate) struct Sql {
     pub append: String,
     pub read_ahead: String,
     pub scan: String,
+    pub scan_from: String,
+    pub row: String,
     pub renew: String,
     pub release: String,
     pub lease_of: String,
@@ -38,29 +41,13 @@ pub(crate) struct Sql {
 impl Sql {
     fn new(s: &str) -> Sql {
         Sql {
-            // The fence and the summary update lock the session's row; the
-            // records are inserted only if it was updated. One statement:
-            // one round trip, one transaction.
+            // The schema's append function (migration 2): the fence and the
+            // summary update lock the session's row; the records are
+            // inserted only if it was updated. One call: one round trip, one
+            // transaction.
             append: format!(
-                "WITH fence AS (
-                    UPDATE {s}.sessions
-                       SET updated = greatest($3 COLLATE \"C\", created COLLATE \"C\"),
-                           title = $4, first_message = $5, phase = $6, op_state = $7,
-                           entries = $8, records = $9, bytes = $10,
-                           lease_expires = now() + make_interval(secs => $11)
-                     WHERE sid = $1 AND lease_token = $2 AND lease_expires > now()
-                       AND records = $12
-                 RETURNING sid
-                 ), ins AS (
-                    INSERT INTO {s}.records (session, seq, kind, id, parent, crc, payload, writer)
-                    SELECT fence.sid, u.seq, u.kind, u.id, u.parent, u.crc, u.payload, $2
-                      FROM fence,
-                           unnest($13::int8[], $14::text[], $15::text[], $16::text[],
-                                  $17::int8[], $18::bytea[])
-                           AS u(seq, kind, id, parent, crc, payload)
-                 RETURNING 1
-                 )
-                 SELECT (SELECT count(*) FROM fence), (SELECT count(*) FROM ins)"
+                "SELECT {s}.append($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14,
+                                   $15, $16, $17, $18)"
             ),
             // Records $2 ≤ seq < $3, stopping after the one that reaches $4
             // bytes (at least one).
@@ -73,6 +60,11 @@ impl Sql {
                  ) w WHERE before < $4 ORDER BY seq"
             ),
             scan: format!("SELECT seq, payload FROM {s}.records WHERE session = $1 ORDER BY seq"),
+            scan_from: format!(
+                "SELECT seq, payload FROM {s}.records WHERE session = $1 AND seq >= $2
+                  ORDER BY seq"
+            ),
+            row: format!("SELECT payload FROM {s}.records WHERE session = $1 AND seq = $2"),
             renew: lease::renew_sql(s),
             release: lease::release_sql(s),
             lease_of: format!(
@@ -88,21 +80,8 @@ impl Sql {
     }
 }
 
-/// How many bytes of a session's last records an open keeps for the reads
-/// that follow it (see `PgLog`'s read-ahead).
-const RETAIN_BYTES: u64 = 32 << 20;
-
 /// One session's row: key, id, header facts, summary, lease.
 pub(crate) type Row = (i64, SessionId, HeaderInfo, Summary, Option<Lease>);
-
-/// What an open's scan found.
-struct Scanned {
-    offsets: Vec<u64>,
-    end: u64,
-    /// Records `first_kept..` as read.
-    first_kept: u64,
-    tail: Vec<Vec<u8>>,
-}
 
 /// What the backend and its open logs share.
 #[derive(Debug)]
@@ -124,14 +103,6 @@ pub struct PostgresBackend {
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-pub(crate) fn count(n: u64) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
-}
-
-pub(crate) fn uncount(n: i64) -> u64 {
-    u64::try_from(n).unwrap_or(0)
 }
 
 impl PostgresBackend {
@@ -235,31 +206,44 @@ impl PostgresBackend {
             .transpose()
     }
 
+    /// Runs `f` in a transaction on a live connection with session `id`'s
+    /// row locked (`FOR UPDATE`), given its key and lease; `missing` is the
+    /// error when there is no such session. What `f` did is committed if it
+    /// returns `Ok`, else rolled back.
+    fn with_locked_row<T, E>(
+        &self,
+        id: &SessionId,
+        err: impl Fn(postgres::Error) -> E,
+        missing: E,
+        f: impl FnOnce(&mut Transaction<'_>, i64, Option<Lease>) -> Result<T, E>,
+    ) -> Result<T, E> {
+        let mut conn = self.shared.pool.live().map_err(&err)?;
+        let mut tx = conn.transaction().map_err(&err)?;
+        let (sid, held) = self.lock_row(&mut tx, id).map_err(&err)?.ok_or(missing)?;
+        let out = f(&mut tx, sid, held)?;
+        tx.commit().map_err(&err)?;
+        Ok(out)
+    }
+
     /// Takes the writer lease of session `id` (replacing an expired or dead
     /// holder's; adopting one this process claimed). Returns `(sid, token)`.
     fn take_lease(&self, id: &SessionId, location: &str) -> Result<(i64, i64), OpenError> {
         let claimed = lock(&self.claimed).remove(id);
         let err = open_err("lock", location);
         let schema = self.schema();
-        let mut conn = self.shared.pool.live().map_err(&err)?;
-        let mut tx = conn.transaction().map_err(&err)?;
-        let (sid, held) = self
-            .lock_row(&mut tx, id)
-            .map_err(&err)?
-            .ok_or_else(|| self.not_found(id))?;
-        if let Some(held) = held {
-            let mine = claimed == Some(held.token) && &held.holder == Holder::me();
-            if mine && !held.expired {
-                tx.commit().map_err(&err)?;
-                return Ok((sid, held.token));
+        self.with_locked_row(id, &err, self.not_found(id), |tx, sid, held| {
+            if let Some(held) = held {
+                let mine = claimed == Some(held.token) && &held.holder == Holder::me();
+                if mine && !held.expired {
+                    return Ok((sid, held.token));
+                }
+                if held.holds() {
+                    return Err(in_use(id, &held));
+                }
             }
-            if held.holds() {
-                return Err(in_use(id, &held));
-            }
-        }
-        let token = lease::acquire(&mut tx, schema, sid, self.shared.url.lease).map_err(&err)?;
-        tx.commit().map_err(&err)?;
-        Ok((sid, token))
+            let token = lease::acquire(tx, schema, sid, self.shared.url.lease).map_err(&err)?;
+            Ok((sid, token))
+        })
     }
 
     /// Locks session `id`'s row for the rest of `tx` (`FOR UPDATE`): its key
@@ -292,6 +276,22 @@ impl PostgresBackend {
         summary_at(&r, 0)
     }
 
+    /// The log handle of session `sid`, with its lease's heartbeat for a
+    /// writer.
+    fn log(&self, location: String, sid: i64, scanned: Scanned, writer: Option<Writer>) -> PgLog {
+        let token = writer.as_ref().map(|w| w.token);
+        let log = PgLog::new(
+            location,
+            PgRows::new(sid, Arc::clone(&self.shared)),
+            scanned,
+            writer,
+        );
+        if let Some(token) = token {
+            log.db().start_heartbeat(token, log.poisoner());
+        }
+        log
+    }
+
     fn release(&self, sid: i64, token: i64) {
         let _ = self.shared.pool.run(|c| {
             c.query_typed(
@@ -303,48 +303,98 @@ impl PostgresBackend {
 
     /// Streams a session's records in `seq` order to `visit`, checking each
     /// line's checksum and that `seq`s have no gap. Returns the offsets, and
-    /// the last records up to [`RETAIN_BYTES`] (the first read-ahead window:
-    /// the records an open reads back for the context are the branch's,
-    /// mostly at the end).
+    /// the last records up to [`cairn_sql::KEEP_BYTES`] (the first
+    /// read-ahead window).
     fn scan(
         &self,
         sid: i64,
+        mut scan: Scan<'_>,
         location: &str,
         visit: &mut Visitor<'_>,
     ) -> Result<Scanned, OpenError> {
         let err = open_err("read", location);
+        let from = count(scan.next_index());
         let rows = self
             .shared
             .pool
-            .run(|c| c.query_typed(&self.shared.sql.scan, &[(&sid, Type::INT8)]))
+            .run(|c| {
+                c.query_typed(
+                    &self.shared.sql.scan_from,
+                    &[(&sid, Type::INT8), (&from, Type::INT8)],
+                )
+            })
             .map_err(&err)?;
-        let mut scan = Scan::new(location);
         for row in &rows {
             let seq: i64 = row.try_get(0).map_err(&err)?;
-            let bytes: &[u8] = row.try_get(1).map_err(&err)?;
-            scan.row(seq, bytes, visit)?;
+            scan.row(seq, row.try_get(1).map_err(&err)?, visit)?;
         }
-        let (offsets, end) = scan.finish()?;
-        let mut kept = 0;
-        let mut bytes = 0u64;
-        for row in rows.iter().rev() {
-            let len = row.try_get::<_, &[u8]>(1).map_or(0, |b| b.len() as u64);
-            if bytes + len > RETAIN_BYTES {
-                break;
+        scan.finish()
+    }
+
+    /// Record `seq` of session `sid`, if there is one.
+    fn row(&self, sid: i64, seq: u64) -> Result<Option<Vec<u8>>, postgres::Error> {
+        let seq = count(seq);
+        self.shared
+            .pool
+            .run(|c| {
+                c.query_typed_opt(
+                    &self.shared.sql.row,
+                    &[(&sid, Type::INT8), (&seq, Type::INT8)],
+                )
+            })?
+            .map(|r| r.try_get(0))
+            .transpose()
+    }
+
+    /// Opens session `id`, from the end of `prefix` when given (see
+    /// [`IndexStore::open_indexed`]): the lease for a writer, the prefix
+    /// checked against the rows, then the rows after it read. A stale
+    /// prefix gives the lease back.
+    pub(crate) fn open_from(
+        &self,
+        id: &SessionId,
+        access: Access,
+        prefix: Option<IndexedPrefix>,
+        visit: &mut Visitor<'_>,
+    ) -> Result<IndexedOpen, OpenError> {
+        let location = self.location(id);
+        let (sid, token) = match access {
+            Access::Write => {
+                let (sid, token) = self.take_lease(id, &location)?;
+                (sid, Some(token))
             }
-            bytes += len;
-            kept += 1;
+            Access::Read => {
+                let sid = self
+                    .sid(id)
+                    .map_err(open_err("read", &location))?
+                    .ok_or_else(|| self.not_found(id))?;
+                (sid, None)
+            }
+        };
+        // From here on a failure must give the lease back.
+        let scanned = (|| -> Result<Result<_, String>, OpenError> {
+            let err = open_err("read", &location);
+            let summary = self.load_summary(sid).map_err(&err)?;
+            let size = (summary.fold.records, summary.bytes);
+            let from = match scan_from(&location, prefix, size, |n| self.row(sid, n).map_err(&err))?
+            {
+                Ok(from) => from,
+                Err(why) => return Ok(Err(why)),
+            };
+            let scanned = self.scan(sid, from, &location, visit)?;
+            Ok(Ok((scanned, token.map(|token| Writer { token, summary }))))
+        })();
+        if !matches!(scanned, Ok(Ok(_)))
+            && let Some(token) = token
+        {
+            self.release(sid, token);
         }
-        let tail = rows[rows.len() - kept..]
-            .iter()
-            .map(|r| r.try_get::<_, Vec<u8>>(1))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(&err)?;
-        Ok(Scanned {
-            first_kept: (offsets.len() - kept) as u64,
-            offsets,
-            end,
-            tail,
+        Ok(match scanned? {
+            Ok((scanned, writer)) => IndexedOpen::Opened(Opened {
+                log: Box::new(self.log(location, sid, scanned, writer)),
+                torn: None,
+            }),
+            Err(why) => IndexedOpen::Stale(why),
         })
     }
 
@@ -385,17 +435,13 @@ impl PostgresBackend {
 /// The summary columns `updated, title, first_message, op_state, entries,
 /// records, bytes` of a row, from column `at` on.
 fn summary_at(r: &postgres::Row, at: usize) -> Result<Summary, postgres::Error> {
-    Ok(Summary {
-        fold: ListingFold {
-            updated: r.try_get(at)?,
-            title: r.try_get(at + 1)?,
-            first_message: r.try_get(at + 2)?,
-            op: summary::op_state_from(r.try_get(at + 3)?),
-            entries: uncount(r.try_get(at + 4)?),
-            records: uncount(r.try_get(at + 5)?),
-        },
-        bytes: uncount(r.try_get(at + 6)?),
-    })
+    Ok(Summary::from_columns(
+        r.try_get(at)?,
+        r.try_get(at + 1)?,
+        r.try_get(at + 2)?,
+        r.try_get(at + 3)?,
+        [r.try_get(at + 4)?, r.try_get(at + 5)?, r.try_get(at + 6)?],
+    ))
 }
 
 pub(crate) fn in_use(id: &SessionId, held: &Lease) -> OpenError {
@@ -416,11 +462,7 @@ impl Backend for PostgresBackend {
 
     fn create(&self, id: &SessionId, header: &[u8]) -> Result<Box<dyn Log>, OpenError> {
         let location = self.location(id);
-        let (info, summary) =
-            summary::header_info(header).map_err(|problem| OpenError::NotASession {
-                location: location.clone(),
-                problem: format!("its header cannot be stored: {problem}"),
-            })?;
+        let (info, summary) = summary::header_of(&location, header)?;
         let err = open_err("create", &location);
         let schema = self.schema();
         let mut conn = self.shared.pool.live().map_err(&err)?;
@@ -477,68 +519,18 @@ impl Backend for PostgresBackend {
         .map_err(&err)?;
         tx.commit().map_err(&err)?;
         drop(conn);
-        Ok(Box::new(PgLog::new(
+        let scanned = Scanned::created(header);
+        Ok(Box::new(self.log(
             location,
             sid,
-            Arc::clone(&self.shared),
-            vec![0],
-            header.len() as u64,
+            scanned,
             Some(Writer { token, summary }),
         )))
     }
 
     fn open(&self, id: &SessionId, access: Access, visit: &mut Visitor<'_>) -> Opening {
-        let location = self.location(id);
-        let (sid, token) = match access {
-            Access::Write => {
-                let (sid, token) = self.take_lease(id, &location)?;
-                (sid, Some(token))
-            }
-            Access::Read => {
-                let sid = self
-                    .sid(id)
-                    .map_err(open_err("read", &location))?
-                    .ok_or_else(|| self.not_found(id))?;
-                (sid, None)
-            }
-        };
-        // From here on a failure must give the lease back.
-        let scanned = (|| {
-            let scanned = self.scan(sid, &location, visit)?;
-            let writer = match token {
-                Some(token) => Some(Writer {
-                    token,
-                    summary: self
-                        .load_summary(sid)
-                        .map_err(open_err("read", &location))?,
-                }),
-                None => None,
-            };
-            Ok((scanned, writer))
-        })();
-        match scanned {
-            Ok((scanned, writer)) => {
-                let log = PgLog::new(
-                    location,
-                    sid,
-                    Arc::clone(&self.shared),
-                    scanned.offsets,
-                    scanned.end,
-                    writer,
-                );
-                log.keep(scanned.first_kept, scanned.tail);
-                Ok(Opened {
-                    log: Box::new(log),
-                    torn: None,
-                })
-            }
-            Err(e) => {
-                if let Some(token) = token {
-                    self.release(sid, token);
-                }
-                Err(e)
-            }
-        }
+        let found = self.open_from(id, access, None, visit)?;
+        cairn_sql::opened_whole(found, || self.location(id))
     }
 
     fn stored_lines(&self, id: &SessionId) -> Result<Vec<Vec<u8>>, OpenError> {
@@ -609,23 +601,17 @@ impl Backend for PostgresBackend {
         let location = self.location(id);
         let err = store_err("remove", &location);
         let schema = self.schema();
-        let mut conn = self.shared.pool.live().map_err(&err)?;
-        let mut tx = conn.transaction().map_err(&err)?;
-        let (sid, held) = self
-            .lock_row(&mut tx, id)
-            .map_err(&err)?
-            .ok_or_else(|| self.no_such(id))?;
-        if let Some(held) = held
-            && held.holds()
-        {
-            return Err(in_use(id, &held).into());
-        }
-        tx.query_typed(
-            &format!("DELETE FROM {schema}.sessions WHERE sid = $1"),
-            &[(&sid, Type::INT8)],
-        )
-        .map_err(&err)?;
-        tx.commit().map_err(&err)
+        self.with_locked_row(id, &err, self.no_such(id), |tx, sid, held| {
+            if let Some(held) = held.filter(Lease::holds) {
+                return Err(in_use(id, &held).into());
+            }
+            tx.query_typed(
+                &format!("DELETE FROM {schema}.sessions WHERE sid = $1"),
+                &[(&sid, Type::INT8)],
+            )
+            .map_err(&err)
+            .map(drop)
+        })
     }
 
     /// The listing cache, made on the fly from the `sessions` table (no
@@ -648,5 +634,10 @@ impl Backend for PostgresBackend {
             Some(id) => Claim::Claimed(id),
             None => Claim::NoneLeft,
         })
+    }
+
+    /// The persisted indexes, in the schema's `indexes` table (`index.rs`).
+    fn indexes(&self) -> Option<&dyn IndexStore> {
+        Some(self)
     }
 }

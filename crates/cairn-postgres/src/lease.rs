@@ -26,13 +26,13 @@
 //!   row still carries its token).
 //!
 //! Whether a holder is *dead* (on this machine: its process is gone) uses
-//! the same rule as cairn-sqlite ([`cairn_sqlite::Holder::liveness`]); a
+//! the same rule as cairn-sqlite ([`cairn_sql::Holder::liveness`]); a
 //! dead holder's unexpired lease is taken over at once, so a SIGKILLed
 //! worker does not block its session for the rest of the lease.
 
 use std::time::Duration;
 
-use cairn_sqlite::{Holder, Liveness};
+use cairn_sql::{Holder, Liveness};
 use postgres::types::Type;
 use postgres::{Row, Transaction};
 

@@ -57,6 +57,7 @@
 mod backend;
 mod config;
 mod error;
+mod index;
 pub mod lease;
 mod log;
 mod pool;

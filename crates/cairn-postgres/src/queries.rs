@@ -6,11 +6,11 @@
 use std::time::{Duration, Instant};
 
 use cairn::{Backend, OpPhase, SessionId, SessionSummary, Status, StoreError};
-use cairn_sqlite::Holder;
-use cairn_sqlite::summary;
+use cairn_sql::Holder;
+use cairn_sql::summary::{self, count, uncount};
 use postgres::types::Type;
 
-use crate::backend::{PostgresBackend, count, in_use, uncount};
+use crate::backend::{PostgresBackend, in_use};
 use crate::error::store_err;
 use crate::lease::{self, Lease};
 

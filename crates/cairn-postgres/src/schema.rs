@@ -65,6 +65,43 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE UNIQUE INDEX records_by_id ON {s}.records (session, id) WHERE id IS NOT NULL;
     ",
+    // 2: the append as a function: the client sends one call (still an
+    // unnamed statement, so it works behind a transaction pooler), and
+    // PL/pgSQL plans its two statements once per connection instead of the
+    // server parsing and planning one large statement at every append.
+    // The core's persisted index of each session (a cache of its rows).
+    r#"
+    CREATE TABLE {s}.indexes (
+        session bigint PRIMARY KEY REFERENCES {s}.sessions (sid) ON DELETE CASCADE,
+        bytes   bytea  NOT NULL
+    );
+    CREATE FUNCTION {s}.append(
+        p_sid bigint, p_token bigint, p_before bigint, p_lease float8,
+        p_updated text, p_title text, p_first_message text, p_phase text, p_op_state text,
+        p_entries bigint, p_records bigint, p_bytes bigint,
+        p_seq bigint[], p_kind text[], p_id text[], p_parent text[], p_crc bigint[],
+        p_payload bytea[]
+    ) RETURNS boolean LANGUAGE plpgsql AS $fn$
+    BEGIN
+        -- The fence, which also locks the session's row until commit.
+        UPDATE {s}.sessions
+           SET updated = greatest(p_updated COLLATE "C", created COLLATE "C"),
+               title = p_title, first_message = p_first_message, phase = p_phase,
+               op_state = p_op_state, entries = p_entries, records = p_records,
+               bytes = p_bytes, lease_expires = now() + make_interval(secs => p_lease)
+         WHERE sid = p_sid AND lease_token = p_token AND lease_expires > now()
+           AND records = p_before;
+        IF NOT FOUND THEN
+            RETURN false;
+        END IF;
+        INSERT INTO {s}.records (session, seq, kind, id, parent, crc, payload, writer)
+        SELECT p_sid, u.seq, u.kind, u.id, u.parent, u.crc, u.payload, p_token
+          FROM unnest(p_seq, p_kind, p_id, p_parent, p_crc, p_payload)
+               AS u(seq, kind, id, parent, crc, payload);
+        RETURN true;
+    END
+    $fn$;
+    "#,
 ];
 
 /// The schema version this build writes and reads.
@@ -127,6 +164,11 @@ fn refuse_newer(schema: &str, found: i32) -> Result<(), PgError> {
 
 /// Brings `schema` to [`SCHEMA_VERSION`], creating it if needed, or refuses it.
 pub(crate) fn prepare(client: &mut Client, schema: &str) -> Result<(), PgError> {
+    migrate(client, schema, MIGRATIONS)
+}
+
+/// Brings `schema` to the version of the last of `migrations`.
+fn migrate(client: &mut Client, schema: &str, migrations: &[&str]) -> Result<(), PgError> {
     let err = pg("migrate", schema);
     let mut tx = client.transaction().map_err(&err)?;
     tx.batch_execute(&format!(
@@ -135,7 +177,8 @@ pub(crate) fn prepare(client: &mut Client, schema: &str) -> Result<(), PgError> 
     .map_err(&err)?;
     let found = version(&mut tx, schema)?;
     refuse_newer(schema, found)?;
-    if found == SCHEMA_VERSION {
+    let from = usize::try_from(found).unwrap_or(0);
+    if from >= migrations.len() {
         return tx.rollback().map_err(&err);
     }
     tx.batch_execute(&format!(
@@ -146,8 +189,7 @@ pub(crate) fn prepare(client: &mut Client, schema: &str) -> Result<(), PgError> 
          );"
     ))
     .map_err(&err)?;
-    let from = usize::try_from(found).unwrap_or(0);
-    for (i, sql) in MIGRATIONS.iter().enumerate().skip(from) {
+    for (i, sql) in migrations.iter().enumerate().skip(from) {
         tx.batch_execute(&sql.replace("{s}", schema))
             .map_err(&err)?;
         tx.batch_execute(&format!(
@@ -165,4 +207,34 @@ pub(crate) fn applied(client: &mut Client, schema: &str) -> Result<i32, PgError>
         .transaction()
         .map_err(pg("read the schema version of", schema))?;
     version(&mut tx, schema)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use cairn::{Access, EntryBody, Message, NewSession, Role, Store};
+
+    use super::*;
+    use crate::PostgresBackend;
+    use crate::scratch::Scratch;
+
+    #[test]
+    fn a_version_1_schema_migrates_and_its_sessions_append_through_the_function() {
+        let Some(scratch) = Scratch::new("v1") else {
+            return;
+        };
+        migrate(&mut scratch.raw(), &scratch.schema, &MIGRATIONS[..1]).unwrap();
+        assert_eq!(applied(&mut scratch.raw(), &scratch.schema).unwrap(), 1);
+        let backend = PostgresBackend::open(&scratch.url).unwrap();
+        assert_eq!(backend.schema_version().unwrap(), 2);
+        let store = Store::with_backend(Arc::new(backend));
+        let s = store.create(NewSession::default()).unwrap();
+        s.append(EntryBody::Message(Message::text(Role::User, "hello")))
+            .unwrap();
+        let id = s.id().clone();
+        drop(s);
+        let again = store.open(&id, Access::Write).unwrap();
+        assert_eq!(again.context().messages().len(), 1);
+    }
 }

@@ -2,7 +2,12 @@
 //! and run scripted agent operations whose tool charges a ledger keyed by
 //! the call's idempotency key, while the test SIGKILLs workers, SIGSTOPs
 //! one past its lease (and resumes it: its appends must be refused), and
-//! restarts the server once. Afterwards every session must open, every
+//! restarts the server once. The worker to pause is always one holding a
+//! lease mid-session: the test asks for it (a `hold` file, from the start),
+//! the first worker that reaches a step after its first in a session
+//! answers (`held`, with its pid) and waits before its next append while
+//! the others run, the kill and the restart happen; the test then stops it
+//! (see `hold_point`). No step depends on timing. Afterwards every session must open, every
 //! acknowledged record be present exactly once, `seq`s be continuous, no
 //! session hold records of two writers interleaved, every tool call have a
 //! result, and no charge have happened twice. The counts are printed.
@@ -24,6 +29,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader};
+use std::path::Path;
 use std::process::{Child, Command};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -154,6 +160,42 @@ fn ack(s: &Session, token: i64) {
     println!("fleet: ack {} {} {token}", s.id(), s.len());
 }
 
+/// The worker's side of the hold point (see the module docs): once the test
+/// has asked (`<dir>/hold`), the first worker here says so (`<dir>/held`,
+/// its pid: made whole under another name, then linked, so only one worker
+/// wins and the test never reads half of it) and waits, holding its lease,
+/// until the test arms it (`<dir>/arm`, after the server restart). Then it
+/// reads through its pool once (which replaces connections the restart
+/// broke, so its next append reaches the server and its fence), says
+/// `<dir>/armed` and waits for `<dir>/go`: the test stops it in between.
+fn hold_point(backend: &PostgresBackend, id: &SessionId) {
+    let Some(dir) = std::env::var_os("CAIRN_FLEET_HOLD") else {
+        return;
+    };
+    let dir = Path::new(&dir);
+    if !dir.join("hold").exists() || dir.join("held").exists() {
+        return;
+    }
+    let pid = std::process::id();
+    let mine = dir.join(format!("held-{pid}"));
+    std::fs::write(&mine, pid.to_string()).unwrap();
+    if std::fs::hard_link(&mine, dir.join("held")).is_err() {
+        return;
+    }
+    println!("fleet: held");
+    let wait_for = |name: &str| {
+        while !dir.join(name).exists() {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    wait_for("arm");
+    while backend.lease(id).is_err() {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::fs::write(dir.join("armed"), "").unwrap();
+    wait_for("go");
+}
+
 /// Recovers a claimed session and runs its operation to the end.
 fn work(
     store: &Store,
@@ -182,6 +224,10 @@ fn work(
             .count();
         if done >= size.steps {
             break;
+        }
+        if done > 0 {
+            // Mid-session, holding the lease.
+            hold_point(backend, id);
         }
         let t = op
             .model_attempt(Some("fleet"), Some("scripted"))
@@ -274,20 +320,9 @@ struct Worker {
     lines: Arc<Mutex<Vec<String>>>,
 }
 
-impl Worker {
-    /// Whether its last claim is not yet done (or failed).
-    fn busy(&self) -> bool {
-        let lines = self.lines.lock().unwrap();
-        lines
-            .iter()
-            .rev()
-            .find(|l| l.starts_with("claim") || l.starts_with("done") || l.starts_with("error"))
-            .is_some_and(|l| l.starts_with("claim"))
-    }
-}
-
-fn spawn(scratch: &Scratch, url: &str, size: Size) -> Worker {
+fn spawn(scratch: &Scratch, hold: &Path, url: &str, size: Size) -> Worker {
     let mut child = rerun_ignored("fleet_worker")
+        .env("CAIRN_FLEET_HOLD", hold)
         .env("CAIRN_FLEET_URL", url)
         .env("CAIRN_FLEET_SCHEMA", &scratch.schema)
         .env(
@@ -331,21 +366,51 @@ fn progress(scratch: &Scratch) -> i64 {
     .map_or(0, |r| r.get(0))
 }
 
-/// Waits until the tool ran `at_least` times; fails (instead of waiting
-/// forever) if no worker is left running.
+/// Fails (instead of waiting forever) if no worker is left running.
+fn assert_running(workers: &mut [Worker], waiting_for: &str) {
+    let running = workers
+        .iter_mut()
+        .filter_map(|w| w.child.try_wait().ok())
+        .filter(Option::is_none)
+        .count();
+    if running == 0 {
+        let last: Vec<Vec<String>> = workers
+            .iter()
+            .map(|w| {
+                let lines = w.lines.lock().unwrap();
+                lines.iter().rev().take(3).rev().cloned().collect()
+            })
+            .collect();
+        panic!("every worker exited before {waiting_for}; their last lines: {last:?}");
+    }
+}
+
+/// Waits until the tool ran `at_least` times.
 fn wait_for_progress(scratch: &Scratch, workers: &mut [Worker], at_least: i64) {
     while progress(scratch) < at_least {
-        let running = workers
-            .iter_mut()
-            .filter_map(|w| w.child.try_wait().ok())
-            .filter(Option::is_none)
-            .count();
-        assert!(
-            running > 0,
-            "every worker exited before the tool ran {at_least} times"
-        );
+        assert_running(workers, &format!("the tool ran {at_least} times"));
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// A worker still running, other than `paused` (the test fails if none is).
+fn running_other_than(workers: &mut [Worker], paused: usize) -> usize {
+    (0..workers.len())
+        .find(|&i| i != paused && matches!(workers[i].child.try_wait(), Ok(None)))
+        .expect("a worker besides the paused one still runs")
+}
+
+/// Waits for a worker to hold mid-session (the module docs): its index in
+/// `workers`.
+fn wait_for_hold(hold: &Path, workers: &mut [Worker]) -> usize {
+    let pid: u32 = loop {
+        if let Ok(pid) = std::fs::read_to_string(hold.join("held")) {
+            break pid.parse().unwrap();
+        }
+        assert_running(workers, "a worker held mid-session");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    workers.iter().position(|w| w.child.id() == pid).unwrap()
 }
 
 #[test]
@@ -380,16 +445,26 @@ fn a_fleet_with_kills_a_paused_worker_and_a_server_restart_keeps_every_invariant
         ids.push(s.id().clone());
     }
     let total = i64::try_from(size.sessions * size.steps).unwrap();
+    // Asked for from the start: the first worker past a session's first
+    // step holds there, before its next append, until the test stops it.
+    let hold_dir = tempfile::tempdir().unwrap();
+    let hold = hold_dir.path();
+    std::fs::write(hold.join("hold"), "").unwrap();
     let mut workers: Vec<Worker> = (0..size.workers)
-        .map(|_| spawn(&scratch, &url, size))
+        .map(|_| spawn(&scratch, hold, &url, size))
         .collect();
     let (mut killed, mut stopped, mut restarts) = (0, 0, 0);
 
-    // SIGKILL one worker mid-run, and start a replacement.
+    // A worker holds in the middle of a session (its lease renewed by its
+    // heartbeat) while the others run on.
+    let paused = wait_for_hold(hold, &mut workers);
+
+    // SIGKILL another worker mid-run, and start a replacement.
     wait_for_progress(&scratch, &mut workers, total / 8);
-    signal(&workers[0].child, "-KILL");
+    let victim = running_other_than(&mut workers, paused);
+    signal(&workers[victim].child, "-KILL");
     killed += 1;
-    workers.push(spawn(&scratch, &url, size));
+    workers.push(spawn(&scratch, hold, &url, size));
 
     // Restart the server once, mid-run.
     wait_for_progress(&scratch, &mut workers, total / 4);
@@ -404,29 +479,22 @@ fn a_fleet_with_kills_a_paused_worker_and_a_server_restart_keeps_every_invariant
         }
     }
 
-    // SIGSTOP a worker in the middle of a session, past its lease; others
-    // take its session over.
-    wait_for_progress(&scratch, &mut workers, total * 3 / 8);
-    let paused = loop {
-        if let Some(i) = (1..workers.len()).find(|&i| workers[i].busy()) {
-            break i;
-        }
-        assert!(
-            progress(&scratch) < total,
-            "every session finished before a worker could be paused mid-session"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    };
+    // SIGSTOP the held worker past its lease; others take its session over.
+    std::fs::write(hold.join("arm"), "").unwrap();
+    while !hold.join("armed").exists() {
+        assert_running(&mut workers, "the held worker was armed");
+        std::thread::sleep(Duration::from_millis(10));
+    }
     signal(&workers[paused].child, "-STOP");
     stopped += 1;
     let stopped_at = std::time::Instant::now();
+    std::fs::write(hold.join("go"), "").unwrap();
 
     // One more SIGKILL while it is stopped.
-    wait_for_progress(&scratch, &mut workers, total / 2);
-    let victim = if paused == 2 { 3 } else { 2 };
+    let victim = running_other_than(&mut workers, paused);
     signal(&workers[victim].child, "-KILL");
     killed += 1;
-    workers.push(spawn(&scratch, &url, size));
+    workers.push(spawn(&scratch, hold, &url, size));
 
     // Resume it after twice its lease: its next append must be refused.
     let past = Duration::from_secs(size.lease * 2 + 1);
@@ -582,6 +650,12 @@ fn a_fleet_with_kills_a_paused_worker_and_a_server_restart_keeps_every_invariant
         executions - charges,
         acked.len(),
     );
-    assert!(fenced > 0, "the paused worker's append was refused");
+    let paused_lines = workers[paused].lines.lock().unwrap().clone();
+    assert!(
+        paused_lines
+            .iter()
+            .any(|l| l.starts_with("error") && l.contains("writer lease")),
+        "the paused worker's next append was refused by its lost lease: {paused_lines:?}"
+    );
     let _ = backend.describe();
 }

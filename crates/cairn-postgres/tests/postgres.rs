@@ -408,3 +408,59 @@ fn a_server_restart_poisons_open_writers_and_the_next_open_reconnects() {
     drop(s);
     assert_eq!(records(&*b, &id).len(), 5);
 }
+
+/// A session of `n` user messages.
+fn long_session(store: &Store, n: usize) -> cairn::SessionId {
+    let s = store.create(NewSession::default()).unwrap();
+    for i in 0..n {
+        s.append(user(&format!("m{i}"))).unwrap();
+    }
+    s.id().clone()
+}
+
+#[test]
+fn a_long_session_is_reopened_from_its_index_and_a_stale_index_is_replaced() {
+    let Some((scratch, store, b)) = store("index", "") else {
+        return;
+    };
+    let id = long_session(&store, 1100);
+    // What the open report says of the index, and the context's length.
+    let index_note = |access| {
+        let s = store.open(&id, access).unwrap();
+        let messages = s.context().messages().len();
+        (s.open_report().index.clone().unwrap_or_default(), messages)
+    };
+    // The writer that appended them saved the index when it closed.
+    let (note, _) = index_note(Access::Write);
+    assert!(note.starts_with("index used: 1101 records"), "{note}");
+    let s = &scratch.schema;
+    let mut raw = scratch.raw();
+    raw.batch_execute(&format!("UPDATE {s}.indexes SET bytes = '\\x00'"))
+        .unwrap();
+    let (note, n) = index_note(Access::Write);
+    assert!(
+        note.contains("not used") && note.contains("rebuilt"),
+        "{note}"
+    );
+    assert_eq!(n, 1100);
+    let (note, n) = index_note(Access::Read);
+    assert!(note.starts_with("index used: 1101 records"), "{note}");
+    assert_eq!(n, 1100);
+    // The last indexed record replaced by another: not trusted, and the
+    // open that reads every record finds the change.
+    raw.batch_execute(&format!(
+        "UPDATE {s}.records SET payload = (SELECT payload FROM {s}.records WHERE seq = 5)
+          WHERE seq = 1100"
+    ))
+    .unwrap();
+    assert!(matches!(
+        store.open(&id, Access::Read).map(drop),
+        Err(OpenError::Damaged(_))
+    ));
+    b.remove(&id).unwrap();
+    let left: i64 = raw
+        .query_one(&format!("SELECT count(*) FROM {s}.indexes"), &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(left, 0, "the index went with its session");
+}

@@ -7,16 +7,17 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use cairn::OpPhase;
-use cairn::{Access, Backend, Catalog, Log, Opened, Opening, Stamp, Visitor};
+use cairn::{Access, Backend, Catalog, IndexStore, IndexedOpen, IndexedPrefix, Log, Opened};
 use cairn::{IoFailure, ListingFold, OpenError, SessionId, StoreError};
+use cairn::{Opening, Stamp, Visitor};
+use cairn_sql::summary::{self, Summary, count};
+use cairn_sql::{Scan, Scanned, Writer, scan_from};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use crate::error::{SqliteError, open_err, store_err};
 use crate::lease::{self, Lease};
-use crate::log::SqliteLog;
-use crate::rows::{Scan, Writer};
+use crate::log::{SqliteLog, SqliteRows};
 use crate::schema;
-use crate::summary::{self, Summary};
 
 /// Many sessions in one SQLite database (WAL, `synchronous=FULL`). See the
 /// crate docs for the schema, durability and the writer lease.
@@ -119,42 +120,141 @@ impl SqliteBackend {
         location: &str,
     ) -> Result<(i64, i64), OpenError> {
         let err = open_err("lock", location);
-        let tx = conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
+        // The lease is committed without a sync of its own: it is made
+        // durable by the writer's first append (the WAL is synced in order),
+        // and one lost to a power cut was held by a process the cut ended.
+        // A token it handed out can come back only if no append with it
+        // was ever durable.
+        conn.pragma_update(None, "synchronous", "NORMAL")
             .map_err(&err)?;
-        let sid = self.existing_sid(&tx, id, &err)?;
-        if let Some(held) = lease::get(&tx, sid).map_err(&err)?
-            && lease::holds(&held)
-        {
-            return Err(in_use(id, &held));
+        let taken = (|| {
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(&err)?;
+            let sid = self.existing_sid(&tx, id, &err)?;
+            if let Some(held) = lease::get(&tx, sid).map_err(&err)?
+                && lease::holds(&held)
+            {
+                return Err(in_use(id, &held));
+            }
+            let token = lease::acquire(&tx, sid).map_err(&err)?;
+            tx.commit().map_err(&err)?;
+            Ok((sid, token))
+        })();
+        // Every append of this connection syncs its commit again.
+        if let Err(e) = conn.pragma_update(None, "synchronous", "FULL") {
+            if let Ok((sid, token)) = taken {
+                let _ = lease::release(conn, sid, token);
+            }
+            return Err(err(e));
         }
-        let token = lease::acquire(&tx, sid).map_err(&err)?;
-        tx.commit().map_err(&err)?;
-        Ok((sid, token))
+        taken
     }
 
     /// Reads the summary columns a writer continues from.
     fn load_summary(conn: &Connection, sid: i64) -> rusqlite::Result<Summary> {
-        conn.query_row(
+        conn.prepare_cached(
             "SELECT updated, title, first_message, op_state, entries, records, bytes
              FROM sessions WHERE sid = ?1",
-            [sid],
-            |r| {
-                let count = |i: usize| r.get::<_, i64>(i).map(|n| u64::try_from(n).unwrap_or(0));
-                Ok(Summary {
-                    fold: ListingFold {
-                        updated: r.get(0)?,
-                        title: r.get(1)?,
-                        first_message: r.get(2)?,
-                        op: summary::op_state_from(&r.get::<_, String>(3)?),
-                        entries: count(4)?,
-                        records: count(5)?,
-                    },
-                    bytes: count(6)?,
-                })
-            },
-        )
+        )?
+        .query_row([sid], |r| summary_at(r, 0))
     }
+
+    /// In a write transaction of the caller's: the key of session `id`
+    /// (which must exist) and its lease, if one is recorded.
+    pub(crate) fn leased(
+        &self,
+        tx: &Connection,
+        id: &SessionId,
+        err: impl Fn(rusqlite::Error) -> StoreError,
+    ) -> Result<(i64, Option<Lease>), StoreError> {
+        let sid = Self::sid(tx, id)
+            .map_err(&err)?
+            .ok_or_else(|| self.no_such(id))?;
+        Ok((sid, lease::get(tx, sid).map_err(&err)?))
+    }
+}
+
+/// The summary columns `updated, title, first_message, op_state, entries,
+/// records, bytes` of a row, from column `at` on.
+pub(crate) fn summary_at(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<Summary> {
+    Ok(Summary::from_columns(
+        r.get(at)?,
+        r.get(at + 1)?,
+        r.get(at + 2)?,
+        r.get_ref(at + 3)?.as_str()?,
+        [r.get(at + 4)?, r.get(at + 5)?, r.get(at + 6)?],
+    ))
+}
+
+impl SqliteBackend {
+    /// Opens session `id`, from the end of `prefix` when given (see
+    /// [`IndexStore::open_indexed`]): the lease for a writer, the prefix
+    /// checked against the rows, then the rows after it scanned. A stale
+    /// prefix gives the lease back.
+    pub(crate) fn open_from(
+        &self,
+        id: &SessionId,
+        access: Access,
+        prefix: Option<IndexedPrefix>,
+        visit: &mut Visitor<'_>,
+    ) -> Result<IndexedOpen, OpenError> {
+        let location = self.location(id);
+        let mut conn = self.new_conn(&location)?;
+        let (sid, token) = match access {
+            Access::Write => {
+                let (sid, token) = self.take_lease(&mut conn, id, &location)?;
+                (sid, Some(token))
+            }
+            Access::Read => {
+                let sid = self.existing_sid(&conn, id, open_err("read", &location))?;
+                (sid, None)
+            }
+        };
+        // From here on a failure must give the lease back.
+        let scanned = (|| {
+            let err = open_err("read", &location);
+            let summary = Self::load_summary(&conn, sid).map_err(&err)?;
+            let size = (summary.fold.records, summary.bytes);
+            let from = match scan_from(&location, prefix, size, |n| {
+                last_row(&conn, sid, n).map_err(&err)
+            })? {
+                Ok(from) => from,
+                Err(why) => return Ok(Err(why)),
+            };
+            let scanned = scan(&conn, sid, from, &location, visit)?;
+            Ok(Ok((scanned, token.map(|token| Writer { token, summary }))))
+        })();
+        let give_back = || {
+            if let Some(token) = token {
+                let _ = lease::release(&conn, sid, token);
+            }
+        };
+        match scanned {
+            Ok(Ok((scanned, writer))) => {
+                let log = SqliteLog::new(location, SqliteRows::new(sid, conn), scanned, writer);
+                Ok(IndexedOpen::Opened(Opened {
+                    log: Box::new(log),
+                    torn: None,
+                }))
+            }
+            Ok(Err(why)) => {
+                give_back();
+                Ok(IndexedOpen::Stale(why))
+            }
+            Err(e) => {
+                give_back();
+                Err(e)
+            }
+        }
+    }
+}
+
+/// Record `seq` of session `sid`, if there is one.
+fn last_row(conn: &Connection, sid: i64, seq: u64) -> rusqlite::Result<Option<Vec<u8>>> {
+    conn.prepare_cached("SELECT payload FROM records WHERE session = ?1 AND seq = ?2")?
+        .query_row(params![sid, count(seq)], |r| r.get(0))
+        .optional()
 }
 
 pub(crate) fn in_use(id: &SessionId, held: &Lease) -> OpenError {
@@ -164,20 +264,24 @@ pub(crate) fn in_use(id: &SessionId, held: &Lease) -> OpenError {
     }
 }
 
-/// Streams a session's records in `seq` order to `visit`, checking each
-/// line's checksum and that `seq`s have no gap. Returns the offsets.
+/// Streams a session's records from `scan`'s next on, in `seq` order, to
+/// `visit`, checking each line's checksum and that `seq`s have no gap.
 fn scan(
     conn: &Connection,
     sid: i64,
+    mut scan: Scan<'_>,
     location: &str,
     visit: &mut Visitor<'_>,
-) -> Result<(Vec<u64>, u64), OpenError> {
+) -> Result<Scanned, OpenError> {
     let err = open_err("read", location);
     let mut stmt = conn
-        .prepare_cached("SELECT seq, payload FROM records WHERE session = ?1 ORDER BY seq")
+        .prepare_cached(
+            "SELECT seq, payload FROM records WHERE session = ?1 AND seq >= ?2 ORDER BY seq",
+        )
         .map_err(&err)?;
-    let mut rows = stmt.query([sid]).map_err(&err)?;
-    let mut scan = Scan::new(location);
+    let mut rows = stmt
+        .query(params![sid, count(scan.next_index())])
+        .map_err(&err)?;
     while let Some(row) = rows.next().map_err(&err)? {
         let seq: i64 = row.get(0).map_err(&err)?;
         let bytes = row
@@ -201,11 +305,7 @@ impl Backend for SqliteBackend {
 
     fn create(&self, id: &SessionId, header: &[u8]) -> Result<Box<dyn Log>, OpenError> {
         let location = self.location(id);
-        let (info, summary) =
-            summary::header_info(header).map_err(|problem| OpenError::NotASession {
-                location: location.clone(),
-                problem: format!("its header cannot be stored: {problem}"),
-            })?;
+        let (info, summary) = summary::header_of(&location, header)?;
         let mut conn = self.new_conn(&location)?;
         let err = open_err("create", &location);
         let tx = conn
@@ -233,7 +333,7 @@ impl Backend for SqliteBackend {
                     info.parent,
                     summary::phase_json(OpPhase::None),
                     summary::op_state_json(&summary.fold.op),
-                    i64::try_from(summary.bytes).unwrap_or(i64::MAX),
+                    count(summary.bytes),
                 ],
                 |r| r.get(0),
             )
@@ -247,54 +347,22 @@ impl Backend for SqliteBackend {
         let token = lease::acquire(&tx, sid).map_err(&err)?;
         tx.commit().map_err(&err)?;
         drop(err);
-        let end = header.len() as u64;
+        let scanned = Scanned::created(header);
         Ok(Box::new(SqliteLog::new(
             location,
-            sid,
-            conn,
-            vec![0],
-            end,
+            SqliteRows::new(sid, conn),
+            scanned,
             Some(Writer { token, summary }),
         )))
     }
 
     fn open(&self, id: &SessionId, access: Access, visit: &mut Visitor<'_>) -> Opening {
-        let location = self.location(id);
-        let mut conn = self.new_conn(&location)?;
-        let (sid, token) = match access {
-            Access::Write => {
-                let (sid, token) = self.take_lease(&mut conn, id, &location)?;
-                (sid, Some(token))
-            }
-            Access::Read => {
-                let sid = self.existing_sid(&conn, id, open_err("read", &location))?;
-                (sid, None)
-            }
-        };
-        // From here on a failure must give the lease back.
-        let scanned = (|| {
-            let (offsets, end) = scan(&conn, sid, &location, visit)?;
-            let writer = match token {
-                Some(token) => Some(Writer {
-                    token,
-                    summary: Self::load_summary(&conn, sid).map_err(open_err("read", &location))?,
-                }),
-                None => None,
-            };
-            Ok((offsets, end, writer))
-        })();
-        match scanned {
-            Ok((offsets, end, writer)) => Ok(Opened {
-                log: Box::new(SqliteLog::new(location, sid, conn, offsets, end, writer)),
-                torn: None,
-            }),
-            Err(e) => {
-                if let Some(token) = token {
-                    let _ = lease::release(&conn, sid, token);
-                }
-                Err(e)
-            }
-        }
+        let found = self.open_from(id, access, None, visit)?;
+        cairn_sql::opened_whole(found, || self.location(id))
+    }
+
+    fn indexes(&self) -> Option<&dyn IndexStore> {
+        Some(self)
     }
 
     fn stored_lines(&self, id: &SessionId) -> Result<Vec<Vec<u8>>, OpenError> {
@@ -346,9 +414,9 @@ impl Backend for SqliteBackend {
             .map_err(store_err("inspect", &self.location(id)))?;
         let (bytes, records) = row.ok_or_else(|| self.no_such(id))?;
         Ok(Summary {
-            bytes: u64::try_from(bytes).unwrap_or(0),
+            bytes: summary::uncount(bytes),
             fold: ListingFold {
-                records: u64::try_from(records).unwrap_or(0),
+                records: summary::uncount(records),
                 ..ListingFold::default()
             },
         }
@@ -371,16 +439,13 @@ impl Backend for SqliteBackend {
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(&err)?;
-        let sid = Self::sid(&tx, id)
-            .map_err(&err)?
-            .ok_or_else(|| self.no_such(id))?;
-        if let Some(held) = lease::get(&tx, sid).map_err(&err)?
-            && lease::holds(&held)
-        {
+        let (sid, held) = self.leased(&tx, id, &err)?;
+        if let Some(held) = held.filter(lease::holds) {
             return Err(in_use(id, &held).into());
         }
         for sql in [
             "DELETE FROM records WHERE session = ?1",
+            "DELETE FROM indexes WHERE session = ?1",
             "DELETE FROM leases WHERE session = ?1",
             "DELETE FROM sessions WHERE sid = ?1",
         ] {
@@ -402,4 +467,27 @@ impl Backend for SqliteBackend {
     /// Nothing to save: the `sessions` table is the catalog, kept current by
     /// every append transaction.
     fn save_catalog(&self, _catalog: &Catalog) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_writer_connection_syncs_every_commit_after_taking_its_lease() {
+        let dir = tempfile::tempdir().unwrap();
+        let backend = std::sync::Arc::new(SqliteBackend::open(dir.path().join("x.db")).unwrap());
+        let store = cairn::Store::with_backend(backend.clone());
+        let id = store
+            .create(cairn::NewSession::default())
+            .unwrap()
+            .id()
+            .clone();
+        let mut conn = backend.new_conn("test").unwrap();
+        backend.take_lease(&mut conn, &id, "test").unwrap();
+        let sync: i64 = conn
+            .pragma_query_value(None, "synchronous", |r| r.get(0))
+            .unwrap();
+        assert_eq!(sync, 2, "FULL");
+    }
 }

@@ -42,12 +42,11 @@
 
 mod backend;
 mod error;
+mod index;
 pub mod lease;
 mod log;
 mod queries;
-pub mod rows;
 mod schema;
-pub mod summary;
 
 pub use backend::SqliteBackend;
 pub use error::SqliteError;

@@ -1,16 +1,18 @@
 //! Lookups by SQL that the core's `Backend` trait has no room for yet:
 //! summaries and status without reading a payload, entry and children
-//! lookups through the indexes, and the writer lease (inspect, break).
+//! lookups by the `id` and `parent` columns, and the writer lease (inspect,
+//! break).
 
 use cairn::Backend;
 use cairn::OpPhase;
 use cairn::{EntryId, SessionId, SessionSummary, Status, StoreError};
 use rusqlite::{OptionalExtension, TransactionBehavior, params};
 
-use crate::backend::{SqliteBackend, in_use};
+use cairn_sql::summary::{HeaderInfo, Summary};
+
+use crate::backend::{SqliteBackend, in_use, summary_at};
 use crate::error::store_err;
 use crate::lease::{self, Lease, Takeover};
-use crate::summary::{self, HeaderInfo, Summary};
 
 impl SqliteBackend {
     /// The writer lease of a session, if one is recorded (its holder may be
@@ -44,10 +46,7 @@ impl SqliteBackend {
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(&err)?;
-        let sid = Self::sid(&tx, id)
-            .map_err(&err)?
-            .ok_or_else(|| self.no_such(id))?;
-        let Some(held) = lease::get(&tx, sid).map_err(&err)? else {
+        let (sid, Some(held)) = self.leased(&tx, id, &err)? else {
             return Ok(None);
         };
         if rule == Takeover::IfDead && lease::holds(&held) {
@@ -125,8 +124,8 @@ impl SqliteBackend {
             .map_err(store_err("read", &location))
     }
 
-    /// The children of an entry (`None`: the roots), in append order,
-    /// through the index (no payload read).
+    /// The children of an entry (`None`: the roots), in append order, from
+    /// the session's rows read by their key (no payload decoded).
     ///
     /// # Errors
     ///
@@ -174,19 +173,7 @@ impl SqliteBackend {
                 forked_from: r.get(4)?,
                 parent: r.get(5)?,
             };
-            let count = |i: usize| r.get::<_, i64>(i).map(|n| u64::try_from(n).unwrap_or(0));
-            let summary = Summary {
-                fold: cairn::ListingFold {
-                    updated: r.get(6)?,
-                    title: r.get(7)?,
-                    first_message: r.get(8)?,
-                    op: summary::op_state_from(&r.get::<_, String>(9)?),
-                    entries: count(10)?,
-                    records: count(11)?,
-                },
-                bytes: count(12)?,
-            };
-            Ok((r.get::<_, i64>(0)?, id, info, summary))
+            Ok((r.get::<_, i64>(0)?, id, info, summary_at(r, 6)?))
         })?;
         let mut out = Vec::new();
         for row in rows {

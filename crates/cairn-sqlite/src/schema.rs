@@ -75,6 +75,18 @@ const MIGRATIONS: &[&str] = &[
         heartbeat  TEXT    NOT NULL
     );
     ",
+    // 2: fewer pages written per append. No index on `sessions.updated`,
+    // which every append changes (listings sort in memory); none on
+    // `records.parent` (`children` reads the session's rows by its key).
+    // The core's persisted index of each session (a cache of its rows).
+    "
+    DROP INDEX sessions_by_updated;
+    DROP INDEX records_by_parent;
+    CREATE TABLE indexes (
+        session INTEGER PRIMARY KEY REFERENCES sessions (sid),
+        bytes   BLOB    NOT NULL
+    );
+    ",
 ];
 
 /// The schema version this build writes and reads.
@@ -262,6 +274,45 @@ mod tests {
                 (SCHEMA_VERSION, APPLICATION_ID)
             );
         }
+    }
+
+    #[test]
+    fn a_version_1_database_migrates_to_version_2_and_keeps_its_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v1.db");
+        {
+            let conn = connect(&path).unwrap();
+            conn.execute_batch(MIGRATIONS[0]).unwrap();
+            conn.pragma_update(None, "user_version", 1).unwrap();
+            conn.pragma_update(None, "application_id", APPLICATION_ID)
+                .unwrap();
+            conn.execute_batch(
+                "INSERT INTO sessions VALUES (1, 'S', '{}', 't', 't', NULL, NULL, NULL, NULL,
+                     '\"none\"', '{}', 0, 1, 10, 0);
+                 INSERT INTO records VALUES (1, 0, 'header', NULL, NULL, 0, x'0a');",
+            )
+            .unwrap();
+        }
+        let mut conn = connect(&path).unwrap();
+        prepare(&mut conn, &path).unwrap();
+        assert_eq!(versions(&conn, &path).unwrap(), (2, APPLICATION_ID));
+        let dropped: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM sqlite_schema WHERE type = 'index'
+                 AND name IN ('sessions_by_updated', 'records_by_parent')",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(dropped, 0);
+        let rows: (i64, i64) = conn
+            .query_row(
+                "SELECT (SELECT count(*) FROM sessions), (SELECT count(*) FROM records)",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap();
+        assert_eq!(rows, (1, 1));
     }
 
     #[test]

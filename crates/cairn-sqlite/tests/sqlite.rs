@@ -376,13 +376,11 @@ fn entry_and_children_lookups_use_the_index() {
 #[test]
 fn a_removed_sessions_rows_are_all_gone() {
     let (_dir, b, store) = setup();
-    let s = store.create(NewSession::default()).unwrap();
-    s.append(user("x")).unwrap();
-    let id = s.id().clone();
-    drop(s);
+    let id = long_session(&store, 1100);
+    drop(store.open(&id, Access::Write).unwrap());
     store.remove(&id).unwrap();
     let c = raw(&b);
-    for table in ["sessions", "records", "leases"] {
+    for table in ["sessions", "records", "leases", "indexes"] {
         let n: i64 = c
             .query_row(&format!("SELECT count(*) FROM {table}"), [], |r| r.get(0))
             .unwrap();
@@ -412,4 +410,78 @@ fn regression_a_new_fork_was_listed_below_its_source_so_continue_opened_the_sour
     assert_eq!(list[0].id, *fork.id(), "{list:#?}");
     assert!(list[0].updated >= list[0].created, "{:?}", list[0]);
     assert_eq!(store.latest().unwrap(), *fork.id());
+}
+
+// ---------------------------------------------------------------------------
+// Persisted index
+// ---------------------------------------------------------------------------
+
+/// A session of `n` user messages.
+fn long_session(store: &Store, n: usize) -> SessionId {
+    let s = store.create(NewSession::default()).unwrap();
+    for i in 0..n {
+        s.append(user(&format!("m{i}"))).unwrap();
+    }
+    s.id().clone()
+}
+
+fn index_note(store: &Store, id: &SessionId, access: Access) -> (String, usize) {
+    let s = store.open(id, access).unwrap();
+    let note = s.open_report().index.clone().unwrap_or_default();
+    (note, s.context().messages().len())
+}
+
+#[test]
+fn a_long_session_is_reopened_from_its_index_with_the_same_context() {
+    let (_dir, _b, store) = setup();
+    let id = long_session(&store, 1100);
+    // The writer that appended them saved the index when it closed.
+    let (note, n) = index_note(&store, &id, Access::Write);
+    assert!(note.starts_with("index used: 1101 records"), "{note}");
+    assert_eq!(n, 1100);
+    store
+        .open(&id, Access::Write)
+        .unwrap()
+        .append(user("one more"))
+        .unwrap();
+    for access in [Access::Read, Access::Write] {
+        let (note, n) = index_note(&store, &id, access);
+        assert!(note.starts_with("index used"), "{note}");
+        assert_eq!(n, 1101);
+    }
+}
+
+#[test]
+fn an_index_whose_last_row_changed_is_not_trusted_and_the_change_is_found() {
+    let (_dir, b, store) = setup();
+    let id = long_session(&store, 1100);
+    drop(store.open(&id, Access::Write).unwrap());
+    // The last indexed row is not the one indexed any more (as after a
+    // session removed and copied back under its id with other records).
+    let c = raw(&b);
+    c.execute(
+        "UPDATE records SET payload = (SELECT payload FROM records r WHERE r.seq = 5)
+         WHERE seq = 1100",
+        [],
+    )
+    .unwrap();
+    let damaged = store.open(&id, Access::Write).map(drop);
+    // The open that ignored the index then verified every row, and found the
+    // one that changed.
+    assert!(matches!(damaged, Err(OpenError::Damaged(_))), "{damaged:?}");
+}
+
+#[test]
+fn a_stale_index_is_reported_and_replaced() {
+    let (_dir, b, store) = setup();
+    let id = long_session(&store, 1100);
+    drop(store.open(&id, Access::Write).unwrap());
+    let c = raw(&b);
+    c.execute("UPDATE indexes SET bytes = x'00'", []).unwrap();
+    let (note, n) = index_note(&store, &id, Access::Write);
+    assert!(note.starts_with("index not used"), "{note}");
+    assert!(note.contains("rebuilt"), "{note}");
+    assert_eq!(n, 1100);
+    let (note, _) = index_note(&store, &id, Access::Read);
+    assert!(note.starts_with("index used"), "{note}");
 }

@@ -13,7 +13,7 @@ use super::Bench;
 use crate::config::issue;
 use crate::fixture::{self, Plan};
 use crate::measure::{best, timed};
-use crate::report::{Figure, Target, Unit};
+use crate::report::{Figure, Target, Unit, thousands};
 
 pub fn run(b: &Bench) -> Result<Vec<Figure>> {
     let s = &b.sizes;
@@ -46,7 +46,7 @@ pub fn run(b: &Bench) -> Result<Vec<Figure>> {
     let scaled = s.scaled("entries", s.open_entries as u64, issue::OPEN_ENTRIES as u64);
     let open = Figure::new(
         "open_context",
-        format!("open + context, {} entries", crate::report::thousands(w.entries)),
+        format!("open + context, {} entries", thousands(w.entries)),
         Unit::Millis,
         best(cairn_ms),
         "read the file and count lines with memchr",
@@ -54,12 +54,7 @@ pub fn run(b: &Bench) -> Result<Vec<Figure>> {
         Some(Target::AtMost(3.0)),
     )
     .scaled(scaled)
-    .note(format!(
-        "{:.1} MiB, no compaction (the context holds all {} messages); writer open; warm page cache; best of {}",
-        w.bytes as f64 / 1048576.0,
-        w.context_messages,
-        s.open_repeats
-    ));
+    .note(w.open_note("writer open; warm page cache", s.open_repeats));
 
     let per_entry = w.bytes as f64 / w.entries as f64;
     let data_per_entry = w.data_bytes as f64 / w.entries as f64;
@@ -78,8 +73,8 @@ pub fn run(b: &Bench) -> Result<Vec<Figure>> {
     ))
     .note(format!(
         "file length {} B; allocated on disk {} B",
-        crate::report::thousands(w.bytes),
-        crate::report::thousands(allocated(&w.path).unwrap_or(0))
+        thousands(w.bytes),
+        thousands(allocated(&w.path).unwrap_or(0))
     ));
     Ok(vec![open, size])
 }
@@ -120,7 +115,7 @@ fn cli_figure(home: &Path, w: &fixture::Written, repeats: usize) -> Result<Figur
         "cli_context_json",
         format!(
             "`cairn context --json > /dev/null`, {} entries",
-            crate::report::thousands(w.entries)
+            thousands(w.entries)
         ),
         Unit::Millis,
         best(cli_ms),

@@ -147,7 +147,7 @@ fn append_figure(
             s.sqlite_rounds,
             mean_line(&fixture::encode_chain(&workload::bodies(1, "c", 50), 1))
         ))
-        .note("cairn-postgres sends one statement per append (one round trip, one transaction): the fenced UPDATE of the session's row (lease token, expiry, summary columns) and the INSERT of the line with kind/id/parent/crc/writer (its primary key and one secondary index, on entry id)")
+        .note("cairn-postgres sends one statement per append (one round trip, one transaction), a call of the schema's PL/pgSQL append function: the fenced UPDATE of the session's row (lease token, expiry, summary columns) and the INSERT of the line with kind/id/parent/crc/writer (its primary key and one secondary index, on entry id)")
         .note(vs_raw),
     ])
 }
@@ -268,11 +268,9 @@ fn open_figure(b: &Bench, backend: &Arc<PostgresBackend>, store: &Store) -> Resu
         Some(Target::AtMost(1.5)),
     )
     .scaled(scaled)
-    .note(format!(
-        "{:.1} MiB of lines, no compaction (the context holds all {} messages); writer open (for Postgres: a lease transaction, then one ordered read of the rows over a local TCP connection); best of {}",
-        w.bytes as f64 / 1048576.0,
-        w.context_messages,
-        s.sqlite_open_repeats
+    .note(w.open_note(
+        "writer open (for Postgres: a lease transaction, then one ordered read of the rows over a local TCP connection)",
+        s.sqlite_open_repeats,
     ))
     .note(times))
 }

@@ -111,7 +111,7 @@ fn append_figures(b: &Bench, dir: &Path, store: &Store, raw: &mut Raw) -> Result
             s.sqlite_rounds,
             mean_line(&fixture::encode_chain(&workload::bodies(1, "c", 50), 1))
         ),
-        "cairn-sqlite commits one transaction per append (WAL, synchronous=FULL: the WAL is synced at every commit): lease check, INSERT of the line with kind/id/parent/crc into `records` (two secondary indexes), UPDATE of the session's summary row (indexed by `updated`) and of the lease heartbeat".to_owned(),
+        "cairn-sqlite commits one transaction per append (WAL, synchronous=FULL: the WAL is synced at every commit): the UPDATE of the session's summary row fenced by the lease's token, the INSERT of the line with kind/id/parent/crc into `records` (one secondary index, on entry id); the lease's heartbeat at most every 10 s".to_owned(),
     ];
     let vs_file = rounds_note(&sqlite, &file);
     let vs_raw = rounds_note(&sqlite, &rawr);
@@ -242,11 +242,9 @@ fn open_figures(
     let (sqlite, file, rawt) = (best(sqlite_ms), best(file_ms), best(raw_ms));
     let scaled = s.scaled("entries", s.open_entries as u64, issue::OPEN_ENTRIES as u64);
     let n = thousands(w.entries);
-    let what = format!(
-        "{:.1} MiB of lines, no compaction (the context holds all {} messages); writer open (for SQLite: a lease transaction, committed with a WAL sync); warm page cache, databases checkpointed; best of {}",
-        w.bytes as f64 / 1048576.0,
-        w.context_messages,
-        s.sqlite_open_repeats
+    let what = w.open_note(
+        "writer open (for SQLite: a lease transaction, committed with a WAL sync); warm page cache, databases checkpointed",
+        s.sqlite_open_repeats,
     );
     Ok(vec![
         Figure::new(

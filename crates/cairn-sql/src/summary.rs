@@ -4,16 +4,13 @@
 //!
 //! The fold is the core's [`cairn::ListingFold`] (the rules every backend
 //! lists by); this module adds the bytes stored and maps the fold to the
-//! row's columns. The conformance suite compares every listed field with
-//! the core's [`cairn::summary_of`].
-//!
-//! Public so that other SQL backends (cairn-postgres) keep the same columns
-//! by the same code.
+//! row's columns, the same columns in every SQL backend. The conformance
+//! suite compares every listed field with the core's [`cairn::summary_of`].
 
 use cairn::OpPhase;
 use cairn::Stamp;
 use cairn::frame::{self, Frame};
-use cairn::{LastOperation, ListingFold, RecordKind, SessionId, SessionSummary};
+use cairn::{LastOperation, ListingFold, OpenError, RecordKind, SessionId, SessionSummary};
 use serde_json::Value;
 
 /// What the header says, fixed for the session's life.
@@ -65,7 +62,52 @@ pub fn header_info(line: &[u8]) -> Result<(HeaderInfo, Summary), String> {
     Ok((info, summary))
 }
 
+/// [`header_info`] for a session being created at `location`: a header
+/// that cannot be stored is [`OpenError::NotASession`].
+///
+/// # Errors
+///
+/// As said.
+pub fn header_of(location: &str, header: &[u8]) -> Result<(HeaderInfo, Summary), OpenError> {
+    header_info(header).map_err(|problem| OpenError::NotASession {
+        location: location.to_owned(),
+        problem: format!("its header cannot be stored: {problem}"),
+    })
+}
+
+/// A count read back from a column (a negative one, never written, is 0).
+pub fn uncount(n: i64) -> u64 {
+    u64::try_from(n).unwrap_or(0)
+}
+
+/// A count for a column.
+pub fn count(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
 impl Summary {
+    /// The summary read back from its columns `updated, title,
+    /// first_message, op_state, entries, records, bytes`.
+    pub fn from_columns(
+        updated: String,
+        title: Option<String>,
+        first_message: Option<String>,
+        op_state: &str,
+        [entries, records, bytes]: [i64; 3],
+    ) -> Summary {
+        Summary {
+            fold: ListingFold {
+                updated,
+                title,
+                first_message,
+                op: op_state_from(op_state),
+                entries: uncount(entries),
+                records: uncount(records),
+            },
+            bytes: uncount(bytes),
+        }
+    }
+
     /// Folds in one appended line (already parsed).
     pub fn apply(&mut self, f: &Frame<'_>, len: usize) {
         self.fold.apply(f);

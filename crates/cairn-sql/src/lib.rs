@@ -1,0 +1,22 @@
+//! cairn-sql: what cairn's SQL backends (`cairn-sqlite`, `cairn-postgres`)
+//! share whatever the database, so that each rule is written once:
+//!
+//! - [`SqlLog`], the core's [`cairn::Log`] over a [`Db`] — each line
+//!   verified and parsed once for its columns and the listing summary, the
+//!   append one fenced transaction of the database's, a failed or refused
+//!   append poisoning the handle, reads through a read-ahead window;
+//! - [`Scan`], an open's scan of a session's rows (checksums, `seq`
+//!   continuity, the visitor, the last lines kept for the reads that follow);
+//! - [`summary`], the listing summary kept in each session's row;
+//! - [`Holder`], who holds a writer lease and whether it still runs.
+//!
+//! It knows no SQL dialect and links no database driver.
+
+mod holder;
+mod log;
+mod scan;
+pub mod summary;
+
+pub use holder::{Holder, Liveness};
+pub use log::{Batch, Db, Fence, NewRow, Poisoner, READ_AHEAD_BYTES, SqlLog, Writer};
+pub use scan::{KEEP_BYTES, Scan, Scanned, damaged, opened_whole, scan_from, stale_prefix};

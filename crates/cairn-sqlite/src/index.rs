@@ -1,0 +1,33 @@
+//! The persisted indexes of an SQLite store (`docs/FORMAT.md` §16: the
+//! core's index of a session, a cache of its log): one row of `indexes`
+//! per session, written by a writer (`SqliteRows`'s `Db::save_index`), checked against the rows at
+//! every open (`cairn_sql::stale_prefix`), removed with its session.
+//! Deleting one is always safe.
+
+use cairn::{Access, IndexStore, IndexedOpen, IndexedPrefix, OpenError, SessionId, Visitor};
+use rusqlite::OptionalExtension;
+
+use crate::backend::SqliteBackend;
+
+impl IndexStore for SqliteBackend {
+    fn load_index(&self, id: &SessionId) -> Option<Vec<u8>> {
+        self.conn()
+            .prepare_cached(
+                "SELECT i.bytes FROM indexes i JOIN sessions s ON s.sid = i.session
+                 WHERE s.id = ?1",
+            )
+            .and_then(|mut s| s.query_row([id.as_str()], |r| r.get(0)).optional())
+            .ok()
+            .flatten()
+    }
+
+    fn open_indexed(
+        &self,
+        id: &SessionId,
+        access: Access,
+        prefix: IndexedPrefix,
+        visit: &mut Visitor<'_>,
+    ) -> Result<IndexedOpen, OpenError> {
+        self.open_from(id, access, Some(prefix), visit)
+    }
+}
