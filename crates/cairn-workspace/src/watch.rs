@@ -10,6 +10,13 @@
 //! (what a scan reaches changed with it), the working directory itself
 //! moved, or more paths changed than a scan would look at — it says
 //! [`Seen::Everything`] and the snapshot is a full scan.
+//!
+//! inotify tells a directory's watch of a write made through a name in that
+//! directory only: a file with more than one name (a hard link) may be
+//! written through a name outside the working directory, so the tracker
+//! looks at every such file at each watched snapshot. Writes through a
+//! shared `mmap` are reported by no watch at all (inotify(7)); they are
+//! seen only by a full scan.
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;

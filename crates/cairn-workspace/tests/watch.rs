@@ -257,3 +257,24 @@ fn a_directory_holding_a_file_no_snapshot_recorded_is_a_conflict() {
     assert_eq!(report.unrestorable, vec!["out"]);
     assert!(s.work.join("out/x.log").exists());
 }
+
+#[test]
+fn regression_a_file_written_through_a_hard_link_outside_the_tree_is_caught() {
+    // inotify reports a write to the watch of the directory the writer
+    // opened the file through: a write through another name of the same
+    // file, outside the working directory, reaches no watch of ours.
+    let s = setup(4);
+    let outside = s.work.parent().unwrap().join("elsewhere");
+    std::fs::create_dir_all(&outside).unwrap();
+    let linked = s.work.join("d0/f0.txt");
+    std::fs::hard_link(&linked, outside.join("f0.txt")).unwrap();
+    let mut ws = workspace(&s);
+    before(&mut ws, &s);
+    after(&mut ws, &s);
+    assert!(ws.is_watching());
+    std::fs::write(outside.join("f0.txt"), "changed through the other name\n").unwrap();
+    let seen = before(&mut ws, &s);
+    assert_eq!(names(&seen), [("d0/f0.txt", true)]);
+    assert_eq!(ws.full_scans(), 1, "caught by the watched snapshot itself");
+    assert!(missed(&s).is_empty(), "{:?}", missed(&s));
+}
