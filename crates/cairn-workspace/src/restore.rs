@@ -299,8 +299,10 @@ pub fn apply(
 }
 
 /// [`apply`], calling `hook(event, path)` after each step (`written`: a
-/// temporary file written, before any is renamed; `renamed`; `deleted`;
-/// `recorded`): the crash tests' seam.
+/// temporary file written, before any is renamed; `kept`: the content of
+/// a file changed outside the agent durable in the blob store, before
+/// anything replaces it; `renamed`; `deleted`; `recorded`): the crash
+/// tests' seam.
 #[doc(hidden)]
 pub fn apply_with(
     session: &Session,
@@ -366,6 +368,22 @@ pub fn apply_with(
             .and_then(|f| f.sync_data())
             .map_err(io_err("sync", &tmp))
     })?;
+    // The content of each file changed outside the agent, which `plan`
+    // stored as a blob, durable before anything replaces or removes it.
+    let kept_outside: Vec<&Change> = plan
+        .changes
+        .iter()
+        .filter(|c| conflicting.contains(c.path.as_str()))
+        .filter(|c| c.from.as_ref().is_some_and(|f| f.sha256.is_some()))
+        .collect();
+    blobs.sync_some(
+        kept_outside
+            .iter()
+            .filter_map(|c| c.from.as_ref()?.sha256.as_deref()),
+    )?;
+    for c in &kept_outside {
+        step("kept", &c.path);
+    }
     // 3. What goes away removed (files, then directories deepest first),
     // then each new content renamed over its path (atomic: before or
     // after).
@@ -435,15 +453,7 @@ pub fn apply_with(
             Action::Delete => report.deleted.push(change.path.clone()),
         }
     }
-    // 4. The renames and removals durable: every directory touched (and
-    // any blob `plan` stored of a file changed outside the agent).
-    let stored: Vec<&str> = plan
-        .changes
-        .iter()
-        .filter(|c| conflicting.contains(c.path.as_str()))
-        .filter_map(|c| c.from.as_ref()?.sha256.as_deref())
-        .collect();
-    blobs.sync_some(stored)?;
+    // 4. The renames and removals durable: every directory touched.
     for dir in &dirs {
         if dir.exists() {
             cairn_stores::blobs::sync_dir(dir)?;

@@ -278,3 +278,50 @@ fn regression_a_file_written_through_a_hard_link_outside_the_tree_is_caught() {
     assert_eq!(ws.full_scans(), 1, "caught by the watched snapshot itself");
     assert!(missed(&s).is_empty(), "{:?}", missed(&s));
 }
+
+#[test]
+fn regression_a_forced_restore_made_the_overwritten_content_durable_only_after_overwriting_it() {
+    // A file changed outside the agent is kept as a blob by the plan "so
+    // that even a forced restore loses nothing"; that blob was synced only
+    // after the restore had renamed the old content over the file, so a
+    // power loss in between could lose both.
+    let s = setup(2);
+    let mut ws = workspace(&s);
+    let start = s.session.leaf();
+    before(&mut ws, &s);
+    std::fs::write(s.work.join("d0/f0.txt"), "by the command\n").unwrap();
+    after(&mut ws, &s);
+    std::fs::write(s.work.join("d0/f0.txt"), "by hand, outside the agent\n").unwrap();
+    let p = plan(&s.session, &s.blobs, start.as_ref()).unwrap();
+    assert_eq!(p.conflicts.len(), 1, "{:?}", p.conflicts);
+    let mut events: Vec<(String, String)> = Vec::new();
+    cairn_workspace::apply_with(&s.session, &s.blobs, &p, true, &mut |e, path| {
+        events.push((e.to_owned(), path.to_owned()));
+    })
+    .unwrap();
+    let at = |event: &str| {
+        events
+            .iter()
+            .position(|(e, p)| e == event && p == "d0/f0.txt")
+    };
+    let (kept, renamed) = (at("kept"), at("renamed"));
+    assert!(
+        kept.is_some() && kept < renamed,
+        "the overwritten content is durable before it is replaced: {events:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(s.work.join("d0/f0.txt")).unwrap(),
+        "file 0\n"
+    );
+    let outside = p.changes[0]
+        .from
+        .as_ref()
+        .unwrap()
+        .sha256
+        .as_deref()
+        .unwrap();
+    assert_eq!(
+        s.blobs.get(outside).unwrap(),
+        b"by hand, outside the agent\n"
+    );
+}
