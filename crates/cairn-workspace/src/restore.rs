@@ -328,6 +328,22 @@ pub fn apply_with(
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         (*h)(event, path);
     };
+    // The content of each file changed outside the agent, which `plan`
+    // stored as a blob, durable before anything replaces or removes it.
+    let kept_outside: Vec<&Change> = plan
+        .changes
+        .iter()
+        .filter(|c| conflicting.contains(c.path.as_str()))
+        .filter(|c| c.from.as_ref().is_some_and(|f| f.sha256.is_some()))
+        .collect();
+    blobs.sync_some(
+        kept_outside
+            .iter()
+            .filter_map(|c| c.from.as_ref()?.sha256.as_deref()),
+    )?;
+    for c in &kept_outside {
+        step("kept", &c.path);
+    }
     // 1. Every new directory, then every new content under its temporary
     // name; nothing else visible yet.
     let mut targets = Vec::with_capacity(plan.changes.len());
@@ -335,6 +351,18 @@ pub fn apply_with(
         let dest = path::confined(&plan.root, &change.path, change.to.is_some())?;
         dirs.insert(dest.parent().unwrap_or(&plan.root).to_owned());
         if let Some(to) = change.to.as_ref().filter(|t| t.dir) {
+            // A file or symlink where the directory goes is removed first
+            // (else neither the directory nor anything under it can be
+            // written). Killed between the two, the restore leaves the
+            // path empty: the next run's plan calls that a conflict (the
+            // file's content is still in the records and the blob store).
+            if change.from.as_ref().is_some_and(|f| !f.dir) {
+                match std::fs::remove_file(&dest) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(io_err("remove", &dest)(e)),
+                }
+            }
             match std::fs::create_dir(&dest) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dest.is_dir() => {}
@@ -368,22 +396,6 @@ pub fn apply_with(
             .and_then(|f| f.sync_data())
             .map_err(io_err("sync", &tmp))
     })?;
-    // The content of each file changed outside the agent, which `plan`
-    // stored as a blob, durable before anything replaces or removes it.
-    let kept_outside: Vec<&Change> = plan
-        .changes
-        .iter()
-        .filter(|c| conflicting.contains(c.path.as_str()))
-        .filter(|c| c.from.as_ref().is_some_and(|f| f.sha256.is_some()))
-        .collect();
-    blobs.sync_some(
-        kept_outside
-            .iter()
-            .filter_map(|c| c.from.as_ref()?.sha256.as_deref()),
-    )?;
-    for c in &kept_outside {
-        step("kept", &c.path);
-    }
     // 3. What goes away removed (files, then directories deepest first),
     // then each new content renamed over its path (atomic: before or
     // after).

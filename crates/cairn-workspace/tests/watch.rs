@@ -325,3 +325,23 @@ fn regression_a_forced_restore_made_the_overwritten_content_durable_only_after_o
         b"by hand, outside the agent\n"
     );
 }
+
+#[test]
+fn regression_a_directory_a_file_replaced_could_not_be_restored() {
+    // The restore made the directory before anything was removed, and
+    // failed on the file in its place ("File exists"), every time.
+    let s = setup(2);
+    let mut ws = workspace(&s);
+    let start = s.session.leaf();
+    before(&mut ws, &s);
+    std::fs::remove_dir_all(s.work.join("d0")).unwrap();
+    std::fs::write(s.work.join("d0"), "now a file\n").unwrap();
+    after(&mut ws, &s);
+    let p = plan(&s.session, &s.blobs, start.as_ref()).unwrap();
+    assert!(p.conflicts.is_empty(), "{:?}", p.conflicts);
+    cairn_workspace::apply(&s.session, &s.blobs, &p, false).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(s.work.join("d0/f0.txt")).unwrap(),
+        "file 0\n"
+    );
+}
