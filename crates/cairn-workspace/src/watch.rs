@@ -6,9 +6,10 @@
 //!
 //! The watcher never decides alone that nothing changed: whenever it may
 //! have missed an event — the kernel's queue overflowed (`IN_Q_OVERFLOW`),
-//! a watch could not be added (the per-user limit), a `.gitignore` changed
-//! (what a scan reaches changed with it), the working directory itself
-//! moved, or more paths changed than a scan would look at — it says
+//! a watch could not be added (the per-user limit), a `.gitignore`, the
+//! working directory's `.git/info/exclude` or its `.git` changed (what a
+//! scan reaches changed with them), the working directory itself moved,
+//! or more paths changed than a scan would look at — it says
 //! [`Seen::Everything`] and the snapshot is a full scan.
 //!
 //! inotify tells a directory's watch of a write made through a name in that
@@ -166,6 +167,18 @@ impl Watcher {
         Ok(())
     }
 
+    /// Watches `.git` and `.git/info` under `root` (those that exist) for
+    /// the one file there a scan reads, `info/exclude`: it decides what a
+    /// scan reaches as a `.gitignore` does, but a scan never walks `.git`.
+    ///
+    /// # Errors
+    ///
+    /// As [`Watcher::watch`].
+    pub(crate) fn watch_git_exclude(&mut self, root: &Path) -> std::io::Result<()> {
+        self.watch(root, ".git")?;
+        self.watch(root, ".git/info")
+    }
+
     /// Whether the directory `rel` is watched.
     pub(crate) fn watches(&self, rel: &str) -> bool {
         self.wds.contains_key(rel)
@@ -223,6 +236,19 @@ impl Watcher {
                     continue;
                 };
                 if name == ".gitignore" {
+                    self.lost = true;
+                }
+                if dir == ".git" || dir.starts_with(".git/") {
+                    // Only what changes what a scan reaches: the exclude
+                    // file, or the directory holding it.
+                    if (dir == ".git" && name == "info")
+                        || (dir == ".git/info" && name == "exclude")
+                    {
+                        self.lost = true;
+                    }
+                    continue;
+                }
+                if dir.is_empty() && name == ".git" {
                     self.lost = true;
                 }
                 let rel = if dir.is_empty() {

@@ -345,3 +345,24 @@ fn regression_a_directory_a_file_replaced_could_not_be_restored() {
         "file 0\n"
     );
 }
+
+#[test]
+fn regression_a_change_to_the_git_exclude_file_falls_back_to_a_full_scan() {
+    // `.git/info/exclude` decides what a scan reaches as a `.gitignore`
+    // does, but `.git` is never walked, so never watched: a path it stops
+    // excluding was missed until it changed.
+    let s = setup(2);
+    std::fs::create_dir_all(s.work.join(".git/info")).unwrap();
+    std::fs::write(s.work.join(".git/info/exclude"), "secret/\n").unwrap();
+    std::fs::create_dir_all(s.work.join("secret")).unwrap();
+    std::fs::write(s.work.join("secret/a.txt"), "kept out\n").unwrap();
+    let mut ws = workspace(&s);
+    assert!(!before(&mut ws, &s).contains_key("secret/a.txt"));
+    after(&mut ws, &s);
+    std::fs::write(s.work.join(".git/info/exclude"), "").unwrap();
+    let seen = before(&mut ws, &s);
+    assert!(seen.contains_key("secret/a.txt"), "{:?}", names(&seen));
+    assert_eq!(ws.full_scans(), 2);
+    assert!(ws.is_watching());
+    assert!(missed(&s).is_empty(), "{:?}", missed(&s));
+}
