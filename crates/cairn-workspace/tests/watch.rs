@@ -286,14 +286,12 @@ fn regression_a_forced_restore_made_the_overwritten_content_durable_only_after_o
     // after the restore had renamed the old content over the file, so a
     // power loss in between could lose both.
     let s = setup(2);
-    let mut ws = workspace(&s);
-    let start = s.session.leaf();
-    before(&mut ws, &s);
-    std::fs::write(s.work.join("d0/f0.txt"), "by the command\n").unwrap();
-    after(&mut ws, &s);
+    let (start, _) = around(&s, |work| {
+        std::fs::write(work.join("d0/f0.txt"), "by the command\n").unwrap();
+    });
     std::fs::write(s.work.join("d0/f0.txt"), "by hand, outside the agent\n").unwrap();
     let p = plan(&s.session, &s.blobs, start.as_ref()).unwrap();
-    assert_eq!(p.conflicts.len(), 1, "{:?}", p.conflicts);
+    assert_eq!(conflicts(&p), vec!["d0/f0.txt"]);
     let mut events: Vec<(String, String)> = Vec::new();
     cairn_workspace::apply_with(&s.session, &s.blobs, &p, true, &mut |e, path| {
         events.push((e.to_owned(), path.to_owned()));
@@ -331,18 +329,17 @@ fn regression_a_directory_a_file_replaced_could_not_be_restored() {
     // The restore made the directory before anything was removed, and
     // failed on the file in its place ("File exists"), every time.
     let s = setup(2);
-    let mut ws = workspace(&s);
-    let start = s.session.leaf();
-    before(&mut ws, &s);
-    std::fs::remove_dir_all(s.work.join("d0")).unwrap();
-    std::fs::write(s.work.join("d0"), "now a file\n").unwrap();
-    after(&mut ws, &s);
+    let (start, _) = around(&s, |work| {
+        std::fs::remove_dir_all(work.join("d0")).unwrap();
+        std::fs::write(work.join("d0"), "now a file\n").unwrap();
+    });
     let p = plan(&s.session, &s.blobs, start.as_ref()).unwrap();
-    assert!(p.conflicts.is_empty(), "{:?}", p.conflicts);
-    cairn_workspace::apply(&s.session, &s.blobs, &p, false).unwrap();
+    assert!(conflicts(&p).is_empty());
+    let report = cairn_workspace::apply(&s.session, &s.blobs, &p, false).unwrap();
+    assert_eq!(report.restored, vec!["d0"]);
     assert_eq!(
-        std::fs::read_to_string(s.work.join("d0/f0.txt")).unwrap(),
-        "file 0\n"
+        std::fs::read(s.work.join("d0/f0.txt")).unwrap(),
+        b"file 0\n"
     );
 }
 
