@@ -343,7 +343,7 @@ impl Workspace {
         };
         let scanned = match &mut watcher {
             Some(w) => {
-                failed |= w.watch_git_exclude(&root).is_err();
+                failed |= w.watch_root(&root).is_err();
                 let mut add = |rel: &str| failed |= w.watch(&root, rel).is_err();
                 self.snap
                     .scan_tree(&self.known, None, Dirs::First(&mut add))?

@@ -151,8 +151,11 @@ impl Watcher {
             let wd = match rustix::fs::inotify::add_watch(&self.fd, root.join(rel), mask()) {
                 Ok(wd) => wd,
                 // Gone or replaced since the walk saw it: its parent's
-                // watch reported that.
-                Err(rustix::io::Errno::NOENT | rustix::io::Errno::NOTDIR) => return Ok(()),
+                // watch reported that (not so for the working directory
+                // itself).
+                Err(rustix::io::Errno::NOENT | rustix::io::Errno::NOTDIR) if !rel.is_empty() => {
+                    return Ok(());
+                }
                 Err(e) => return Err(e.into()),
             };
             // The same directory under a new name (moved while events were
@@ -167,14 +170,24 @@ impl Watcher {
         Ok(())
     }
 
-    /// Watches `.git` and `.git/info` under `root` (those that exist) for
-    /// the one file there a scan reads, `info/exclude`: it decides what a
-    /// scan reaches as a `.gitignore` does, but a scan never walks `.git`.
+    /// Watches the working directory `root` itself (a walk does not report
+    /// a root named through a symlink as a directory; such a root is not
+    /// watched at all, since the link may be pointed elsewhere without an
+    /// event), and `.git` and `.git/info` under it
+    /// (those that exist) for the one file there a scan reads,
+    /// `info/exclude`: it decides what a scan reaches as a `.gitignore`
+    /// does, but a scan never walks `.git`.
     ///
     /// # Errors
     ///
     /// As [`Watcher::watch`].
-    pub(crate) fn watch_git_exclude(&mut self, root: &Path) -> std::io::Result<()> {
+    pub(crate) fn watch_root(&mut self, root: &Path) -> std::io::Result<()> {
+        if std::fs::symlink_metadata(root)?.is_symlink() {
+            return Err(std::io::Error::other(
+                "the working directory is named through a symlink",
+            ));
+        }
+        self.watch(root, "")?;
         self.watch(root, ".git")?;
         self.watch(root, ".git/info")
     }

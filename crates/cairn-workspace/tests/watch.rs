@@ -363,3 +363,23 @@ fn regression_a_change_to_the_git_exclude_file_falls_back_to_a_full_scan() {
     assert!(ws.is_watching());
     assert!(missed(&s).is_empty(), "{:?}", missed(&s));
 }
+
+#[test]
+fn regression_a_working_directory_named_through_a_symlink_missed_changes_at_its_top() {
+    // The root's watch was refused (a watch does not follow a symlink) and
+    // the refusal taken for a directory gone since the walk: the watcher
+    // ran without it, blind to the top level. Such a root is not watched.
+    let s = setup(2);
+    let link = s.work.parent().unwrap().join("link");
+    std::os::unix::fs::symlink(&s.work, &link).unwrap();
+    let snap = Snapshotter::new(&link, s.blobs.clone(), Limits::default());
+    let mut ws = Workspace::open(&s.session, snap).unwrap();
+    let first = before(&mut ws, &s);
+    assert!(first.contains_key("d0/f0.txt"), "{:?}", names(&first));
+    after(&mut ws, &s);
+    std::fs::write(s.work.join("top.txt"), "new at the top\n").unwrap();
+    std::fs::write(s.work.join("d1/f1.txt"), "changed below\n").unwrap();
+    let seen = before(&mut ws, &s);
+    assert_eq!(names(&seen), [("d1/f1.txt", true), ("top.txt", true)]);
+    assert!(!ws.is_watching());
+}
