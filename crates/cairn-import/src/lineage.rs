@@ -21,8 +21,10 @@
 //!   the call that started it is the `toolUseId` of the `.meta.json` beside
 //!   it, else the tool result whose `toolUseResult.agentId` names the agent.
 //!
-//! A parent that is not imported yet is imported first (its report comes
-//! with the child's); one that cannot be found leaves the child unlinked,
+//! A parent that is not imported yet is imported first, and one that grew
+//! since its import is brought up to date first (its report comes with the
+//! child's either way): the child may have been forked from an entry the
+//! parent gained since. One that cannot be found leaves the child unlinked,
 //! with a note saying which source session it names.
 
 use std::collections::{HashMap, HashSet};
@@ -220,8 +222,9 @@ pub(crate) fn spawn_origin(parent: &Session, call_id: String) -> SpawnOrigin {
     }
 }
 
-/// The session of the parent a link names; a parent not imported yet is
-/// imported first (its report goes to `also`). The error says why there is
+/// The session of the parent a link names; a parent not imported yet, or
+/// changed since its import, is imported first (its report goes to
+/// `also`). The error says why there is
 /// none.
 pub(crate) fn link_parent(
     store: &Store,
@@ -245,35 +248,41 @@ pub(crate) fn link_parent(
         .get(&canonical.display().to_string())
         .and_then(|s| SessionId::parse(&s.session).ok())
         .and_then(|id| store.open(&id, Access::Read).ok());
-    if let Some(s) = imported {
-        return Ok(s);
-    }
     if !canonical.is_file() {
-        return Err(format!("{} is neither imported nor found", file.display()));
+        return imported.ok_or_else(|| format!("{} is neither imported nor found", file.display()));
     }
     if depth >= MAX_DEPTH {
-        return Err(format!(
-            "{} is {} parents up (a loop?)",
-            file.display(),
-            depth + 1
-        ));
+        return imported
+            .ok_or_else(|| format!("{} is {} parents up (a loop?)", file.display(), depth + 1));
     }
+    // Imported already or not, the parent is brought up to date first: the
+    // child may copy entries it gained since its import (the fork point).
     let parent_opts = Options {
         format: None,
         ..opts.clone()
     };
-    let mut r =
-        crate::import_at(store, ledger, &canonical, &parent_opts, depth + 1).map_err(|e| {
-            format!(
+    let mut r = match (
+        crate::import_at(store, ledger, &canonical, &parent_opts, depth + 1),
+        imported,
+    ) {
+        (Ok(r), _) => r,
+        // As far as it was imported.
+        (Err(_), Some(s)) => return Ok(s),
+        (Err(e), None) => {
+            return Err(format!(
                 "importing {} failed: {}",
                 file.display(),
                 cairn::with_causes(&e)
-            )
-        })?;
+            ));
+        }
+    };
     let id = SessionId::parse(&r.session).map_err(|e| e.to_string())?;
-    // Its own parents first, then it: one flat list, oldest ancestor first.
-    also.append(&mut r.also);
-    also.push(r);
+    if r.outcome != crate::Outcome::Unchanged {
+        // Its own parents first, then it: one flat list, oldest ancestor
+        // first.
+        also.append(&mut r.also);
+        also.push(r);
+    }
     open_parent(store, &id).map_err(|e| cairn::with_causes(&e))
 }
 

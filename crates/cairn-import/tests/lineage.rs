@@ -302,3 +302,28 @@ fn a_pi_fork_moved_with_its_parent_finds_the_parent_beside_it() {
     assert!(c.also[0].path.ends_with("moved/parent.jsonl"));
     assert!(f.forked(&c).1.entry.is_some());
 }
+
+#[test]
+fn regression_a_fork_of_a_parent_grown_since_its_import_was_linked_at_an_older_entry() {
+    // The parent was imported, then grew (e0000001 appended) and was
+    // branched from at that new entry: linking the fork to the parent's old
+    // import put the fork point at b0000001, for good (a header is written
+    // once), and the copies of the newer entries became the fork's own.
+    let mut f = Family::new();
+    let full = std::fs::read_to_string(&f.parent).unwrap();
+    let lines: Vec<&str> = full.lines().collect();
+    std::fs::write(&f.parent, format!("{}\n", lines[..5].join("\n"))).unwrap();
+    let p = f.import(&f.parent.clone());
+    std::fs::write(&f.parent, &full).unwrap();
+    let c = f.import(&f.child.clone());
+    let (_, origin) = f.forked(&c);
+    assert_eq!(origin.session.to_string(), p.session);
+    assert_eq!(
+        origin.entry.map(|e| e.to_string()).as_deref(),
+        Some("e0000001")
+    );
+    assert!(
+        open(&f.store, &p).resolve("e0000001").is_ok(),
+        "the parent's import, grown, holds the fork point"
+    );
+}

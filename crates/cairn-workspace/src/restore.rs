@@ -299,8 +299,10 @@ pub fn apply(
 }
 
 /// [`apply`], calling `hook(event, path)` after each step (`written`: a
-/// temporary file written, before any is renamed; `renamed`; `deleted`;
-/// `recorded`): the crash tests' seam.
+/// temporary file written, before any is renamed; `kept`: the content of
+/// a file changed outside the agent durable in the blob store, before
+/// anything replaces it; `renamed`; `deleted`; `recorded`): the crash
+/// tests' seam.
 #[doc(hidden)]
 pub fn apply_with(
     session: &Session,
@@ -326,6 +328,22 @@ pub fn apply_with(
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         (*h)(event, path);
     };
+    // The content of each file changed outside the agent, which `plan`
+    // stored as a blob, durable before anything replaces or removes it.
+    let kept_outside: Vec<&Change> = plan
+        .changes
+        .iter()
+        .filter(|c| conflicting.contains(c.path.as_str()))
+        .filter(|c| c.from.as_ref().is_some_and(|f| f.sha256.is_some()))
+        .collect();
+    blobs.sync_some(
+        kept_outside
+            .iter()
+            .filter_map(|c| c.from.as_ref()?.sha256.as_deref()),
+    )?;
+    for c in &kept_outside {
+        step("kept", &c.path);
+    }
     // 1. Every new directory, then every new content under its temporary
     // name; nothing else visible yet.
     let mut targets = Vec::with_capacity(plan.changes.len());
@@ -333,6 +351,18 @@ pub fn apply_with(
         let dest = path::confined(&plan.root, &change.path, change.to.is_some())?;
         dirs.insert(dest.parent().unwrap_or(&plan.root).to_owned());
         if let Some(to) = change.to.as_ref().filter(|t| t.dir) {
+            // A file or symlink where the directory goes is removed first
+            // (else neither the directory nor anything under it can be
+            // written). Killed between the two, the restore leaves the
+            // path empty: the next run's plan calls that a conflict (the
+            // file's content is still in the records and the blob store).
+            if change.from.as_ref().is_some_and(|f| !f.dir) {
+                match std::fs::remove_file(&dest) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(io_err("remove", &dest)(e)),
+                }
+            }
             match std::fs::create_dir(&dest) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dest.is_dir() => {}
@@ -435,15 +465,7 @@ pub fn apply_with(
             Action::Delete => report.deleted.push(change.path.clone()),
         }
     }
-    // 4. The renames and removals durable: every directory touched (and
-    // any blob `plan` stored of a file changed outside the agent).
-    let stored: Vec<&str> = plan
-        .changes
-        .iter()
-        .filter(|c| conflicting.contains(c.path.as_str()))
-        .filter_map(|c| c.from.as_ref()?.sha256.as_deref())
-        .collect();
-    blobs.sync_some(stored)?;
+    // 4. The renames and removals durable: every directory touched.
     for dir in &dirs {
         if dir.exists() {
             cairn_stores::blobs::sync_dir(dir)?;

@@ -3,7 +3,7 @@
 //! (size, mtime and mode first; the content is read, hashed and stored in
 //! the blob store only when they changed).
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -291,6 +291,9 @@ impl Snapshotter {
             let Disk::Entry(stat) = disk_of(&meta) else {
                 continue;
             };
+            if meta.is_file() {
+                out.linked.insert(rel.clone(), meta.nlink() > 1);
+            }
             if stat.dir
                 && let Some(on_dir) = along.as_mut()
             {
@@ -398,6 +401,11 @@ pub struct Scanned {
     pub settled: Manifest,
     /// A tree scan stopped at its file-count limit.
     pub truncated: bool,
+    /// The regular files a tree scan walked to, and whether each has more
+    /// than one name (a hard link): a write through another name reaches
+    /// no watch of the working directory, so a watched snapshot looks at
+    /// such a file every time.
+    pub linked: BTreeMap<String, bool>,
 }
 
 impl Scanned {
@@ -406,6 +414,7 @@ impl Scanned {
         self.changes.extend(later.changes);
         self.settled.extend(later.settled);
         self.truncated |= later.truncated;
+        self.linked.extend(later.linked);
     }
 
     fn note(&mut self, rel: &str, before: Option<&FileState>, now: Option<FileState>, known: bool) {

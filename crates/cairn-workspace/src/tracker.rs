@@ -2,7 +2,7 @@
 //! the snapshotter and the state the session's records describe, folded
 //! once when it starts and kept up to date with each record it appends.
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -41,6 +41,10 @@ pub struct Workspace {
     watch: Watch,
     /// Tree snapshots that scanned everything.
     full_scans: u64,
+    /// Files with more than one name, as the tree scans last saw them: a
+    /// write through a name outside the working directory reaches no
+    /// watch, so a watched snapshot looks at each of them again.
+    linked: BTreeSet<String>,
 }
 
 /// The watcher's state.
@@ -68,6 +72,7 @@ impl Clone for Workspace {
                 Watch::Idle | Watch::Running(_) => Watch::Idle,
             },
             full_scans: 0,
+            linked: BTreeSet::new(),
         }
     }
 }
@@ -103,6 +108,7 @@ impl Workspace {
             last_seq: last_record(session),
             watch: Watch::Idle,
             full_scans: 0,
+            linked: BTreeSet::new(),
         })
     }
 
@@ -230,6 +236,7 @@ impl Workspace {
             changes: files,
             settled,
             truncated,
+            linked: _,
         } = scanned;
         for (p, s) in settled {
             self.known.insert(p, s);
@@ -264,15 +271,40 @@ impl Workspace {
         Ok(record)
     }
 
-    /// A tree scan: of the paths the watcher saw change when it is
-    /// running and complete, else of everything (starting the watcher
-    /// afresh, its watches added before the scan reads each directory).
+    /// A tree scan ([`Workspace::scan_tree_seen`]), keeping the files with
+    /// more than one name up to date with what it saw.
     fn scan_tree(&mut self) -> Result<Scanned, WorkspaceError> {
+        let full_scans = self.full_scans;
+        let scanned = self.scan_tree_seen()?;
+        if self.full_scans != full_scans {
+            self.linked.clear();
+        }
+        for (p, many) in &scanned.linked {
+            if *many {
+                self.linked.insert(p.clone());
+            } else {
+                self.linked.remove(p);
+            }
+        }
+        for (p, s) in &scanned.changes {
+            if s.as_ref().is_none_or(|s| s.dir || s.link.is_some()) {
+                self.linked.remove(p);
+            }
+        }
+        Ok(scanned)
+    }
+
+    /// A tree scan: of the paths the watcher saw change (and the files with
+    /// more than one name) when it is running and complete, else of
+    /// everything (starting the watcher afresh, its watches added before
+    /// the scan reads each directory).
+    fn scan_tree_seen(&mut self) -> Result<Scanned, WorkspaceError> {
         let root = self.snap.root().to_owned();
         let mut failed = false;
         if let Watch::Running(w) = &mut self.watch {
             w.drain();
-            if let Seen::Paths(paths) = w.take() {
+            if let Seen::Paths(mut paths) = w.take() {
+                paths.extend(self.linked.iter().cloned());
                 if paths.is_empty() {
                     return Ok(Scanned::default());
                 }
@@ -311,6 +343,7 @@ impl Workspace {
         };
         let scanned = match &mut watcher {
             Some(w) => {
+                failed |= w.watch_root(&root).is_err();
                 let mut add = |rel: &str| failed |= w.watch(&root, rel).is_err();
                 self.snap
                     .scan_tree(&self.known, None, Dirs::First(&mut add))?

@@ -6,10 +6,18 @@
 //!
 //! The watcher never decides alone that nothing changed: whenever it may
 //! have missed an event — the kernel's queue overflowed (`IN_Q_OVERFLOW`),
-//! a watch could not be added (the per-user limit), a `.gitignore` changed
-//! (what a scan reaches changed with it), the working directory itself
-//! moved, or more paths changed than a scan would look at — it says
+//! a watch could not be added (the per-user limit), a `.gitignore`, the
+//! working directory's `.git/info/exclude` or its `.git` changed (what a
+//! scan reaches changed with them), the working directory itself moved,
+//! or more paths changed than a scan would look at — it says
 //! [`Seen::Everything`] and the snapshot is a full scan.
+//!
+//! inotify tells a directory's watch of a write made through a name in that
+//! directory only: a file with more than one name (a hard link) may be
+//! written through a name outside the working directory, so the tracker
+//! looks at every such file at each watched snapshot. Writes through a
+//! shared `mmap` are reported by no watch at all (inotify(7)); they are
+//! seen only by a full scan.
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -143,8 +151,11 @@ impl Watcher {
             let wd = match rustix::fs::inotify::add_watch(&self.fd, root.join(rel), mask()) {
                 Ok(wd) => wd,
                 // Gone or replaced since the walk saw it: its parent's
-                // watch reported that.
-                Err(rustix::io::Errno::NOENT | rustix::io::Errno::NOTDIR) => return Ok(()),
+                // watch reported that (not so for the working directory
+                // itself).
+                Err(rustix::io::Errno::NOENT | rustix::io::Errno::NOTDIR) if !rel.is_empty() => {
+                    return Ok(());
+                }
                 Err(e) => return Err(e.into()),
             };
             // The same directory under a new name (moved while events were
@@ -157,6 +168,28 @@ impl Watcher {
         #[cfg(not(target_os = "linux"))]
         let _ = root;
         Ok(())
+    }
+
+    /// Watches the working directory `root` itself (a walk does not report
+    /// a root named through a symlink as a directory; such a root is not
+    /// watched at all, since the link may be pointed elsewhere without an
+    /// event), and `.git` and `.git/info` under it
+    /// (those that exist) for the one file there a scan reads,
+    /// `info/exclude`: it decides what a scan reaches as a `.gitignore`
+    /// does, but a scan never walks `.git`.
+    ///
+    /// # Errors
+    ///
+    /// As [`Watcher::watch`].
+    pub(crate) fn watch_root(&mut self, root: &Path) -> std::io::Result<()> {
+        if std::fs::symlink_metadata(root)?.is_symlink() {
+            return Err(std::io::Error::other(
+                "the working directory is named through a symlink",
+            ));
+        }
+        self.watch(root, "")?;
+        self.watch(root, ".git")?;
+        self.watch(root, ".git/info")
     }
 
     /// Whether the directory `rel` is watched.
@@ -216,6 +249,19 @@ impl Watcher {
                     continue;
                 };
                 if name == ".gitignore" {
+                    self.lost = true;
+                }
+                if dir == ".git" || dir.starts_with(".git/") {
+                    // Only what changes what a scan reaches: the exclude
+                    // file, or the directory holding it.
+                    if (dir == ".git" && name == "info")
+                        || (dir == ".git/info" && name == "exclude")
+                    {
+                        self.lost = true;
+                    }
+                    continue;
+                }
+                if dir.is_empty() && name == ".git" {
                     self.lost = true;
                 }
                 let rel = if dir.is_empty() {

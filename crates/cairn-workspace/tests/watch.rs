@@ -257,3 +257,129 @@ fn a_directory_holding_a_file_no_snapshot_recorded_is_a_conflict() {
     assert_eq!(report.unrestorable, vec!["out"]);
     assert!(s.work.join("out/x.log").exists());
 }
+
+#[test]
+fn regression_a_file_written_through_a_hard_link_outside_the_tree_is_caught() {
+    // inotify reports a write to the watch of the directory the writer
+    // opened the file through: a write through another name of the same
+    // file, outside the working directory, reaches no watch of ours.
+    let s = setup(4);
+    let outside = s.work.parent().unwrap().join("elsewhere");
+    std::fs::create_dir_all(&outside).unwrap();
+    let linked = s.work.join("d0/f0.txt");
+    std::fs::hard_link(&linked, outside.join("f0.txt")).unwrap();
+    let mut ws = workspace(&s);
+    before(&mut ws, &s);
+    after(&mut ws, &s);
+    assert!(ws.is_watching());
+    std::fs::write(outside.join("f0.txt"), "changed through the other name\n").unwrap();
+    let seen = before(&mut ws, &s);
+    assert_eq!(names(&seen), [("d0/f0.txt", true)]);
+    assert_eq!(ws.full_scans(), 1, "caught by the watched snapshot itself");
+    assert!(missed(&s).is_empty(), "{:?}", missed(&s));
+}
+
+#[test]
+fn regression_a_forced_restore_made_the_overwritten_content_durable_only_after_overwriting_it() {
+    // A file changed outside the agent is kept as a blob by the plan "so
+    // that even a forced restore loses nothing"; that blob was synced only
+    // after the restore had renamed the old content over the file, so a
+    // power loss in between could lose both.
+    let s = setup(2);
+    let (start, _) = around(&s, |work| {
+        std::fs::write(work.join("d0/f0.txt"), "by the command\n").unwrap();
+    });
+    std::fs::write(s.work.join("d0/f0.txt"), "by hand, outside the agent\n").unwrap();
+    let p = plan(&s.session, &s.blobs, start.as_ref()).unwrap();
+    assert_eq!(conflicts(&p), vec!["d0/f0.txt"]);
+    let mut events: Vec<(String, String)> = Vec::new();
+    cairn_workspace::apply_with(&s.session, &s.blobs, &p, true, &mut |e, path| {
+        events.push((e.to_owned(), path.to_owned()));
+    })
+    .unwrap();
+    let at = |event: &str| {
+        events
+            .iter()
+            .position(|(e, p)| e == event && p == "d0/f0.txt")
+    };
+    let (kept, renamed) = (at("kept"), at("renamed"));
+    assert!(
+        kept.is_some() && kept < renamed,
+        "the overwritten content is durable before it is replaced: {events:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(s.work.join("d0/f0.txt")).unwrap(),
+        "file 0\n"
+    );
+    let outside = p.changes[0]
+        .from
+        .as_ref()
+        .unwrap()
+        .sha256
+        .as_deref()
+        .unwrap();
+    assert_eq!(
+        s.blobs.get(outside).unwrap(),
+        b"by hand, outside the agent\n"
+    );
+}
+
+#[test]
+fn regression_a_directory_a_file_replaced_could_not_be_restored() {
+    // The restore made the directory before anything was removed, and
+    // failed on the file in its place ("File exists"), every time.
+    let s = setup(2);
+    let (start, _) = around(&s, |work| {
+        std::fs::remove_dir_all(work.join("d0")).unwrap();
+        std::fs::write(work.join("d0"), "now a file\n").unwrap();
+    });
+    let p = plan(&s.session, &s.blobs, start.as_ref()).unwrap();
+    assert!(conflicts(&p).is_empty());
+    let report = cairn_workspace::apply(&s.session, &s.blobs, &p, false).unwrap();
+    assert_eq!(report.restored, vec!["d0"]);
+    assert_eq!(
+        std::fs::read(s.work.join("d0/f0.txt")).unwrap(),
+        b"file 0\n"
+    );
+}
+
+#[test]
+fn regression_a_change_to_the_git_exclude_file_falls_back_to_a_full_scan() {
+    // `.git/info/exclude` decides what a scan reaches as a `.gitignore`
+    // does, but `.git` is never walked, so never watched: a path it stops
+    // excluding was missed until it changed.
+    let s = setup(2);
+    std::fs::create_dir_all(s.work.join(".git/info")).unwrap();
+    std::fs::write(s.work.join(".git/info/exclude"), "secret/\n").unwrap();
+    std::fs::create_dir_all(s.work.join("secret")).unwrap();
+    std::fs::write(s.work.join("secret/a.txt"), "kept out\n").unwrap();
+    let mut ws = workspace(&s);
+    assert!(!before(&mut ws, &s).contains_key("secret/a.txt"));
+    after(&mut ws, &s);
+    std::fs::write(s.work.join(".git/info/exclude"), "").unwrap();
+    let seen = before(&mut ws, &s);
+    assert!(seen.contains_key("secret/a.txt"), "{:?}", names(&seen));
+    assert_eq!(ws.full_scans(), 2);
+    assert!(ws.is_watching());
+    assert!(missed(&s).is_empty(), "{:?}", missed(&s));
+}
+
+#[test]
+fn regression_a_working_directory_named_through_a_symlink_missed_changes_at_its_top() {
+    // The root's watch was refused (a watch does not follow a symlink) and
+    // the refusal taken for a directory gone since the walk: the watcher
+    // ran without it, blind to the top level. Such a root is not watched.
+    let s = setup(2);
+    let link = s.work.parent().unwrap().join("link");
+    std::os::unix::fs::symlink(&s.work, &link).unwrap();
+    let snap = Snapshotter::new(&link, s.blobs.clone(), Limits::default());
+    let mut ws = Workspace::open(&s.session, snap).unwrap();
+    let first = before(&mut ws, &s);
+    assert!(first.contains_key("d0/f0.txt"), "{:?}", names(&first));
+    after(&mut ws, &s);
+    std::fs::write(s.work.join("top.txt"), "new at the top\n").unwrap();
+    std::fs::write(s.work.join("d1/f1.txt"), "changed below\n").unwrap();
+    let seen = before(&mut ws, &s);
+    assert_eq!(names(&seen), [("d1/f1.txt", true), ("top.txt", true)]);
+    assert!(!ws.is_watching());
+}
