@@ -618,6 +618,11 @@ impl Session {
 
     /// Saves the index if at least `min_new` records are not yet covered.
     fn save_index_beyond(&self, min_new: u64) -> bool {
+        // A panic while the session's lock was held (an append cut short)
+        // may have left the tree and the log apart: save nothing.
+        if self.inner.is_poisoned() || std::thread::panicking() {
+            return false;
+        }
         let mut inner = lock(&self.inner);
         let records = self.log.len();
         if !self.log.is_writer()
