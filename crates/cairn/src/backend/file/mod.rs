@@ -257,6 +257,30 @@ impl Backend for FileBackend {
             .collect())
     }
 
+    fn stamps(&self) -> Result<Vec<(SessionId, Stamp)>, StoreError> {
+        let want = |n: &str| n.ends_with(".jsonl");
+        let entries = match self.vfs.read_dir_metadata(&self.dir, &want) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            r => {
+                r.map_err(|source| StoreError::Io(IoFailure::new("list", self.describe(), source)))?
+            }
+        };
+        Ok(entries
+            .into_iter()
+            .filter_map(|(name, m)| {
+                let id = SessionId::parse(name.strip_suffix(".jsonl")?).ok()?;
+                let m = m.ok()?;
+                Some((
+                    id,
+                    Stamp {
+                        len: m.len,
+                        modified_ns: m.modified_ns,
+                    },
+                ))
+            })
+            .collect())
+    }
+
     fn stamp(&self, id: &SessionId) -> Result<Stamp, StoreError> {
         match self.vfs.metadata(&self.path(id)) {
             Ok(m) => Ok(Stamp {
