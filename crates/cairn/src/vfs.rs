@@ -335,6 +335,22 @@ pub fn read_all(vfs: &dyn Vfs, path: &Path) -> io::Result<Vec<u8>> {
 ///
 /// Any I/O error; `path` then still holds its old content.
 pub fn write_atomic(vfs: &dyn Vfs, path: &Path, bytes: &[u8]) -> io::Result<()> {
+    replace(vfs, path, bytes, true)
+}
+
+/// Replaces `path` with `bytes` atomically for readers (a temporary file
+/// renamed over it) but without syncing: for a cache that every reader
+/// validates, whose loss or damage in a power failure only costs its
+/// rebuilding (the listing's catalog: `docs/FORMAT.md` §10).
+///
+/// # Errors
+///
+/// Any I/O error; `path` then still holds its old content.
+pub fn replace_cache(vfs: &dyn Vfs, path: &Path, bytes: &[u8]) -> io::Result<()> {
+    replace(vfs, path, bytes, false)
+}
+
+fn replace(vfs: &dyn Vfs, path: &Path, bytes: &[u8], durable: bool) -> io::Result<()> {
     let dir = path
         .parent()
         .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
@@ -352,10 +368,15 @@ pub fn write_atomic(vfs: &dyn Vfs, path: &Path, bytes: &[u8]) -> io::Result<()> 
     let result = (|| {
         let f = vfs.open(&tmp, OpenMode::CreateNew)?;
         f.write_all_at(bytes, 0)?;
-        f.sync_data()?;
+        if durable {
+            f.sync_data()?;
+        }
         drop(f);
         vfs.rename(&tmp, path)?;
-        vfs.sync_dir(&dir)
+        if durable {
+            vfs.sync_dir(&dir)?;
+        }
+        Ok(())
     })();
     if result.is_err() {
         let _ = vfs.remove_file(&tmp);
