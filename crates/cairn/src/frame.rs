@@ -17,6 +17,12 @@ use crate::id::EntryId;
 use crate::kind::{DecodeError, Payload, RecordKind, decode_data};
 use crate::record::{Body, Entry, EntryBody, OpRecord};
 
+mod encode;
+
+use encode::frame_prefix;
+pub use encode::{encode, encode_entry, encode_entry_with, encode_op, seal};
+pub(crate) use encode::{encode_entry_into, encode_op_into};
+
 /// Length of the trailer `,"crc":"xxxxxxxx"}` (without the newline).
 pub const TRAILER_LEN: usize = 18;
 const TRAILER_PREFIX: &[u8] = b",\"crc\":\"";
@@ -272,7 +278,9 @@ impl Frame<'_> {
     /// [`encode`] writes for this frame's members.
     fn is_canonical(&self, covered: &[u8]) -> bool {
         let ids = self.id.as_ref().zip(self.parent.as_ref());
-        let mut expected = frame_prefix(
+        let mut expected = Vec::with_capacity(covered.len());
+        frame_prefix(
+            &mut expected,
             self.seq,
             &self.ts,
             &self.kind,
@@ -349,155 +357,6 @@ pub fn decode_body(frame: &Frame<'_>) -> Result<Body, DecodeError> {
             problem: "does not fit its class",
         }),
     }
-}
-
-fn entry_data(out: &mut Vec<u8>, body: &EntryBody) -> Result<(), serde_json::Error> {
-    match body {
-        EntryBody::Message(m) => serde_json::to_writer(&mut *out, m),
-        EntryBody::AppState(a) => serde_json::to_writer(&mut *out, a),
-        EntryBody::Compaction(c) => serde_json::to_writer(&mut *out, c),
-        EntryBody::Checkout(c) => serde_json::to_writer(&mut *out, c),
-        EntryBody::Settings(s) => serde_json::to_writer(&mut *out, s),
-        EntryBody::Label(l) => serde_json::to_writer(&mut *out, l),
-        EntryBody::SessionInfo(s) => serde_json::to_writer(&mut *out, s),
-        EntryBody::Custom(c) => serde_json::to_writer(&mut *out, c),
-        EntryBody::Ignored(u) => serde_json::to_writer(&mut *out, &u.data),
-    }
-}
-
-fn op_data(out: &mut Vec<u8>, op: &OpRecord) -> Result<(), serde_json::Error> {
-    match op {
-        OpRecord::OpStarted(r) => serde_json::to_writer(&mut *out, r),
-        OpRecord::ModelAttempted(r) => serde_json::to_writer(&mut *out, r),
-        OpRecord::UsageSettled(r) => serde_json::to_writer(&mut *out, r),
-        OpRecord::ApprovalRequested(r) => serde_json::to_writer(&mut *out, r),
-        OpRecord::ApprovalResolved(r) => serde_json::to_writer(&mut *out, r),
-        OpRecord::ToolDispatched(r) => serde_json::to_writer(&mut *out, r),
-        OpRecord::InputQueued(r) => serde_json::to_writer(&mut *out, r),
-        OpRecord::OpFinished(r) => serde_json::to_writer(&mut *out, r),
-        OpRecord::Ignored(u) => serde_json::to_writer(&mut *out, &u.data),
-    }
-}
-
-/// Encodes one record as a complete line, newline included.
-pub fn encode(seq: u64, ts: &str, body: &Body) -> Vec<u8> {
-    match body {
-        Body::Header(h) => encode_parts(seq, ts, RecordKind::HEADER, false, None, |out| {
-            serde_json::to_writer(out, h)
-        }),
-        Body::Entry(e) => encode_entry(seq, ts, e),
-        Body::Op(op) => encode_op(seq, ts, op),
-    }
-}
-
-/// Encodes an entry record.
-pub fn encode_entry(seq: u64, ts: &str, e: &Entry) -> Vec<u8> {
-    let ignorable = matches!(e.body, EntryBody::Ignored(_));
-    let ids = Some((&e.id, e.parent.as_ref()));
-    encode_parts(seq, ts, e.body.kind(), ignorable, ids, |out| {
-        entry_data(out, &e.body)
-    })
-}
-
-/// Encodes an entry record whose `data` object also holds `extra`: members
-/// the kind does not define (FORMAT.md section 1: a reader ignores them), e.g.
-/// the fields of an imported record cairn has no place for. A member the
-/// kind already writes is never replaced; `extra` is ignored for a kind
-/// whose `data` is not an object.
-pub fn encode_entry_with(
-    seq: u64,
-    ts: &str,
-    e: &Entry,
-    extra: &serde_json::Map<String, serde_json::Value>,
-) -> Vec<u8> {
-    if extra.is_empty() {
-        return encode_entry(seq, ts, e);
-    }
-    let ignorable = matches!(e.body, EntryBody::Ignored(_));
-    let ids = Some((&e.id, e.parent.as_ref()));
-    encode_parts(seq, ts, e.body.kind(), ignorable, ids, |out| {
-        let mut data = Vec::new();
-        entry_data(&mut data, &e.body)?;
-        let mut value = serde_json::from_slice::<serde_json::Value>(&data)?;
-        if let Some(members) = value.as_object_mut() {
-            for (k, v) in extra {
-                if !members.contains_key(k) {
-                    members.insert(k.clone(), v.clone());
-                }
-            }
-        }
-        serde_json::to_writer(&mut *out, &value)
-    })
-}
-
-/// Encodes an operation-journal record.
-pub fn encode_op(seq: u64, ts: &str, op: &OpRecord) -> Vec<u8> {
-    let ignorable = matches!(op, OpRecord::Ignored(_));
-    encode_parts(seq, ts, op.kind(), ignorable, None, |out| op_data(out, op))
-}
-
-fn encode_parts(
-    seq: u64,
-    ts: &str,
-    kind: &str,
-    ignorable: bool,
-    ids: Option<(&EntryId, Option<&EntryId>)>,
-    data: impl FnOnce(&mut Vec<u8>) -> Result<(), serde_json::Error>,
-) -> Vec<u8> {
-    let mut line = frame_prefix(seq, ts, kind, ignorable, ids);
-    let data_at = line.len();
-    // Serializing cairn's own types cannot fail (every map key is a
-    // string); should it, the record holds `null` and fails to decode.
-    if data(&mut line).is_err() {
-        line.truncate(data_at);
-        line.extend_from_slice(b"null");
-    }
-    seal(&mut line);
-    line
-}
-
-/// The frame members of a line up to and including `"data":`.
-fn frame_prefix(
-    seq: u64,
-    ts: &str,
-    kind: &str,
-    ignorable: bool,
-    ids: Option<(&EntryId, Option<&EntryId>)>,
-) -> Vec<u8> {
-    let mut line = Vec::with_capacity(512);
-    line.extend_from_slice(b"{\"seq\":");
-    line.extend_from_slice(seq.to_string().as_bytes());
-    line.extend_from_slice(b",\"ts\":");
-    push_json_str(&mut line, ts);
-    line.extend_from_slice(b",\"kind\":");
-    push_json_str(&mut line, kind);
-    if ignorable {
-        line.extend_from_slice(b",\"ignorable\":true");
-    }
-    if let Some((id, parent)) = ids {
-        line.extend_from_slice(b",\"id\":");
-        push_json_str(&mut line, id.as_str());
-        line.extend_from_slice(b",\"parent\":");
-        match parent {
-            Some(p) => push_json_str(&mut line, p.as_str()),
-            None => line.extend_from_slice(b"null"),
-        }
-    }
-    line.extend_from_slice(b",\"data\":");
-    line
-}
-
-/// Appends the checksum trailer and newline to the covered bytes in `line`.
-pub fn seal(line: &mut Vec<u8>) {
-    let crc = crc32c::crc32c(line);
-    line.extend_from_slice(TRAILER_PREFIX);
-    line.extend_from_slice(format!("{crc:08x}").as_bytes());
-    line.extend_from_slice(b"\"}\n");
-}
-
-fn push_json_str(out: &mut Vec<u8>, s: &str) {
-    // Writing a str into a Vec cannot fail.
-    let _ = serde_json::to_writer(&mut *out, s);
 }
 
 /// Parses, checks and decodes a whole line (newline included).

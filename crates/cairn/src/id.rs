@@ -2,6 +2,7 @@
 //! random, typeable, resolvable by unique prefix).
 
 use std::fmt;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -47,8 +48,13 @@ impl SessionId {
     /// When `s` is not 26 characters of lower-case Crockford base 32. This is
     /// what keeps a session id from naming a path outside the store.
     pub fn parse(s: &str) -> Result<SessionId, InvalidId> {
+        SessionId::check(s)?;
+        Ok(SessionId(s.to_owned()))
+    }
+
+    fn check(s: &str) -> Result<(), InvalidId> {
         if s.len() == Self::LEN && is_session_id_prefix(s) && s.as_bytes()[0] <= b'7' {
-            Ok(SessionId(s.to_owned()))
+            Ok(())
         } else {
             Err(InvalidId {
                 what: "session id",
@@ -76,13 +82,21 @@ impl SessionId {
 
 /// Whether `s` could be the start of a session id (used for prefix lookups).
 pub fn is_session_id_prefix(s: &str) -> bool {
-    !s.is_empty() && s.len() <= SessionId::LEN && s.bytes().all(|c| CROCKFORD.contains(&c))
+    !s.is_empty() && s.len() <= SessionId::LEN && s.bytes().all(is_crockford)
+}
+
+/// Whether `c` is a digit of [`CROCKFORD`] (a listing parses every
+/// session id twice: a match, not a search of the alphabet).
+fn is_crockford(c: u8) -> bool {
+    matches!(c, b'0'..=b'9' | b'a'..=b'h' | b'j' | b'k' | b'm' | b'n' | b'p'..=b't' | b'v'..=b'z')
 }
 
 impl TryFrom<String> for SessionId {
     type Error = InvalidId;
     fn try_from(s: String) -> Result<Self, InvalidId> {
-        SessionId::parse(&s)
+        // Checked, then kept: no second copy (a listing reads thousands).
+        SessionId::check(&s)?;
+        Ok(SessionId(s))
     }
 }
 
@@ -107,9 +121,12 @@ impl fmt::Debug for SessionId {
 /// An entry's id: unique within its session, 1 to 64 characters of ASCII
 /// letters, digits, `-`, `_` and `.`. cairn generates 8 lower-case hex
 /// characters; hosts may supply their own.
+///
+/// Cloning one is cheap (a shared string): the tree, the context, the leaf
+/// and every append's result hold the same id.
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
-pub struct EntryId(Box<str>);
+pub struct EntryId(Arc<str>);
 
 impl EntryId {
     /// Longest id accepted.
@@ -125,7 +142,14 @@ impl EntryId {
     /// A random 8-hex-character id. Callers check it against the session's ids
     /// (the session does: see `Session::append`).
     pub fn random() -> EntryId {
-        EntryId(format!("{:08x}", fast_random() as u32).into())
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let r = fast_random() as u32;
+        let mut hex = [0u8; 8];
+        for (i, c) in hex.iter_mut().enumerate() {
+            *c = HEX[(r >> (28 - 4 * i)) as usize & 0xf];
+        }
+        // Only hex digits were written.
+        EntryId(std::str::from_utf8(&hex).unwrap_or("0").into())
     }
 
     /// Parses an entry id.
@@ -169,7 +193,7 @@ impl TryFrom<String> for EntryId {
 
 impl From<EntryId> for String {
     fn from(id: EntryId) -> String {
-        id.0.into()
+        String::from(&*id.0)
     }
 }
 
@@ -260,6 +284,13 @@ mod tests {
             "0123456789abcdefghjkmnpqr/",
         ] {
             assert!(SessionId::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_crockford_digits_are_exactly_the_alphabet() {
+        for c in 0..=255u8 {
+            assert_eq!(is_crockford(c), CROCKFORD.contains(&c), "{c}");
         }
     }
 

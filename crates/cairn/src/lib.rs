@@ -59,7 +59,7 @@ pub use backend::{
     Access, Backend, Catalog, CatalogEntry, Claim, FileBackend, IndexStore, IndexedOpen,
     IndexedPrefix, Log, MemoryBackend, Opened, Opening, RawLine, Stamp, TornTail, Visitor,
 };
-pub use commit::Durability;
+pub use commit::{CommitStats, Durability, MAX_GATHER};
 pub use error::{
     AppendError, Damage, Invalid, IoFailure, LookupError, OpenError, ReadError, StoreError,
     with_causes,

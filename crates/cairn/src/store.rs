@@ -9,11 +9,11 @@
 //! ignored. So a deleted, stale or corrupted catalog is rebuilt, never trusted,
 //! and processes writing different sessions at once can only make it stale.
 
-use std::collections::BTreeMap;
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::backend::{Access, Backend, Catalog, CatalogEntry, FileBackend};
+use crate::backend::{Access, Backend, CatalogEntry, FileBackend, Stamp};
 use crate::error::{OpenError, StoreError};
 use crate::id::{self, EntryId, SessionId};
 use crate::journal::{OpPhase, Status};
@@ -137,43 +137,61 @@ impl Store {
     /// with what its id tells (creation time) and no title, rather than hiding
     /// the others.
     pub fn list(&self) -> Result<Vec<SessionSummary>, StoreError> {
-        let ids = self.backend.list()?;
-        let mut catalog = self.backend.load_catalog().unwrap_or_default();
-        let mut changed = catalog.sessions.len() != ids.len();
-        let mut out = Vec::with_capacity(ids.len());
-        let mut fresh = BTreeMap::new();
-        for id in ids {
-            let Ok(stamp) = self.backend.stamp(&id) else {
-                continue;
-            };
-            let cached = catalog
-                .sessions
-                .remove(&id)
-                .filter(|c| c.stamp == stamp && c.summary.id == id);
-            let entry = match cached {
-                Some(c) => c,
-                None => {
-                    changed = true;
-                    match self.summarize(&id) {
-                        Some(summary) => CatalogEntry { stamp, summary },
-                        None => {
-                            out.push(unreadable_summary(&id));
-                            continue;
-                        }
+        // The catalog is read and parsed while the sessions are listed and
+        // stated: two independent halves of the same wait.
+        let (stamped, catalog) = std::thread::scope(|scope| {
+            let catalog = scope.spawn(|| self.backend.load_catalog());
+            let stamped = self.backend.stamps();
+            let catalog = catalog
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            (stamped, catalog)
+        });
+        let stamped = stamped?;
+        let mut catalog = catalog.unwrap_or_default();
+        // The sessions whose catalog entry no longer describes the log.
+        let stale: Vec<&(SessionId, Stamp)> = stamped
+            .iter()
+            .filter(|(id, stamp)| {
+                catalog
+                    .sessions
+                    .get(id)
+                    .is_none_or(|c| c.stamp != *stamp || c.summary.id != *id)
+            })
+            .collect();
+        let mut unreadable = Vec::new();
+        // Unchanged (the usual case): the summaries move out of the catalog
+        // as they are. Otherwise the catalog is brought up to date and saved.
+        if !stale.is_empty() || catalog.sessions.len() != stamped.len() - stale.len() {
+            let listed: HashSet<&SessionId> = stamped.iter().map(|(id, _)| id).collect();
+            catalog.sessions.retain(|id, _| listed.contains(id));
+            for (id, stamp) in stale {
+                match self.summarize(id) {
+                    Some(summary) => {
+                        let entry = CatalogEntry {
+                            stamp: *stamp,
+                            summary,
+                        };
+                        catalog.sessions.insert(id.clone(), entry);
+                    }
+                    None => {
+                        catalog.sessions.remove(id);
+                        unreadable.push(unreadable_summary(id));
                     }
                 }
-            };
-            let mut summary = entry.summary.clone();
+            }
+            self.backend.save_catalog(&catalog);
+        }
+        let mut out: Vec<SessionSummary> = Vec::with_capacity(stamped.len());
+        for entry in catalog.sessions.into_values() {
+            let mut summary = entry.summary;
             // Only an open operation needs the lock to tell Running from Interrupted.
-            let live = matches!(summary.phase, OpPhase::Open) && self.backend.writer_active(&id);
+            let live =
+                matches!(summary.phase, OpPhase::Open) && self.backend.writer_active(&summary.id);
             summary.status = summary.phase.status(live);
             out.push(summary);
-            fresh.insert(id, entry);
         }
-        changed |= !catalog.sessions.is_empty();
-        if changed {
-            self.backend.save_catalog(&Catalog { sessions: fresh });
-        }
+        out.extend(unreadable);
         out.sort_by(|a, b| b.updated.cmp(&a.updated).then_with(|| b.id.cmp(&a.id)));
         Ok(out)
     }

@@ -13,14 +13,86 @@ use jiff::{RoundMode, Timestamp, TimestampRound, Unit};
 const PRINTER: DateTimePrinter = DateTimePrinter::new().precision(Some(3));
 const PARSER: DateTimeParser = DateTimeParser::new();
 
-/// The current time, truncated to the millisecond.
-pub fn now() -> Timestamp {
-    truncate_to_millis(Timestamp::now())
-}
-
 /// The current time as `YYYY-MM-DDTHH:MM:SS.mmmZ`.
 pub fn now_rfc3339() -> String {
-    format(now())
+    TsText::now().as_str().to_owned()
+}
+
+/// One `ts` in its on-disk form, held without a heap allocation (the
+/// append path takes one per record).
+#[derive(Clone)]
+pub(crate) enum TsText {
+    /// The 24-byte form of the years 1970 to 9999.
+    Inline([u8; 24]),
+    /// Any other instant (no clock gives one), formatted the general way.
+    Other(String),
+}
+
+/// Milliseconds in a day.
+const DAY_MS: i64 = 86_400_000;
+/// Days from the epoch to 10000-01-01, where the year stops having 4 digits.
+const DAYS_TO_10000: i64 = 2_932_897;
+/// The days the cached form covers: from 1970-01-01 to 9999-12-29 (the
+/// last two days of 9999 are partly beyond what [`Timestamp`] holds, and
+/// [`format_millis`] clamps them).
+const CACHED_DAYS: std::ops::Range<i64> = 0..DAYS_TO_10000 - 2;
+
+impl TsText {
+    /// Now, truncated to the millisecond.
+    pub(crate) fn now() -> TsText {
+        TsText::of_millis(now_millis_i64())
+    }
+
+    /// `ms` since the epoch, as [`format_millis`] writes it. The date part
+    /// is formatted once per day and thread (calendar arithmetic is most of
+    /// the cost of formatting a time); the time of day is plain division.
+    fn of_millis(ms: i64) -> TsText {
+        use std::cell::Cell;
+        thread_local! {
+            static DAY: Cell<Option<(i64, [u8; 11])>> = const { Cell::new(None) };
+        }
+        let day = ms.div_euclid(DAY_MS);
+        if !CACHED_DAYS.contains(&day) {
+            return TsText::Other(format_millis(ms));
+        }
+        let mut bytes = [0u8; 24];
+        let date = DAY.with(|c| match c.get() {
+            Some((d, date)) if d == day => date,
+            _ => {
+                let mut date = [0u8; 11];
+                date.copy_from_slice(&format_millis(day * DAY_MS).as_bytes()[..11]);
+                c.set(Some((day, date)));
+                date
+            }
+        });
+        bytes[..11].copy_from_slice(&date);
+        let t = ms.rem_euclid(DAY_MS);
+        let (h, m, s, milli) = (t / 3_600_000, t / 60_000 % 60, t / 1000 % 60, t % 1000);
+        let two = |v: i64| [b'0' + (v / 10) as u8, b'0' + (v % 10) as u8];
+        bytes[11..13].copy_from_slice(&two(h));
+        bytes[13] = b':';
+        bytes[14..16].copy_from_slice(&two(m));
+        bytes[16] = b':';
+        bytes[17..19].copy_from_slice(&two(s));
+        bytes[19] = b'.';
+        bytes[20] = b'0' + (milli / 100) as u8;
+        bytes[21..23].copy_from_slice(&two(milli % 100));
+        bytes[23] = b'Z';
+        TsText::Inline(bytes)
+    }
+
+    /// The on-disk form.
+    pub(crate) fn as_str(&self) -> &str {
+        match self {
+            // Only ASCII digits and separators are written into `bytes`.
+            TsText::Inline(bytes) => std::str::from_utf8(bytes).unwrap_or(""),
+            TsText::Other(s) => s,
+        }
+    }
+}
+
+fn now_millis_i64() -> i64 {
+    Timestamp::now().as_millisecond()
 }
 
 /// Milliseconds since the Unix epoch, now (0 before the epoch).
@@ -112,6 +184,38 @@ mod tests {
             "clamped to the last representable instant"
         );
         assert_eq!(format_millis(i64::MIN), format(Timestamp::MIN));
+    }
+
+    #[test]
+    fn the_cached_date_form_is_the_general_form() {
+        let mut ms = -2 * DAY_MS;
+        let mut step = 1_i64;
+        // Day boundaries, leap days, every field's carry, from before the
+        // epoch to past year 9999.
+        while ms < (DAYS_TO_10000 + 2) * DAY_MS {
+            assert_eq!(TsText::of_millis(ms).as_str(), format_millis(ms), "{ms}");
+            assert_eq!(TsText::of_millis(ms - 1).as_str(), format_millis(ms - 1));
+            ms += step;
+            step = step * 7 + 13;
+            if step > 40 * DAY_MS {
+                step = 1 + step % 997;
+            }
+        }
+        for day in [
+            0,
+            59,
+            60,
+            365,
+            11_016,
+            20_422,
+            DAYS_TO_10000 - 3,
+            DAYS_TO_10000 - 1,
+        ] {
+            for t in [0, 1, 999, 1000, 59_999, 3_599_999, DAY_MS - 1] {
+                let ms = day * DAY_MS + t;
+                assert_eq!(TsText::of_millis(ms).as_str(), format_millis(ms), "{ms}");
+            }
+        }
     }
 
     #[test]

@@ -104,6 +104,31 @@ pub trait Vfs: Send + Sync + fmt::Debug {
     ///
     /// Any I/O error.
     fn metadata(&self, path: &Path) -> io::Result<Metadata>;
+    /// The entries of a directory whose names `want` accepts, each with its
+    /// metadata as [`Vfs::metadata`] gives it (or the error of that stat: an
+    /// entry may be removed between the listing and its stat). The default
+    /// lists, then stats each path; [`StdVfs`] stats each entry relative to
+    /// the directory it is reading (`fstatat` on its descriptor), with no
+    /// path to build and resolve per entry.
+    ///
+    /// # Errors
+    ///
+    /// Any I/O error reading the directory.
+    fn read_dir_metadata(
+        &self,
+        path: &Path,
+        want: &dyn Fn(&str) -> bool,
+    ) -> io::Result<Vec<(String, io::Result<Metadata>)>> {
+        Ok(self
+            .read_dir(path)?
+            .into_iter()
+            .filter(|name| want(name))
+            .map(|name| {
+                let m = self.metadata(&path.join(&name));
+                (name, m)
+            })
+            .collect())
+    }
     /// Atomically replaces `to` with `from`.
     ///
     /// # Errors
@@ -145,6 +170,22 @@ pub struct Metadata {
     pub is_file: bool,
     /// Whether it is a symbolic link.
     pub is_symlink: bool,
+}
+
+impl Metadata {
+    fn of(m: &fs::Metadata) -> Metadata {
+        let modified_ns = m
+            .modified()
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_nanos());
+        Metadata {
+            len: m.len(),
+            modified_ns,
+            is_file: m.file_type().is_file(),
+            is_symlink: m.file_type().is_symlink(),
+        }
+    }
 }
 
 /// The real file system.
@@ -223,18 +264,27 @@ impl Vfs for StdVfs {
         Ok(names)
     }
     fn metadata(&self, path: &Path) -> io::Result<Metadata> {
-        let m = fs::symlink_metadata(path)?;
-        let modified_ns = m
-            .modified()
-            .ok()
-            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-            .map_or(0, |d| d.as_nanos());
-        Ok(Metadata {
-            len: m.len(),
-            modified_ns,
-            is_file: m.file_type().is_file(),
-            is_symlink: m.file_type().is_symlink(),
-        })
+        Ok(Metadata::of(&fs::symlink_metadata(path)?))
+    }
+    fn read_dir_metadata(
+        &self,
+        path: &Path,
+        want: &dyn Fn(&str) -> bool,
+    ) -> io::Result<Vec<(String, io::Result<Metadata>)>> {
+        let mut out = Vec::new();
+        for e in fs::read_dir(path)? {
+            let e = e?;
+            let Ok(name) = e.file_name().into_string() else {
+                continue;
+            };
+            if want(&name) {
+                // `DirEntry::metadata` stats relative to the directory's
+                // descriptor and does not follow a symlink.
+                let m = e.metadata().map(|m| Metadata::of(&m));
+                out.push((name, m));
+            }
+        }
+        Ok(out)
     }
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         fs::rename(from, to)
@@ -285,6 +335,22 @@ pub fn read_all(vfs: &dyn Vfs, path: &Path) -> io::Result<Vec<u8>> {
 ///
 /// Any I/O error; `path` then still holds its old content.
 pub fn write_atomic(vfs: &dyn Vfs, path: &Path, bytes: &[u8]) -> io::Result<()> {
+    replace(vfs, path, bytes, true)
+}
+
+/// Replaces `path` with `bytes` atomically for readers (a temporary file
+/// renamed over it) but without syncing: for a cache that every reader
+/// validates, whose loss or damage in a power failure only costs its
+/// rebuilding (the listing's catalog: `docs/FORMAT.md` §10).
+///
+/// # Errors
+///
+/// Any I/O error; `path` then still holds its old content.
+pub fn replace_cache(vfs: &dyn Vfs, path: &Path, bytes: &[u8]) -> io::Result<()> {
+    replace(vfs, path, bytes, false)
+}
+
+fn replace(vfs: &dyn Vfs, path: &Path, bytes: &[u8], durable: bool) -> io::Result<()> {
     let dir = path
         .parent()
         .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
@@ -302,10 +368,15 @@ pub fn write_atomic(vfs: &dyn Vfs, path: &Path, bytes: &[u8]) -> io::Result<()> 
     let result = (|| {
         let f = vfs.open(&tmp, OpenMode::CreateNew)?;
         f.write_all_at(bytes, 0)?;
-        f.sync_data()?;
+        if durable {
+            f.sync_data()?;
+        }
         drop(f);
         vfs.rename(&tmp, path)?;
-        vfs.sync_dir(&dir)
+        if durable {
+            vfs.sync_dir(&dir)?;
+        }
+        Ok(())
     })();
     if result.is_err() {
         let _ = vfs.remove_file(&tmp);

@@ -739,3 +739,44 @@ fn regression_a_new_fork_sorted_below_its_source_so_continue_opened_the_source()
     let reopened = store.open(&f.id, Access::Read).expect("open the fork");
     assert_eq!(reopened.updated(), f.created);
 }
+
+#[test]
+fn a_warm_listing_of_an_unchanged_store_does_not_rewrite_the_catalog() {
+    use std::os::unix::fs::MetadataExt;
+    let home = home();
+    let (store, _sessions) = listed_store(home.path());
+    let inode = || {
+        std::fs::metadata(catalog_path(home.path()))
+            .expect("catalog")
+            .ino()
+    };
+    let before = inode();
+    assert_eq!(store.list().expect("list"), truth(&store));
+    assert_eq!(inode(), before, "the catalog was replaced");
+}
+
+/// Why a listing stats every session file rather than trusting the
+/// catalog while the sessions directory is unchanged: an append changes the
+/// file, not the directory.
+#[test]
+fn an_append_that_leaves_the_directory_unchanged_is_still_listed() {
+    let home = home();
+    let (store, sessions) = listed_store(home.path());
+    let dir = home.path().join("sessions");
+    let dir_mtime = || {
+        std::fs::metadata(&dir)
+            .and_then(|m| m.modified())
+            .expect("dir")
+    };
+    let before = dir_mtime();
+    next_millisecond();
+    append(&sessions[1], user("one more"));
+    assert_eq!(
+        dir_mtime(),
+        before,
+        "the premise: the directory did not change"
+    );
+    let list = store.list().expect("list");
+    assert_eq!(summary(&list, sessions[1].id()).entries, 3);
+    assert_eq!(list, truth(&store));
+}

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::sync::Barrier;
 
 use anyhow::{Context as _, Result, anyhow};
-use cairn::{Durability, EntryBody, NewSession, Session, Store};
+use cairn::{CommitStats, Durability, EntryBody, NewSession, Session, Store};
 
 use super::Bench;
 use crate::fixture;
@@ -29,11 +29,13 @@ pub fn run(b: &Bench) -> Result<Vec<Figure>> {
     let mut cairn_sync = Vec::new();
     let mut raw_sync = Vec::new();
     let mut group = Vec::new();
+    let mut batches = CommitStats::default();
     for r in 0..s.append_rounds {
         let group_home = dir.join(format!("group-{r}"));
         let mut group_side = || -> Result<()> {
-            let t = group_round(&group_home, s.group_threads, s.group_cycles, r)?;
+            let (t, stats) = group_round(&group_home, s.group_threads, s.group_cycles, r)?;
             group.push(records(s.group_cycles * s.group_threads) / t);
+            batches.merge(&stats);
             Ok(())
         };
         let bodies = workload::bodies(100 + r as u64, "call-", s.sync_cycles);
@@ -129,7 +131,13 @@ pub fn run(b: &Bench) -> Result<Vec<Figure>> {
             s.group_cycles * 4,
             std::thread::available_parallelism().map_or(1, usize::from)
         ))
-        .note(group_rounds),
+        .note(group_rounds)
+        .note(format!(
+            "records per fdatasync, all rounds: mean {:.1} over {} syncs; histogram {}",
+            batches.mean_batch(),
+            batches.syncs,
+            batches.histogram()
+        )),
         Figure::new(
             "buffered_append",
             "append (Buffered)",
@@ -223,8 +231,14 @@ fn raw_loop(path: &Path, lines: &[Vec<u8>], sync: bool) -> Result<f64> {
 }
 
 /// `threads` threads append `cycles` cycles each to one session under
-/// `Durability::Group`, all starting together; seconds until the last returns.
-fn group_round(home: &Path, threads: usize, cycles: usize, round: usize) -> Result<f64> {
+/// `Durability::Group`, all starting together; seconds until the last
+/// returns, and how many records each sync covered.
+fn group_round(
+    home: &Path,
+    threads: usize,
+    cycles: usize,
+    round: usize,
+) -> Result<(f64, CommitStats)> {
     let s = new_session(home, Durability::Group)?;
     let work: Vec<Vec<EntryBody>> = (0..threads)
         .map(|t| {
@@ -236,7 +250,7 @@ fn group_round(home: &Path, threads: usize, cycles: usize, round: usize) -> Resu
         })
         .collect();
     let start = Barrier::new(threads + 1);
-    std::thread::scope(|scope| -> Result<f64> {
+    let t = std::thread::scope(|scope| -> Result<f64> {
         let handles: Vec<_> = work
             .into_iter()
             .map(|bodies| {
@@ -259,5 +273,6 @@ fn group_round(home: &Path, threads: usize, cycles: usize, round: usize) -> Resu
             Ok(())
         })?;
         Ok(t)
-    })
+    })?;
+    Ok((t, s.commit_stats()))
 }

@@ -216,6 +216,22 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// [`StoreError::NoSuchSession`] or I/O errors.
     fn stamp(&self, id: &SessionId) -> Result<Stamp, StoreError>;
 
+    /// Every session with its [`Stamp`], in no particular order: what a
+    /// listing checks its catalog against. A session whose stamp cannot be
+    /// taken (removed meanwhile) is left out. The default is
+    /// [`Backend::list`] then [`Backend::stamp`] of each.
+    ///
+    /// # Errors
+    ///
+    /// I/O errors reading the store.
+    fn stamps(&self) -> Result<Vec<(SessionId, Stamp)>, StoreError> {
+        Ok(self
+            .list()?
+            .into_iter()
+            .filter_map(|id| self.stamp(&id).ok().map(|s| (id, s)))
+            .collect())
+    }
+
     /// Whether a writer currently holds the session.
     fn writer_active(&self, id: &SessionId) -> bool;
 

@@ -1,31 +1,48 @@
 //! [`Messages`]: the context's message list, a persistent chunked vector so
-//! that a snapshot is cheap to share. Cloning it copies one `Arc` and the
-//! short unfilled tail; appending to a clone while the original is held copies
-//! at most that tail and, once per [`LEAF`] appends, one group's spine — never
-//! the whole list (figure 8 of docs/PERFORMANCE.md).
+//! that a snapshot is cheap to share. Cloning it copies two `Arc`s; appending
+//! to a list while a clone of it is held copies nothing in the usual case
+//! and at most the unfilled tail chunk otherwise, plus, once per [`LEAF`]
+//! appends, one group's spine — never the whole list (figure 8 of
+//! docs/PERFORMANCE.md).
 //!
-//! Layout: full leaves of [`LEAF`] messages, shared (`Arc<[_]>`), grouped by
-//! [`GROUP`] leaves under one `Arc`, all groups under one `Arc`; then a tail
-//! of fewer than [`LEAF`] messages owned by this list. Every leaf is full, so
-//! the message at index `i` is at leaf `i / LEAF`, slot `i % LEAF`.
+//! Layout: chunks of [`LEAF`] slots. Full chunks are the leaves, grouped by
+//! [`GROUP`] under one `Arc`, all groups under one `Arc`; the last chunk,
+//! the tail, holds the fewer than [`LEAF`] messages after them. A slot is
+//! set once and never changes, so lists share chunks: a list reads only its
+//! own first slots of the tail, and an append sets the next slot in place
+//! when it is still empty — a held snapshot, which reads fewer slots, does
+//! not see it. When another list sharing the chunk has set that slot first
+//! (their histories diverged), the append copies the chunk's first slots
+//! into a chunk of its own. Every leaf is full, so the message at index `i`
+//! is at leaf `i / LEAF`, slot `i % LEAF`.
 
 use std::fmt;
 use std::iter::FusedIterator;
 use std::ops::Index;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use super::ContextMessage;
 
-/// Messages per shared leaf.
+/// Messages per chunk.
 const LEAF: usize = 16;
 /// Leaves per group.
 const GROUP: usize = 64;
 
-type Leaf = Arc<[ContextMessage]>;
+/// [`LEAF`] slots, each set at most once.
+struct Chunk([OnceLock<ContextMessage>; LEAF]);
+
+impl Default for Chunk {
+    fn default() -> Chunk {
+        Chunk(std::array::from_fn(|_| OnceLock::new()))
+    }
+}
+
+/// A full chunk.
+type Leaf = Arc<Chunk>;
 
 /// The messages of a [`Context`](super::Context), in order: an immutable,
-/// cheaply cloned list (a snapshot shares all but its last few messages with
-/// the session's live context). Index it, iterate it (`for m in
+/// cheaply cloned list (a snapshot shares all its messages with the
+/// session's live context). Index it, iterate it (`for m in
 /// ctx.messages()`, `.iter().rev()`), or copy it out with
 /// [`to_vec`](Messages::to_vec).
 #[derive(Clone, Default)]
@@ -33,7 +50,9 @@ pub struct Messages {
     groups: Arc<Vec<Arc<Vec<Leaf>>>>,
     /// Full leaves in `groups`.
     leaves: usize,
-    tail: Vec<ContextMessage>,
+    /// The chunk after the leaves, of which this list holds `tail_len` slots.
+    tail: Arc<Chunk>,
+    tail_len: usize,
 }
 
 impl Messages {
@@ -44,7 +63,7 @@ impl Messages {
 
     /// The number of messages.
     pub fn len(&self) -> usize {
-        self.leaves * LEAF + self.tail.len()
+        self.leaves * LEAF + self.tail_len
     }
 
     /// Whether there are none.
@@ -56,9 +75,12 @@ impl Messages {
     pub fn get(&self, index: usize) -> Option<&ContextMessage> {
         let leaf = index / LEAF;
         if leaf < self.leaves {
-            Some(&self.groups[leaf / GROUP][leaf % GROUP][index % LEAF])
+            self.groups[leaf / GROUP][leaf % GROUP].0[index % LEAF].get()
         } else {
-            self.tail.get(index - self.leaves * LEAF)
+            let slot = index - self.leaves * LEAF;
+            (slot < self.tail_len)
+                .then(|| self.tail.0[slot].get())
+                .flatten()
         }
     }
 
@@ -88,9 +110,22 @@ impl Messages {
 
     /// Appends a message.
     pub(crate) fn push(&mut self, m: ContextMessage) {
-        self.tail.push(m);
-        if self.tail.len() == LEAF {
-            let leaf: Leaf = std::mem::take(&mut self.tail).into();
+        if let Err(m) = self.tail.0[self.tail_len].set(m) {
+            // A list sharing the chunk appended here first: take a copy of
+            // this list's slots of it.
+            let own = Chunk::default();
+            for (to, from) in own.0.iter().zip(&self.tail.0[..self.tail_len]) {
+                if let Some(from) = from.get() {
+                    let _ = to.set(from.clone());
+                }
+            }
+            let _ = own.0[self.tail_len].set(m);
+            self.tail = Arc::new(own);
+        }
+        self.tail_len += 1;
+        if self.tail_len == LEAF {
+            let leaf = std::mem::take(&mut self.tail);
+            self.tail_len = 0;
             self.push_leaf(leaf);
         }
     }
@@ -104,20 +139,19 @@ impl Messages {
         self.leaves += 1;
     }
 
-    /// Keeps the first `len` messages: the full leaves before the cut stay
-    /// shared, only the messages of the leaf it falls in are copied.
+    /// Keeps the first `len` messages: every chunk before the cut stays
+    /// shared, and so does the one it falls in, which becomes the tail.
     pub(crate) fn truncate(&mut self, len: usize) {
         if len >= self.len() {
             return;
         }
         let full = self.leaves * LEAF;
         if len >= full {
-            self.tail.truncate(len - full);
+            self.tail_len = len - full;
             return;
         }
         let keep = len / LEAF;
-        let tail: Vec<ContextMessage> =
-            self.groups[keep / GROUP][keep % GROUP][..len % LEAF].to_vec();
+        let tail = Arc::clone(&self.groups[keep / GROUP][keep % GROUP]);
         let kept: Vec<Leaf> = (0..keep)
             .map(|l| Arc::clone(&self.groups[l / GROUP][l % GROUP]))
             .collect();
@@ -126,6 +160,7 @@ impl Messages {
             self.push_leaf(leaf);
         }
         self.tail = tail;
+        self.tail_len = len % LEAF;
     }
 }
 
@@ -285,5 +320,31 @@ mod tests {
         assert_ne!(a, b);
         a.truncate(1000);
         assert_eq!(a, b);
+    }
+
+    #[test]
+    fn lists_sharing_a_tail_chunk_that_diverge_keep_their_own_messages() {
+        let mut a: Messages = (0..20).map(msg).collect();
+        let mut b = a.clone();
+        a.push(msg(100));
+        // `b` shares the chunk, whose next slot `a` has just set.
+        b.push(msg(200));
+        assert_eq!(positions(&a), (0..20).chain([100]).collect::<Vec<_>>());
+        assert_eq!(positions(&b), (0..20).chain([200]).collect::<Vec<_>>());
+        // A held snapshot does not see later appends to the chunk.
+        let held = a.clone();
+        a.push(msg(101));
+        assert_eq!(held.len(), 21);
+        assert_eq!(held.last().map(|m| m.pos), Some(100));
+        // Cut inside a full leaf, then grow past the cut again.
+        let mut c = a.clone();
+        c.truncate(5);
+        c.push(msg(300));
+        assert_eq!(positions(&c), vec![0, 1, 2, 3, 4, 300]);
+        assert_eq!(
+            a.get(5).map(|m| m.pos),
+            Some(5),
+            "the shared leaf is unchanged"
+        );
     }
 }

@@ -3,7 +3,10 @@
 //! [`Context::fold`] over the same branch (property-tested), and the checks
 //! an entry must pass against it before it is appended.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+// foldhash, seeded per process: call ids come from input.
+use hashbrown::HashMap;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};

@@ -3,9 +3,8 @@
 //! index and the projection change only after the write succeeded.
 
 use std::collections::BTreeMap;
-use std::sync::MutexGuard;
 
-use super::{Appended, Inner, NewEntry, Parent, Reader, Session, lock};
+use super::{Appended, Inner, NewEntry, Parent, Reader, Session, Writing, lock};
 use crate::commit::Durability;
 use crate::error::{AppendError, Invalid};
 use crate::frame;
@@ -14,6 +13,7 @@ use crate::journal;
 use crate::kind::EntryKind;
 use crate::projection::{CheckError, Source};
 use crate::record::{Checkout, Entry, EntryBody, Label, OpRecord};
+use crate::time::TsText;
 use crate::tree::{BranchFold, Reject, Tree, Walk};
 
 impl Session {
@@ -76,8 +76,8 @@ impl Session {
         durability: Option<Durability>,
         extra: &serde_json::Map<String, serde_json::Value>,
     ) -> Result<Appended, AppendError> {
-        let (durability, mut g) = self.begin_write(durability)?;
-        let inner = &mut *g;
+        let mut w = self.begin_write(durability)?;
+        let inner = &mut *w.g;
         let parent = match new.parent {
             Parent::Leaf => inner.tree.last().map(|n| inner.tree.entry_id(n)),
             Parent::Root => None,
@@ -159,8 +159,8 @@ impl Session {
                 CheckError::Invalid(i) => AppendError::from(i),
                 CheckError::Read(r) => r.into(),
             })?;
-        let seq = self.write_line(inner, ts, |seq, ts| {
-            frame::encode_entry_with(seq, ts, &entry, extra)
+        let seq = self.write_line(inner, ts, |line, seq, ts| {
+            frame::encode_entry_into(line, seq, ts, &entry, extra);
         })?;
         if let Some(p) = moved {
             inner.proj = p;
@@ -198,7 +198,7 @@ impl Session {
         };
         // Last: the projection takes the entry (a message moves into the context).
         inner.proj.push(&inner.tree, node, entry, &reader)?;
-        self.finish_write(g, seq + 1, durability)?;
+        self.finish_write(w, seq + 1)?;
         Ok(appended)
     }
 
@@ -229,47 +229,73 @@ impl Session {
         ts: Option<String>,
         durability: Option<Durability>,
     ) -> Result<Appended, AppendError> {
-        let (durability, mut g) = self.begin_write(durability)?;
-        {
-            let inner = &*g;
-            inner
-                .fold
-                .check_op(&self.id, &op, &inner.tree, &inner.proj)?;
-        }
-        let seq = self.write_line(&mut g, ts, |seq, ts| frame::encode_op(seq, ts, &op))?;
-        g.ops.push((seq, op.kind().to_owned()));
-        g.fold.apply_op(&op);
-        self.finish_write(g, seq + 1, durability)?;
+        let mut w = self.begin_write(durability)?;
+        let inner = &mut *w.g;
+        inner
+            .fold
+            .check_op(&self.id, &op, &inner.tree, &inner.proj)?;
+        let seq = self.write_line(inner, ts, |line, seq, ts| {
+            frame::encode_op_into(line, seq, ts, &op);
+        })?;
+        inner.ops.push((seq, op.kind().to_owned()));
+        inner.fold.apply_op(&op);
+        self.finish_write(w, seq + 1)?;
         Ok(Appended { seq, id: None })
     }
 
     /// Takes the session for a write, once the handle may write: the
-    /// durability to write under (the session's unless given) and the
-    /// locked state.
-    fn begin_write(
-        &self,
-        durability: Option<Durability>,
-    ) -> Result<(Durability, MutexGuard<'_, Inner>), AppendError> {
+    /// durability to write under (the session's unless given), the append
+    /// noted as in flight, and the locked state.
+    fn begin_write(&self, durability: Option<Durability>) -> Result<Writing<'_>, AppendError> {
         let durability = durability.unwrap_or_else(|| self.durability());
+        // In flight from before the lock: a group-commit leader waits (a
+        // little) for appenders queued on it too.
+        let flight = self.commit.begin();
         let g = lock(&self.inner);
         self.check_writable()?;
-        Ok((durability, g))
+        Ok(Writing {
+            durability,
+            flight,
+            g,
+        })
     }
 
     /// Writes one record line at the next `seq`, stamped `ts` (now unless
     /// given), and moves the session past it. Returns the line's `seq`.
+    ///
+    /// The line is encoded into a buffer the thread keeps from one append
+    /// to the next, so a record costs no allocation for its line.
     fn write_line(
         &self,
         inner: &mut Inner,
         ts: Option<String>,
-        encode: impl FnOnce(u64, &str) -> Vec<u8>,
+        encode: impl FnOnce(&mut Vec<u8>, u64, &str),
     ) -> Result<u64, AppendError> {
+        /// A buffer grown past this by a large record is not kept.
+        const KEEP: usize = 1 << 20;
+        thread_local! {
+            static LINE: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+        }
         let seq = inner.next_seq;
-        let ts = ts.unwrap_or_else(crate::time::now_rfc3339);
-        let line = encode(seq, &ts);
-        self.log.append(std::slice::from_ref(&line))?;
+        let now;
+        let ts = match &ts {
+            Some(ts) => ts.as_str(),
+            None => {
+                now = TsText::now();
+                now.as_str()
+            }
+        };
+        // (`try_with` fails only while the thread is being torn down.)
+        let mut line = LINE.try_with(std::cell::Cell::take).unwrap_or_default();
+        encode(&mut line, seq, ts);
+        let written = self.log.append(std::slice::from_ref(&line));
+        if line.capacity() <= KEEP {
+            let _ = LINE.try_with(|cell| cell.set(line));
+        }
+        written?;
         inner.next_seq += 1;
-        inner.last_ts = ts;
+        inner.last_ts.clear();
+        inner.last_ts.push_str(ts);
         Ok(seq)
     }
 

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use serde_json::Value;
 
 use crate::backend::{Backend, Log, TornTail};
-use crate::commit::{Durability, GroupCommit};
+use crate::commit::{CommitStats, Durability, GroupCommit, InFlight};
 use crate::error::{AppendError, Damage, LookupError, OpenError, ReadError};
 use crate::frame::{self, Frame};
 use crate::id::{EntryId, SessionId};
@@ -140,6 +140,14 @@ struct Inner {
     memory: Option<MemoryTracker>,
     /// Records the persisted index in force covers (0: none).
     indexed: u64,
+}
+
+/// A write in progress: its durability, the append noted in flight, and
+/// the locked state ([`Session::begin_write`] to [`Session::finish_write`]).
+struct Writing<'a> {
+    durability: Durability,
+    flight: InFlight<'a>,
+    g: MutexGuard<'a, Inner>,
 }
 
 /// Reads entries through the log for the projector.
@@ -567,6 +575,9 @@ impl Session {
                 cause,
             });
         }
+        // Every record below `upto` was written (Buffered appends leave
+        // that to this call).
+        self.commit.written(upto);
         self.commit.wait_durable(&*self.log, upto)
     }
 
@@ -657,16 +668,17 @@ impl Session {
         Ok(())
     }
 
-    /// Acknowledges a write under `durability`; releases the session lock
-    /// before waiting for a group sync.
-    fn finish_write(
-        &self,
-        g: MutexGuard<'_, Inner>,
-        upto: u64,
-        durability: Durability,
-    ) -> Result<(), AppendError> {
+    /// Acknowledges a write under its durability; releases the session
+    /// lock before waiting for a group sync.
+    fn finish_write(&self, w: Writing<'_>, upto: u64) -> Result<(), AppendError> {
+        let Writing {
+            durability,
+            flight,
+            g,
+        } = w;
         match durability {
             Durability::Sync => {
+                drop(flight);
                 self.log.sync()?;
                 self.commit.synced(upto);
                 drop(g);
@@ -674,14 +686,22 @@ impl Session {
             }
             Durability::Group => {
                 self.commit.written(upto);
+                drop(flight);
                 drop(g);
                 self.commit.wait_durable(&*self.log, upto)
             }
             Durability::Buffered => {
-                self.commit.written(upto);
+                // Nothing waits for it: `Session::sync` notes it written.
+                drop(flight);
                 drop(g);
                 Ok(())
             }
         }
+    }
+
+    /// How the group syncs of this handle went: the records each covered
+    /// ([`Durability::Group`] appends and [`Session::sync`]).
+    pub fn commit_stats(&self) -> CommitStats {
+        self.commit.stats()
     }
 }

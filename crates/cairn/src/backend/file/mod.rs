@@ -254,6 +254,30 @@ impl Backend for FileBackend {
             .collect())
     }
 
+    fn stamps(&self) -> Result<Vec<(SessionId, Stamp)>, StoreError> {
+        let want = |n: &str| n.ends_with(".jsonl");
+        let entries = match self.vfs.read_dir_metadata(&self.dir, &want) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            r => {
+                r.map_err(|source| StoreError::Io(IoFailure::new("list", self.describe(), source)))?
+            }
+        };
+        Ok(entries
+            .into_iter()
+            .filter_map(|(name, m)| {
+                let id = SessionId::parse(name.strip_suffix(".jsonl")?).ok()?;
+                let m = m.ok()?;
+                Some((
+                    id,
+                    Stamp {
+                        len: m.len,
+                        modified_ns: m.modified_ns,
+                    },
+                ))
+            })
+            .collect())
+    }
+
     fn stamp(&self, id: &SessionId) -> Result<Stamp, StoreError> {
         match self.vfs.metadata(&self.path(id)) {
             Ok(m) => Ok(Stamp {
@@ -305,7 +329,8 @@ impl Backend for FileBackend {
     }
 
     fn save_catalog(&self, catalog: &Catalog) {
-        let _ = vfs::write_atomic(&*self.vfs, &self.catalog, &catalog.to_bytes());
+        // A cache validated entry by entry against the logs: not synced.
+        let _ = vfs::replace_cache(&*self.vfs, &self.catalog, &catalog.to_bytes());
     }
 }
 

@@ -1,0 +1,254 @@
+//! Encoding: a record into its line, straight into a caller's buffer (an
+//! appender reuses one), in the exact form of `docs/FORMAT.md` §1.
+
+use super::TRAILER_PREFIX;
+use crate::id::EntryId;
+use crate::kind::RecordKind;
+use crate::record::{Body, Entry, EntryBody, OpRecord};
+
+fn entry_data(out: &mut Vec<u8>, body: &EntryBody) -> Result<(), serde_json::Error> {
+    match body {
+        EntryBody::Message(m) => serde_json::to_writer(&mut *out, m),
+        EntryBody::AppState(a) => serde_json::to_writer(&mut *out, a),
+        EntryBody::Compaction(c) => serde_json::to_writer(&mut *out, c),
+        EntryBody::Checkout(c) => serde_json::to_writer(&mut *out, c),
+        EntryBody::Settings(s) => serde_json::to_writer(&mut *out, s),
+        EntryBody::Label(l) => serde_json::to_writer(&mut *out, l),
+        EntryBody::SessionInfo(s) => serde_json::to_writer(&mut *out, s),
+        EntryBody::Custom(c) => serde_json::to_writer(&mut *out, c),
+        EntryBody::Ignored(u) => serde_json::to_writer(&mut *out, &u.data),
+    }
+}
+
+fn op_data(out: &mut Vec<u8>, op: &OpRecord) -> Result<(), serde_json::Error> {
+    match op {
+        OpRecord::OpStarted(r) => serde_json::to_writer(&mut *out, r),
+        OpRecord::ModelAttempted(r) => serde_json::to_writer(&mut *out, r),
+        OpRecord::UsageSettled(r) => serde_json::to_writer(&mut *out, r),
+        OpRecord::ApprovalRequested(r) => serde_json::to_writer(&mut *out, r),
+        OpRecord::ApprovalResolved(r) => serde_json::to_writer(&mut *out, r),
+        OpRecord::ToolDispatched(r) => serde_json::to_writer(&mut *out, r),
+        OpRecord::InputQueued(r) => serde_json::to_writer(&mut *out, r),
+        OpRecord::OpFinished(r) => serde_json::to_writer(&mut *out, r),
+        OpRecord::Ignored(u) => serde_json::to_writer(&mut *out, &u.data),
+    }
+}
+
+/// Encodes one record as a complete line, newline included.
+pub fn encode(seq: u64, ts: &str, body: &Body) -> Vec<u8> {
+    let mut line = Vec::with_capacity(512);
+    match body {
+        Body::Header(h) => {
+            encode_parts(&mut line, seq, ts, RecordKind::HEADER, false, None, |out| {
+                serde_json::to_writer(out, h)
+            })
+        }
+        Body::Entry(e) => encode_entry_into(&mut line, seq, ts, e, &serde_json::Map::new()),
+        Body::Op(op) => encode_op_into(&mut line, seq, ts, op),
+    }
+    line
+}
+
+/// Encodes an entry record.
+pub fn encode_entry(seq: u64, ts: &str, e: &Entry) -> Vec<u8> {
+    encode_entry_with(seq, ts, e, &serde_json::Map::new())
+}
+
+/// Encodes an entry record whose `data` object also holds `extra`: members
+/// the kind does not define (FORMAT.md section 1: a reader ignores them), e.g.
+/// the fields of an imported record cairn has no place for. A member the
+/// kind already writes is never replaced; `extra` is ignored for a kind
+/// whose `data` is not an object.
+pub fn encode_entry_with(
+    seq: u64,
+    ts: &str,
+    e: &Entry,
+    extra: &serde_json::Map<String, serde_json::Value>,
+) -> Vec<u8> {
+    let mut line = Vec::with_capacity(512);
+    encode_entry_into(&mut line, seq, ts, e, extra);
+    line
+}
+
+/// [`encode_entry_with`] into `line` (cleared first), so an appender can
+/// reuse one buffer: the data is serialized straight into it.
+pub(crate) fn encode_entry_into(
+    line: &mut Vec<u8>,
+    seq: u64,
+    ts: &str,
+    e: &Entry,
+    extra: &serde_json::Map<String, serde_json::Value>,
+) {
+    let ignorable = matches!(e.body, EntryBody::Ignored(_));
+    let ids = Some((&e.id, e.parent.as_ref()));
+    encode_parts(line, seq, ts, e.body.kind(), ignorable, ids, |out| {
+        if extra.is_empty() {
+            return entry_data(out, &e.body);
+        }
+        let mut data = Vec::new();
+        entry_data(&mut data, &e.body)?;
+        let mut value = serde_json::from_slice::<serde_json::Value>(&data)?;
+        if let Some(members) = value.as_object_mut() {
+            for (k, v) in extra {
+                if !members.contains_key(k) {
+                    members.insert(k.clone(), v.clone());
+                }
+            }
+        }
+        serde_json::to_writer(&mut *out, &value)
+    });
+}
+
+/// Encodes an operation-journal record.
+pub fn encode_op(seq: u64, ts: &str, op: &OpRecord) -> Vec<u8> {
+    let mut line = Vec::with_capacity(512);
+    encode_op_into(&mut line, seq, ts, op);
+    line
+}
+
+/// [`encode_op`] into `line` (cleared first).
+pub(crate) fn encode_op_into(line: &mut Vec<u8>, seq: u64, ts: &str, op: &OpRecord) {
+    let ignorable = matches!(op, OpRecord::Ignored(_));
+    encode_parts(line, seq, ts, op.kind(), ignorable, None, |out| {
+        op_data(out, op)
+    });
+}
+
+fn encode_parts(
+    line: &mut Vec<u8>,
+    seq: u64,
+    ts: &str,
+    kind: &str,
+    ignorable: bool,
+    ids: Option<(&EntryId, Option<&EntryId>)>,
+    data: impl FnOnce(&mut Vec<u8>) -> Result<(), serde_json::Error>,
+) {
+    line.clear();
+    frame_prefix(line, seq, ts, kind, ignorable, ids);
+    let data_at = line.len();
+    // Serializing cairn's own types cannot fail (every map key is a
+    // string); should it, the record holds `null` and fails to decode.
+    if data(line).is_err() {
+        line.truncate(data_at);
+        line.extend_from_slice(b"null");
+    }
+    seal(line);
+}
+
+/// Appends the frame members of a line up to and including `"data":`.
+pub(super) fn frame_prefix(
+    line: &mut Vec<u8>,
+    seq: u64,
+    ts: &str,
+    kind: &str,
+    ignorable: bool,
+    ids: Option<(&EntryId, Option<&EntryId>)>,
+) {
+    line.extend_from_slice(b"{\"seq\":");
+    push_u64(line, seq);
+    line.extend_from_slice(b",\"ts\":");
+    push_json_str(line, ts);
+    line.extend_from_slice(b",\"kind\":");
+    push_json_str(line, kind);
+    if ignorable {
+        line.extend_from_slice(b",\"ignorable\":true");
+    }
+    if let Some((id, parent)) = ids {
+        line.extend_from_slice(b",\"id\":");
+        push_json_str(line, id.as_str());
+        line.extend_from_slice(b",\"parent\":");
+        match parent {
+            Some(p) => push_json_str(line, p.as_str()),
+            None => line.extend_from_slice(b"null"),
+        }
+    }
+    line.extend_from_slice(b",\"data\":");
+}
+
+/// Appends the checksum trailer and newline to the covered bytes in `line`.
+pub fn seal(line: &mut Vec<u8>) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let crc = crc32c::crc32c(line);
+    line.extend_from_slice(TRAILER_PREFIX);
+    line.extend((0..8).rev().map(|i| HEX[(crc >> (4 * i)) as usize & 0xf]));
+    line.extend_from_slice(b"\"}\n");
+}
+
+/// Appends `n` in decimal.
+fn push_u64(out: &mut Vec<u8>, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
+}
+
+/// Appends `s` as a JSON string, as `serde_json` writes it.
+fn push_json_str(out: &mut Vec<u8>, s: &str) {
+    // Ids, kinds and times need no escape: copy them as they are.
+    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.push(b'"');
+        out.extend_from_slice(s.as_bytes());
+        out.push(b'"');
+        return;
+    }
+    // Writing a str into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut *out, s);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frame::decode_line;
+    use crate::record::{InputQueued, Message, Role};
+
+    #[test]
+    fn frame_numbers_and_strings_are_written_as_serde_json_writes_them() {
+        for n in [0, 1, 9, 10, 99, 100, 123_456_789, u64::MAX] {
+            let mut out = Vec::new();
+            push_u64(&mut out, n);
+            assert_eq!(out, n.to_string().into_bytes());
+        }
+        for s in [
+            "",
+            "a1b2c3d4",
+            "2026-11-30T00:00:00.000Z",
+            "x\"y",
+            "a\\b",
+            "t\u{1f}",
+            "é\u{7f}",
+        ] {
+            let mut out = Vec::new();
+            push_json_str(&mut out, s);
+            assert_eq!(out, serde_json::to_vec(s).unwrap(), "{s:?}");
+        }
+    }
+
+    #[test]
+    fn a_reused_buffer_encodes_exactly_what_a_new_one_does() {
+        let mut line = b"left over from a longer record".repeat(40);
+        let e = Entry {
+            id: EntryId::parse("a1b2c3d4").unwrap(),
+            parent: None,
+            body: EntryBody::Message(Message::text(Role::User, "hi")),
+        };
+        encode_entry_into(&mut line, 9, "t", &e, &serde_json::Map::new());
+        assert_eq!(line, encode_entry(9, "t", &e));
+        encode_op_into(
+            &mut line,
+            10,
+            "t",
+            &OpRecord::InputQueued(InputQueued {
+                op: "op-1".into(),
+                text: "x".into(),
+            }),
+        );
+        assert!(decode_line(&line).is_ok());
+    }
+}
