@@ -383,3 +383,35 @@ fn regression_a_working_directory_named_through_a_symlink_missed_changes_at_its_
     assert_eq!(names(&seen), [("d1/f1.txt", true), ("top.txt", true)]);
     assert!(!ws.is_watching());
 }
+
+/// A restore of many files (written, synced and renamed from several
+/// threads at once) brings every file back whole, both ways.
+#[test]
+fn a_restore_of_many_files_from_several_threads_brings_every_file_back() {
+    let s = setup(150);
+    let (start, changed) = around(&s, |work| {
+        for i in 0..150 {
+            let f = work.join(format!("d{}/f{i}.txt", i % 4));
+            std::fs::write(
+                f,
+                format!("file {i}, rewritten with {}\n", "x".repeat(2000)),
+            )
+            .unwrap();
+        }
+    });
+    assert_eq!(changed.len(), 150);
+    let rewritten = s.session.leaf().unwrap();
+    let report =
+        cairn_workspace::checkout_files(&s.session, &s.blobs, start.as_ref(), None, false).unwrap();
+    assert_eq!(report.restored.len(), 150);
+    for i in 0..150 {
+        let f = s.work.join(format!("d{}/f{i}.txt", i % 4));
+        assert_eq!(std::fs::read_to_string(f).unwrap(), format!("file {i}\n"));
+    }
+    cairn_workspace::checkout_files(&s.session, &s.blobs, Some(&rewritten), None, false).unwrap();
+    for i in 0..150 {
+        let f = s.work.join(format!("d{}/f{i}.txt", i % 4));
+        let text = std::fs::read_to_string(f).unwrap();
+        assert!(text.starts_with(&format!("file {i}, rewritten")), "{text}");
+    }
+}
