@@ -3,4 +3,6 @@
 //! `cairn_server::shapes`. They are part of the CLI's stable interface:
 //! documented in the crate README, fields only ever added.
 
-pub use cairn_server::shapes::{ContextShape, TreeShape, context, record, session, source_name};
+pub use cairn_server::shapes::{
+    ContextShape, ContextStreamShape, TreeShape, context, record, session, source_name,
+};

@@ -3,7 +3,9 @@
 //! (documented in the CLI's README and in `/openapi.json`; fields are only
 //! ever added).
 
-use cairn::{Context, Session, Source, Store};
+use std::cell::RefCell;
+
+use cairn::{ActiveCompaction, Context, ContextMessage, ContextStream, Session, Source, Store};
 use cairn_agent::describe::entry_line;
 use cairn_agent::tree::TreeView;
 use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
@@ -33,34 +35,87 @@ impl Serialize for ContextShape<'_> {
         m.serialize_entry("app_state", ctx.app_state())?;
         m.serialize_entry("settings", ctx.settings())?;
         m.serialize_entry("labels", ctx.labels())?;
-        m.serialize_entry(
-            "compaction",
-            &ctx.compaction().map(|c| {
-                json!({
-                    "entry": c.entry,
-                    "summary": c.summary,
-                    "first_kept": c.first_kept,
-                    "tokens_before": c.tokens_before,
-                })
-            }),
-        )?;
+        m.serialize_entry("compaction", &ctx.compaction().map(compaction_shape))?;
         m.end()
     }
+}
+
+fn compaction_shape(c: &ActiveCompaction) -> Value {
+    json!({
+        "entry": c.entry,
+        "summary": c.summary,
+        "first_kept": c.first_kept,
+        "tokens_before": c.tokens_before,
+    })
 }
 
 struct Messages<'a>(&'a Context);
 
 impl Serialize for Messages<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_seq(self.0.messages().iter().map(|m| {
-            let (source, namespace) = source_name(m.source());
-            MessageShape {
-                entry: m.entry(),
-                source,
-                namespace,
-                message: m.message(),
-            }
-        }))
+        s.collect_seq(self.0.messages().iter().map(MessageShape::of))
+    }
+}
+
+/// [`ContextShape`] of a [`ContextStream`]: the same bytes, with each
+/// message read, written and dropped in turn (`context --json`).
+pub struct ContextStreamShape<'a> {
+    /// The session's context, to be read once.
+    pub stream: &'a ContextStream,
+    /// The compaction in force, learned while the messages are written.
+    compaction: RefCell<Option<ActiveCompaction>>,
+}
+
+impl<'a> ContextStreamShape<'a> {
+    /// The shape of `stream`'s context.
+    pub fn new(stream: &'a ContextStream) -> ContextStreamShape<'a> {
+        ContextStreamShape {
+            stream,
+            compaction: RefCell::new(None),
+        }
+    }
+}
+
+impl Serialize for ContextStreamShape<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let st = self.stream;
+        let mut m = s.serialize_map(Some(7))?;
+        m.serialize_entry("session", st.id())?;
+        m.serialize_entry("leaf", &st.leaf())?;
+        m.serialize_entry("messages", &StreamedMessages(self))?;
+        m.serialize_entry("app_state", st.app_state())?;
+        m.serialize_entry("settings", st.settings())?;
+        m.serialize_entry("labels", st.labels())?;
+        m.serialize_entry(
+            "compaction",
+            &self.compaction.borrow().as_ref().map(compaction_shape),
+        )?;
+        m.end()
+    }
+}
+
+struct StreamedMessages<'a>(&'a ContextStreamShape<'a>);
+
+impl Serialize for StreamedMessages<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut seq = s.serialize_seq(None)?;
+        let mut failed = None;
+        let compaction = self
+            .0
+            .stream
+            .each_message(&mut |m| {
+                if failed.is_none()
+                    && let Err(e) = seq.serialize_element(&MessageShape::of(m))
+                {
+                    failed = Some(e);
+                }
+            })
+            .map_err(|e| serde::ser::Error::custom(format!("{e:#}")))?;
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        *self.0.compaction.borrow_mut() = compaction;
+        seq.end()
     }
 }
 
@@ -70,6 +125,18 @@ struct MessageShape<'a> {
     source: &'static str,
     namespace: Option<&'a str>,
     message: &'a cairn::Message,
+}
+
+impl MessageShape<'_> {
+    fn of(m: &ContextMessage) -> MessageShape<'_> {
+        let (source, namespace) = source_name(m.source());
+        MessageShape {
+            entry: m.entry(),
+            source,
+            namespace,
+            message: m.message(),
+        }
+    }
 }
 
 /// The name of a context message's source, and the namespace of a custom one.
@@ -321,6 +388,52 @@ mod stream_tests {
             serde_json::to_string_pretty(&tree_as_values(&s, &view)?)?
         );
         assert_eq!(tree(&s, &view)?, tree_as_values(&s, &view)?);
+        Ok(())
+    }
+
+    #[test]
+    fn streamed_context_of_an_indexed_session_is_byte_identical_to_the_context_shape()
+    -> anyhow::Result<()> {
+        let home = tempfile::tempdir()?;
+        let store = Store::open_dir(home.path());
+        let s = store.create(NewSession::default())?;
+        let root = s
+            .append(user("a \u{1b} question"))?
+            .id
+            .ok_or_else(|| anyhow::anyhow!("an entry has an id"))?;
+        let kept = s
+            .append(EntryBody::Message(calls(
+                "looking",
+                &[("c1", "ls", json!({}))],
+            )))?
+            .id;
+        s.append(tool_result("c1", "a b"))?;
+        s.append(EntryBody::Compaction(Compaction {
+            summary: "so far".into(),
+            first_kept: kept,
+            tokens_before: Some(12),
+        }))?;
+        s.append(assistant("after it"))?;
+        s.checkout(Some(&root), Some("went back".into()))?;
+        s.append(user("the other way"))?;
+        s.label("here", s.leaf().as_ref())?;
+        s.sync()?;
+        let id = s.id().clone();
+        for indexed in [false, true] {
+            if indexed {
+                assert!(s.save_index(), "the index is saved");
+            }
+            let read = store.open(&id, cairn::Access::Read)?;
+            let whole = serde_json::to_string_pretty(&ContextShape {
+                session: &read,
+                ctx: &read.context(),
+            })?;
+            let stream = store.open_context_stream(&id)?;
+            assert_eq!(
+                serde_json::to_string_pretty(&ContextStreamShape::new(&stream))?,
+                whole
+            );
+        }
         Ok(())
     }
 }
