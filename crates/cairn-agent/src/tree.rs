@@ -1,6 +1,8 @@
 //! A session's tree, for `cairn tree`, the HTML export's SVG, `tree --json`,
-//! the REPL's `/tree` and the demo: [`TreeView`] holds every entry,
-//! decoded, with the active path and labels; [`TreeView::rows`] lays it out
+//! the REPL's `/tree` and the demo: [`TreeView`] holds the structure of
+//! every entry (id, parent, children, record, active path, labels) but no
+//! bodies: [`TreeView::read`] reads one entry's record when it is drawn, so
+//! memory holds one body at a time. [`TreeView::rows`] lays it out
 //! as an indented drawing (a chain of entries drawn flat, a branch point
 //! indenting its children) and [`TreeView::layout`] in rows and lanes (a
 //! branch's first child continues its lane; later children open new ones).
@@ -62,9 +64,10 @@ pub fn describe(body: &EntryBody, max: usize) -> String {
 ///
 /// Read errors, write errors.
 pub fn render(session: &Session, out: &mut dyn Write) -> Result<()> {
-    let view = TreeView::load(session)?;
+    let view = TreeView::load(session);
     for (n, prefix) in view.rows(BOX) {
         let node = &view.nodes[n];
+        let (body, _) = view.read(session, n)?;
         let mark = if node.active { "*" } else { "o" };
         let tags = if node.labels.is_empty() {
             String::new()
@@ -81,7 +84,7 @@ pub fn render(session: &Session, out: &mut dyn Write) -> Result<()> {
             out,
             "{prefix}{mark} {} {}{tags}{here}",
             node.id,
-            describe(&node.body, 60)
+            describe(&body, 60)
         )?;
     }
     Ok(())
@@ -94,12 +97,8 @@ pub struct Node {
     pub id: EntryId,
     /// Its parent, if any.
     pub parent: Option<usize>,
-    /// Its record's position.
+    /// Its record's position (its body and time: [`TreeView::read`]).
     pub seq: u64,
-    /// When it was written.
-    pub ts: String,
-    /// What it records.
-    pub body: EntryBody,
     /// Its children, in append order.
     pub children: Vec<usize>,
     /// Whether it is on the branch from the root to the leaf.
@@ -131,12 +130,8 @@ pub struct Place {
 }
 
 impl TreeView {
-    /// Reads and decodes every entry of a session.
-    ///
-    /// # Errors
-    ///
-    /// When a record cannot be read back.
-    pub fn load(session: &Session) -> Result<TreeView> {
+    /// The structure of a session's tree, from its index: no record is read.
+    pub fn load(session: &Session) -> TreeView {
         let infos = session.nodes();
         let index: HashMap<EntryId, usize> = infos
             .iter()
@@ -151,14 +146,6 @@ impl TreeView {
         let mut nodes: Vec<Node> = Vec::with_capacity(infos.len());
         let mut roots = Vec::new();
         for (i, info) in infos.iter().enumerate() {
-            let rec = session.record(info.seq)?;
-            let Body::Entry(entry) = rec.body else {
-                bail!(
-                    "record {} should hold entry {} but does not",
-                    info.seq,
-                    info.id
-                );
-            };
             let parent = info.parent.as_ref().and_then(|p| index.get(p).copied());
             match parent.and_then(|p| nodes.get_mut(p)) {
                 Some(p) => p.children.push(i),
@@ -170,13 +157,36 @@ impl TreeView {
                 id: info.id.clone(),
                 parent,
                 seq: info.seq,
-                ts: rec.ts,
-                body: entry.body,
                 children: Vec::new(),
             });
         }
         let leaf = session.leaf().and_then(|l| index.get(&l).copied());
-        Ok(TreeView { nodes, roots, leaf })
+        TreeView { nodes, roots, leaf }
+    }
+
+    /// Reads and decodes node `n`'s record (checked as every read is): what
+    /// it records and when it was written.
+    ///
+    /// # Errors
+    ///
+    /// When the record cannot be read back, or holds no entry.
+    pub fn read(&self, session: &Session, n: usize) -> Result<(EntryBody, String)> {
+        let node = &self.nodes[n];
+        let rec = session.record(node.seq)?;
+        let Body::Entry(entry) = rec.body else {
+            bail!(
+                "record {} should hold entry {} but does not",
+                node.seq,
+                node.id
+            );
+        };
+        Ok((entry.body, rec.ts))
+    }
+
+    /// The nodes of the active branch, root first (a parent is always
+    /// appended before its children).
+    pub fn branch(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.nodes.len()).filter(|&n| self.nodes[n].active)
     }
 
     /// The rows of an indented drawing, in order: each node with the prefix
@@ -267,7 +277,7 @@ mod tests {
     fn first_children_keep_the_lane_and_later_ones_open_new_lanes() {
         let s = branched();
         put(&s, "r", Parent::Root);
-        let view = TreeView::load(&s).unwrap();
+        let view = TreeView::load(&s);
         let placed: Vec<(&str, usize, usize)> = view
             .layout()
             .iter()
@@ -290,7 +300,7 @@ mod tests {
     #[test]
     fn rows_keep_chains_flat_and_indent_branch_points() {
         let s = branched();
-        let view = TreeView::load(&s).unwrap();
+        let view = TreeView::load(&s);
         let rows: Vec<(&str, String)> = view
             .rows(ASCII)
             .into_iter()

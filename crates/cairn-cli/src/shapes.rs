@@ -3,4 +3,6 @@
 //! `cairn_server::shapes`. They are part of the CLI's stable interface:
 //! documented in the crate README, fields only ever added.
 
-pub use cairn_server::shapes::{ContextShape, context, record, session, source_name, tree};
+pub use cairn_server::shapes::{
+    ContextShape, ContextStreamShape, TreeShape, context, record, session, source_name,
+};

@@ -865,6 +865,42 @@ fn export_json_holds_every_entry_as_stored() {
     assert_eq!(v["context"]["leaf"], "t5");
 }
 
+/// The exports are written as they are read: a damaged record met half-way
+/// (here on a side branch, which the indexed open does not read) stops the
+/// export with the record named, and the half-written file is removed.
+#[test]
+fn an_export_that_meets_a_damaged_record_fails_and_leaves_no_partial_file() {
+    use cairn::testkit::build::{assistant, user};
+    let home = Home::new();
+    let store = home.store();
+    let s = store.create(cairn::NewSession::default()).unwrap();
+    let root = s.append(user("the root")).unwrap().id.unwrap();
+    s.append(assistant("a side remark to damage")).unwrap();
+    s.append_entry(cairn::NewEntry {
+        id: None,
+        parent: cairn::Parent::Entry(root),
+        body: assistant("the kept answer"),
+    })
+    .unwrap();
+    s.sync().unwrap();
+    assert!(s.save_index(), "the index is saved");
+    let id = s.id().to_string();
+    drop(s);
+    let path = home.file(&id);
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, text.replace("to damage", "to DAMAGE")).unwrap();
+    // The open trusts the index and reads only the branch: it succeeds.
+    home.cairn().args(["context", &id]).assert().success();
+    let file = home.path().join("out.json");
+    home.cairn()
+        .args(["export", &id, "-f", "json", "-o"])
+        .arg(&file)
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("cannot write").and(predicate::str::contains("checksum")));
+    assert!(!file.exists(), "no half-written export is left");
+}
+
 #[test]
 fn export_html_is_self_contained_with_one_svg_node_per_entry() {
     let home = Home::new();

@@ -90,3 +90,33 @@ fn one_step_is_shown_whole() {
     insta::assert_snapshot!("step_tool_whole", run(&home, &["steps", BOSS, "s0003"]));
     insta::assert_snapshot!("step_delegate_whole", run(&home, &["steps", BOSS, "s0008"]));
 }
+
+// The exports and `tree --json` are written as they are rendered, a record or
+// an entry at a time; these snapshots were taken from the output of the
+// version that rendered each one whole in memory, and pin it byte for byte.
+
+fn story(args: &[&str]) -> String {
+    let home = Home::new();
+    storyboard(&home);
+    run(&home, args)
+}
+
+#[test]
+fn export_markdown_streams_the_same_transcript() {
+    insta::assert_snapshot!("export_md", story(&["export", STORY, "-f", "md"]));
+}
+
+#[test]
+fn export_html_streams_the_same_page() {
+    insta::assert_snapshot!("export_html", story(&["export", STORY, "-f", "html"]));
+}
+
+#[test]
+fn export_json_streams_the_same_document() {
+    insta::assert_snapshot!("export_json", story(&["export", STORY, "-f", "json"]));
+}
+
+#[test]
+fn tree_json_streams_the_same_document() {
+    insta::assert_snapshot!("tree_json", story(&["tree", STORY, "--json"]));
+}

@@ -483,9 +483,9 @@ fn state(s: &Session, ctx: Arc<Context>) -> Result<Value, ApiError> {
 }
 
 fn tree(_: &Hub, s: &Session) -> Result<Value, ApiError> {
-    let view = cairn_agent::tree::TreeView::load(s)
-        .map_err(|e| ApiError::internal(format!("{e:#}"), "run `cairn fsck` on the session"))?;
-    Ok(shapes::tree(s, &view))
+    let view = cairn_agent::tree::TreeView::load(s);
+    shapes::tree(s, &view)
+        .map_err(|e| ApiError::internal(format!("{e:#}"), "run `cairn fsck` on the session"))
 }
 
 fn steps(_: &Hub, s: &Session) -> Result<Value, ApiError> {

@@ -3,10 +3,12 @@
 //! (documented in the CLI's README and in `/openapi.json`; fields are only
 //! ever added).
 
-use cairn::{Context, Session, Source, Store};
+use std::cell::RefCell;
+
+use cairn::{ActiveCompaction, Context, ContextMessage, ContextStream, Session, Source, Store};
 use cairn_agent::describe::entry_line;
 use cairn_agent::tree::TreeView;
-use serde::ser::{Serialize, SerializeMap, Serializer};
+use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
 use serde_json::{Value, json};
 
 /// `context --json`, and the `context` field of `show --json`.
@@ -33,34 +35,87 @@ impl Serialize for ContextShape<'_> {
         m.serialize_entry("app_state", ctx.app_state())?;
         m.serialize_entry("settings", ctx.settings())?;
         m.serialize_entry("labels", ctx.labels())?;
-        m.serialize_entry(
-            "compaction",
-            &ctx.compaction().map(|c| {
-                json!({
-                    "entry": c.entry,
-                    "summary": c.summary,
-                    "first_kept": c.first_kept,
-                    "tokens_before": c.tokens_before,
-                })
-            }),
-        )?;
+        m.serialize_entry("compaction", &ctx.compaction().map(compaction_shape))?;
         m.end()
     }
+}
+
+fn compaction_shape(c: &ActiveCompaction) -> Value {
+    json!({
+        "entry": c.entry,
+        "summary": c.summary,
+        "first_kept": c.first_kept,
+        "tokens_before": c.tokens_before,
+    })
 }
 
 struct Messages<'a>(&'a Context);
 
 impl Serialize for Messages<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_seq(self.0.messages().iter().map(|m| {
-            let (source, namespace) = source_name(m.source());
-            MessageShape {
-                entry: m.entry(),
-                source,
-                namespace,
-                message: m.message(),
-            }
-        }))
+        s.collect_seq(self.0.messages().iter().map(MessageShape::of))
+    }
+}
+
+/// [`ContextShape`] of a [`ContextStream`]: the same bytes, with each
+/// message read, written and dropped in turn (`context --json`).
+pub struct ContextStreamShape<'a> {
+    /// The session's context, to be read once.
+    pub stream: &'a ContextStream,
+    /// The compaction in force, learned while the messages are written.
+    compaction: RefCell<Option<ActiveCompaction>>,
+}
+
+impl<'a> ContextStreamShape<'a> {
+    /// The shape of `stream`'s context.
+    pub fn new(stream: &'a ContextStream) -> ContextStreamShape<'a> {
+        ContextStreamShape {
+            stream,
+            compaction: RefCell::new(None),
+        }
+    }
+}
+
+impl Serialize for ContextStreamShape<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let st = self.stream;
+        let mut m = s.serialize_map(Some(7))?;
+        m.serialize_entry("session", st.id())?;
+        m.serialize_entry("leaf", &st.leaf())?;
+        m.serialize_entry("messages", &StreamedMessages(self))?;
+        m.serialize_entry("app_state", st.app_state())?;
+        m.serialize_entry("settings", st.settings())?;
+        m.serialize_entry("labels", st.labels())?;
+        m.serialize_entry(
+            "compaction",
+            &self.compaction.borrow().as_ref().map(compaction_shape),
+        )?;
+        m.end()
+    }
+}
+
+struct StreamedMessages<'a>(&'a ContextStreamShape<'a>);
+
+impl Serialize for StreamedMessages<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut seq = s.serialize_seq(None)?;
+        let mut failed = None;
+        let compaction = self
+            .0
+            .stream
+            .each_message(&mut |m| {
+                if failed.is_none()
+                    && let Err(e) = seq.serialize_element(&MessageShape::of(m))
+                {
+                    failed = Some(e);
+                }
+            })
+            .map_err(|e| serde::ser::Error::custom(format!("{e:#}")))?;
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        *self.0.compaction.borrow_mut() = compaction;
+        seq.end()
     }
 }
 
@@ -70,6 +125,18 @@ struct MessageShape<'a> {
     source: &'static str,
     namespace: Option<&'a str>,
     message: &'a cairn::Message,
+}
+
+impl MessageShape<'_> {
+    fn of(m: &ContextMessage) -> MessageShape<'_> {
+        let (source, namespace) = source_name(m.source());
+        MessageShape {
+            entry: m.entry(),
+            source,
+            namespace,
+            message: m.message(),
+        }
+    }
 }
 
 /// The name of a context message's source, and the namespace of a custom one.
@@ -132,39 +199,82 @@ pub fn record(raw: &[u8]) -> anyhow::Result<Value> {
 
 /// `tree --json`, and `GET /sessions/{id}/tree`: every entry with its one-line
 /// summary, labels, children and whether it is on the active branch.
-pub fn tree(session: &Session, view: &TreeView) -> Value {
-    let nodes: Vec<Value> = view
-        .nodes
-        .iter()
-        .map(|n| {
-            let d = entry_line(&n.body);
-            json!({
-                "id": n.id,
-                "parent": n.parent.map(|p| &view.nodes[p].id),
-                "seq": n.seq,
-                "ts": n.ts,
-                "kind": n.body.kind(),
-                "summary": format!("{} {}", d.tag, d.text),
-                "labels": n.labels,
-                "active": n.active,
-                "children": n.children.iter().map(|&c| &view.nodes[c].id).collect::<Vec<_>>(),
-            })
-        })
-        .collect();
-    json!({
-        "session": session.id(),
-        "leaf": session.leaf(),
-        "active": session.branch(),
-        "labels": session.labels(),
-        "nodes": nodes,
-    })
+///
+/// # Errors
+///
+/// When an entry's record cannot be read back.
+pub fn tree(session: &Session, view: &TreeView) -> Result<Value, serde_json::Error> {
+    serde_json::to_value(TreeShape { session, view })
+}
+
+/// The shape of [`tree`], serialized as it is written (`tree --json` streams
+/// it): each entry's record is read when its node is written and dropped
+/// after, so memory holds the tree's structure and one body.
+pub struct TreeShape<'a> {
+    /// The session.
+    pub session: &'a Session,
+    /// Its tree.
+    pub view: &'a TreeView,
+}
+
+impl Serialize for TreeShape<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let session = self.session;
+        let mut m = s.serialize_map(Some(5))?;
+        m.serialize_entry("session", session.id())?;
+        m.serialize_entry("leaf", &session.leaf())?;
+        m.serialize_entry("active", &session.branch())?;
+        m.serialize_entry("labels", &session.labels())?;
+        m.serialize_entry("nodes", &TreeNodes(self))?;
+        m.end()
+    }
+}
+
+struct TreeNodes<'a>(&'a TreeShape<'a>);
+
+impl Serialize for TreeNodes<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let TreeShape { session, view } = *self.0;
+        let mut seq = s.serialize_seq(Some(view.nodes.len()))?;
+        for (i, n) in view.nodes.iter().enumerate() {
+            let (body, ts) = view
+                .read(session, i)
+                .map_err(|e| serde::ser::Error::custom(format!("{e:#}")))?;
+            let d = entry_line(&body);
+            seq.serialize_element(&NodeShape {
+                id: &n.id,
+                parent: n.parent.map(|p| &view.nodes[p].id),
+                seq: n.seq,
+                ts: &ts,
+                kind: body.kind(),
+                summary: format!("{} {}", d.tag, d.text),
+                labels: &n.labels,
+                active: n.active,
+                children: n.children.iter().map(|&c| &view.nodes[c].id).collect(),
+            })?;
+        }
+        seq.end()
+    }
+}
+
+#[derive(serde::Serialize)]
+struct NodeShape<'a> {
+    id: &'a cairn::EntryId,
+    parent: Option<&'a cairn::EntryId>,
+    seq: u64,
+    ts: &'a str,
+    kind: &'a str,
+    summary: String,
+    labels: &'a [String],
+    active: bool,
+    children: Vec<&'a cairn::EntryId>,
 }
 
 #[cfg(test)]
 mod stream_tests {
     use super::*;
-    use cairn::testkit::build::{assistant, user};
-    use cairn::{Compaction, EntryBody, MemoryBackend, NewSession};
+    use cairn::testkit::build::{assistant, calls, tool_result, user};
+    use cairn::{Compaction, EntryBody, MemoryBackend, NewEntry, NewSession, Parent};
 
     /// The shape as it was built before it streamed: a `Value` per message.
     fn as_values(session: &Session, ctx: &Context) -> Value {
@@ -206,6 +316,124 @@ mod stream_tests {
             streamed,
             serde_json::to_string_pretty(&as_values(&s, &ctx))?
         );
+        Ok(())
+    }
+
+    /// The tree shape as it was built before it streamed: every body read
+    /// first, then one `Value` per node.
+    fn tree_as_values(session: &Session, view: &TreeView) -> anyhow::Result<Value> {
+        let read = (0..view.nodes.len())
+            .map(|n| view.read(session, n))
+            .collect::<anyhow::Result<Vec<(EntryBody, String)>>>()?;
+        let nodes: Vec<Value> = view
+            .nodes
+            .iter()
+            .zip(&read)
+            .map(|(n, (body, ts))| {
+                let d = entry_line(body);
+                json!({
+                    "id": n.id,
+                    "parent": n.parent.map(|p| &view.nodes[p].id),
+                    "seq": n.seq,
+                    "ts": ts,
+                    "kind": body.kind(),
+                    "summary": format!("{} {}", d.tag, d.text),
+                    "labels": n.labels,
+                    "active": n.active,
+                    "children": n.children.iter().map(|&c| &view.nodes[c].id).collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        Ok(json!({
+            "session": session.id(),
+            "leaf": session.leaf(),
+            "active": session.branch(),
+            "labels": session.labels(),
+            "nodes": nodes,
+        }))
+    }
+
+    #[test]
+    fn streamed_tree_json_is_byte_identical_to_the_value_it_replaced() -> anyhow::Result<()> {
+        let s = Session::create(&MemoryBackend::new(), NewSession::default())?;
+        let root = s
+            .append(user("list the files"))?
+            .id
+            .ok_or_else(|| anyhow::anyhow!("an entry has an id"))?;
+        s.append(EntryBody::Message(calls(
+            "looking",
+            &[("c1", "ls", json!({"dir": "."}))],
+        )))?;
+        s.append(tool_result("c1", "a\nb"))?;
+        let answered = s.append(assistant("a and b"))?.id;
+        s.append(EntryBody::Compaction(Compaction {
+            summary: "listed".into(),
+            first_kept: answered,
+            tokens_before: Some(40),
+        }))?;
+        s.label("start", Some(&root))?;
+        s.append_entry(NewEntry {
+            id: None,
+            parent: Parent::Entry(root),
+            body: user("another way \u{1b}"),
+        })?;
+        s.append(assistant("on the second branch"))?;
+        let view = TreeView::load(&s);
+        let streamed = serde_json::to_string_pretty(&TreeShape {
+            session: &s,
+            view: &view,
+        })?;
+        assert_eq!(
+            streamed,
+            serde_json::to_string_pretty(&tree_as_values(&s, &view)?)?
+        );
+        assert_eq!(tree(&s, &view)?, tree_as_values(&s, &view)?);
+        Ok(())
+    }
+
+    #[test]
+    fn streamed_context_of_an_indexed_session_is_byte_identical_to_the_context_shape()
+    -> anyhow::Result<()> {
+        let home = tempfile::tempdir()?;
+        let store = Store::open_dir(home.path());
+        let s = store.create(NewSession::default())?;
+        let root = s
+            .append(user("a \u{1b} question"))?
+            .id
+            .ok_or_else(|| anyhow::anyhow!("an entry has an id"))?;
+        let kept = s
+            .append(EntryBody::Message(calls(
+                "looking",
+                &[("c1", "ls", json!({}))],
+            )))?
+            .id;
+        s.append(tool_result("c1", "a b"))?;
+        s.append(EntryBody::Compaction(Compaction {
+            summary: "so far".into(),
+            first_kept: kept,
+            tokens_before: Some(12),
+        }))?;
+        s.append(assistant("after it"))?;
+        s.checkout(Some(&root), Some("went back".into()))?;
+        s.append(user("the other way"))?;
+        s.label("here", s.leaf().as_ref())?;
+        s.sync()?;
+        let id = s.id().clone();
+        for indexed in [false, true] {
+            if indexed {
+                assert!(s.save_index(), "the index is saved");
+            }
+            let read = store.open(&id, cairn::Access::Read)?;
+            let whole = serde_json::to_string_pretty(&ContextShape {
+                session: &read,
+                ctx: &read.context(),
+            })?;
+            let stream = store.open_context_stream(&id)?;
+            assert_eq!(
+                serde_json::to_string_pretty(&ContextStreamShape::new(&stream))?,
+                whole
+            );
+        }
         Ok(())
     }
 }

@@ -87,7 +87,9 @@ pub use recovery::{
     APPROVAL_INTERRUPTED, Action, ActionKind, DENIED_BY_PERSON, Decision, MAX_RECOVERY_ROUNDS,
     Pending, Policy, RecoveryError, RecoveryReport, Resolver, ToolRunner, recover, recover_with,
 };
-pub use session::{Appended, NewEntry, NewSession, NodeInfo, OpenReport, Parent, Session, WRITER};
+pub use session::{
+    Appended, ContextStream, NewEntry, NewSession, NodeInfo, OpenReport, Parent, Session, WRITER,
+};
 pub use store::{Store, child_reference, locate_path, referenced_session, summary_of};
 pub use summary::{FIRST_MESSAGE_CHARS, LastOperation, ListingFold, SessionSummary, excerpt};
 pub use time::{format_millis, now_rfc3339, parse_millis};

@@ -19,7 +19,7 @@ use crate::id::{self, EntryId, SessionId};
 use crate::journal::{OpPhase, Status};
 use crate::kind::OpKind;
 use crate::record::{Body, EntryBody, ForkOrigin, Lineage};
-use crate::session::{NewEntry, NewSession, Parent, Session};
+use crate::session::{ContextStream, NewEntry, NewSession, Parent, Session};
 use crate::summary::{FIRST_MESSAGE_CHARS, LastOperation, ListingFold, SessionSummary, excerpt};
 
 /// Many sessions behind one backend.
@@ -73,6 +73,16 @@ impl Store {
     /// As [`Session::open`].
     pub fn open(&self, id: &SessionId, access: Access) -> Result<Session, OpenError> {
         Session::open(&*self.backend, id, access)
+    }
+
+    /// Opens a session read-only to read its context once, a message at a
+    /// time ([`ContextStream`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`Session::open`].
+    pub fn open_context_stream(&self, id: &SessionId) -> Result<ContextStream, OpenError> {
+        ContextStream::open(&*self.backend, id)
     }
 
     /// Resolves a full id or a unique id prefix.

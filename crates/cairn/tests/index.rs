@@ -189,6 +189,14 @@ fn flip(path: &Path, at: usize) {
     fs::write(path, b).expect("write");
 }
 
+/// Flips a byte of a message in the kept range (its line is 20 from the
+/// end); returns that line's number.
+fn damage_a_kept_message(f: &Fixture) -> usize {
+    let ends = line_ends(&fs::read(f.log()).expect("read"));
+    flip(&f.log(), ends[ends.len() - 20] + 40);
+    ends.len() - 18
+}
+
 #[test]
 fn a_long_open_writes_the_index_and_the_next_open_uses_it() {
     let f = Fixture::new();
@@ -336,11 +344,7 @@ fn damage_after_the_index_refuses_to_open() {
 fn damage_in_an_indexed_record_of_the_context_refuses_to_open_and_fsck_finds_it() {
     let f = Fixture::new();
     drop(f.open(Access::Write).expect("index"));
-    let bytes = fs::read(f.log()).expect("read");
-    // A message in the kept range: its line is 20 from the end.
-    let ends = line_ends(&bytes);
-    let at = ends[ends.len() - 20] + 40;
-    flip(&f.log(), at);
+    damage_a_kept_message(&f);
     match f.open(Access::Read) {
         Err(OpenError::Damaged(_)) => {}
         other => panic!("expected damage, got {other:?}"),
@@ -472,4 +476,56 @@ fn an_index_of_the_old_layout_is_rebuilt() {
     fs::write(f.index(), &idx).expect("write");
     let s = open_saying(&f, Access::Write, "layout version 1");
     assert_eq!(View::of(&s), want);
+}
+
+/// The messages a context stream hands over, as `View::texts` shows them,
+/// and its compaction's summary.
+fn streamed(f: &Fixture) -> (Vec<String>, Option<String>) {
+    let stream = f.store().open_context_stream(&f.id).expect("open");
+    let mut texts = Vec::new();
+    let compaction = stream
+        .each_message(&mut |m| texts.push(m.message().plain_text()))
+        .expect("read");
+    (texts, compaction.map(|c| c.summary))
+}
+
+#[test]
+fn a_context_stream_hands_over_the_context_with_or_without_the_index() {
+    let f = Fixture::new();
+    let reference = f.reference();
+    let summary = Some("the story so far".to_owned());
+    // No index: the open reads the messages; with the index at the leaf,
+    // they are read as they are handed over; with entries after it, the
+    // open reads them again.
+    assert_eq!(streamed(&f), (reference.texts.clone(), summary.clone()));
+    drop(f.open(Access::Write).expect("index"));
+    assert_eq!(streamed(&f), (reference.texts.clone(), summary.clone()));
+    let stream = f.store().open_context_stream(&f.id).expect("open");
+    assert_eq!(stream.app_state(), &reference.state);
+    assert_eq!(stream.settings(), &reference.settings);
+    assert_eq!(
+        stream.labels().keys().cloned().collect::<Vec<_>>(),
+        reference.labels
+    );
+    assert_eq!(stream.leaf().map(|l| l.to_string()), reference.leaf);
+    let f = Fixture::indexed_then_five_more();
+    assert_eq!(streamed(&f), (f.reference().texts, summary));
+}
+
+#[test]
+fn a_context_stream_reads_each_message_checked_and_reports_damage() {
+    let f = Fixture::new();
+    drop(f.open(Access::Write).expect("index"));
+    let line = damage_a_kept_message(&f);
+    // The open trusts the index and reads no message; the damaged one is
+    // found when its turn comes.
+    let stream = f.store().open_context_stream(&f.id).expect("open");
+    let mut handed = 0;
+    match stream.each_message(&mut |_| handed += 1) {
+        Err(cairn::ReadError::Damaged(d)) => {
+            assert_eq!(d.line as usize, line, "{d:?}");
+        }
+        other => panic!("expected damage, got {other:?}"),
+    }
+    assert!(handed > 0, "the messages before it were handed over");
 }

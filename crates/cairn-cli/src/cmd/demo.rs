@@ -183,7 +183,7 @@ pub fn run(ctx: &Ctx) -> Result<Status> {
             (Style::Bold, &format!("{} ", session.id())),
             (Style::Plain, &format!("{title:?}")),
         ])?;
-        draw(tour.out, &TreeView::load(session)?, UNICODE)?;
+        draw(tour.out, session, &TreeView::load(session), UNICODE)?;
         tour.out.nl()?;
     }
 
@@ -389,7 +389,7 @@ fn file_name(path: &str) -> String {
 pub fn tree_printer(look: Look) -> cairn_agent::tree::TreePrinter {
     std::sync::Arc::new(move |session: &Session, w: &mut dyn std::io::Write| {
         let mut out = Out::new(w, look);
-        draw(&mut out, &TreeView::load(session)?, UNICODE)?;
+        draw(&mut out, session, &TreeView::load(session), UNICODE)?;
         out.flush()?;
         Ok(())
     })

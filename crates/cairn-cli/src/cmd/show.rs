@@ -63,17 +63,16 @@ pub fn show(ctx: &Ctx, arg: &SessionArg, json: bool, with_memory: bool) -> Resul
 ///
 /// Opening the session, or writing output.
 pub fn context(ctx: &Ctx, arg: &SessionArg, json: bool) -> Result<Status> {
-    let (_, session) = target::open(ctx, &target::spec(arg)?, Access::Read)?;
-    let context = session.context();
     let mut out = ctx.out();
     if json {
-        out.json_stream(&shapes::ContextShape {
-            session: &session,
-            ctx: &context,
-        })?;
-    } else {
-        render_context(&mut out, &context)?;
+        // Each message is read, written and dropped in turn.
+        let (store, id) = target::locate(ctx, &target::spec(arg)?)?;
+        let stream = store.open_context_stream(&id)?;
+        out.json_stream(&shapes::ContextStreamShape::new(&stream))?;
+        return Ok(Status::Ok);
     }
+    let (_, session) = target::open(ctx, &target::spec(arg)?, Access::Read)?;
+    render_context(&mut out, &session.context())?;
     Ok(Status::Ok)
 }
 

@@ -1,10 +1,12 @@
 //! `cairn tree`: every entry of a session as an indented tree. A chain of
 //! single children stays in one column; a branch point opens `├─`/`└─`
 //! branches. Entries on the active path are marked `●`, others `○`; the leaf
-//! is marked `◀ leaf`; labels are shown in brackets.
+//! is marked `◀ leaf`; labels are shown in brackets. Lines are written as
+//! they are drawn: the tree's structure is held, each entry's record is read
+//! for its line and dropped after.
 
 use anyhow::Result;
-use cairn::Access;
+use cairn::{Access, EntryBody, Session};
 
 use super::Status;
 use crate::args::SessionArg;
@@ -47,10 +49,13 @@ pub const ASCII: Glyphs = Glyphs {
 /// Opening or reading the session, or writing output.
 pub fn run(ctx: &Ctx, arg: &SessionArg, ascii: bool, depth: usize, json: bool) -> Result<Status> {
     let (store, session) = target::open(ctx, &target::spec(arg)?, Access::Read)?;
-    let view = TreeView::load(&session)?;
+    let view = TreeView::load(&session);
     let mut out = ctx.out();
     if json {
-        out.json(&crate::shapes::tree(&session, &view))?;
+        out.json_stream(&crate::shapes::TreeShape {
+            session: &session,
+            view: &view,
+        })?;
         return Ok(Status::Ok);
     }
     let title = session
@@ -73,7 +78,7 @@ pub fn run(ctx: &Ctx, arg: &SessionArg, ascii: bool, depth: usize, json: bool) -
         out.spans(&[(Style::Dim, "(no entries yet)")])?;
     }
     let g = if ascii { ASCII } else { UNICODE };
-    draw_nested(&mut out, &store, session.id(), &view, g, depth, "")?;
+    draw_nested(&mut out, &store, &session, &view, g, depth, "")?;
     Ok(Status::Ok)
 }
 
@@ -83,20 +88,21 @@ pub fn run(ctx: &Ctx, arg: &SessionArg, ascii: bool, depth: usize, json: bool) -
 fn draw_nested(
     out: &mut Out<'_>,
     store: &cairn::Store,
-    id: &cairn::SessionId,
+    session: &Session,
     view: &TreeView,
     g: Glyphs,
     depth: usize,
     outer: &str,
 ) -> Result<()> {
     let spawned: std::collections::HashMap<String, cairn::SessionId> = store
-        .children(id)?
+        .children(session.id())?
         .into_iter()
         .map(|(s, origin)| (origin.call_id, s.id))
         .collect();
     for (n, prefix) in view.rows(g.lines) {
-        line(out, view, n, &format!("{outer}{prefix}"), g)?;
-        let cairn::EntryBody::Message(m) = &view.nodes[n].body else {
+        let (body, _) = view.read(session, n)?;
+        line(out, view, n, &body, &format!("{outer}{prefix}"), g)?;
+        let cairn::EntryBody::Message(m) = &body else {
             continue;
         };
         let children = m.content.iter().flat_map(|b| match b {
@@ -134,8 +140,8 @@ fn draw_nested(
                 ),
             ])?;
             if let Ok(Some(session)) = opened {
-                let child_view = TreeView::load(&session)?;
-                draw_nested(out, store, &child, &child_view, g, depth - 1, &inner)?;
+                let child_view = TreeView::load(&session);
+                draw_nested(out, store, &session, &child_view, g, depth - 1, &inner)?;
             }
         }
     }
@@ -146,10 +152,11 @@ fn draw_nested(
 ///
 /// # Errors
 ///
-/// Write errors.
-pub fn draw(out: &mut Out<'_>, view: &TreeView, g: Glyphs) -> std::io::Result<()> {
+/// Read errors, write errors.
+pub fn draw(out: &mut Out<'_>, session: &Session, view: &TreeView, g: Glyphs) -> Result<()> {
     for (n, prefix) in view.rows(g.lines) {
-        line(out, view, n, &prefix, g)?;
+        let (body, _) = view.read(session, n)?;
+        line(out, view, n, &body, &prefix, g)?;
     }
     Ok(())
 }
@@ -158,11 +165,12 @@ fn line(
     out: &mut Out<'_>,
     view: &TreeView,
     n: usize,
+    body: &EntryBody,
     prefix: &str,
     g: Glyphs,
 ) -> std::io::Result<()> {
     let node = &view.nodes[n];
-    let d = entry_line(&node.body);
+    let d = entry_line(body);
     let mark = if node.active { g.on } else { g.off };
     let id = format!("{:<8}", target::short_entry(&node.id));
     let labels = if node.labels.is_empty() {

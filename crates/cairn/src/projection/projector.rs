@@ -13,8 +13,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::{
-    Context, ContextMessage, Messages, Source, active, apply_state, merge_settings, message_from,
-    message_of, summary_message,
+    ActiveCompaction, Context, ContextMessage, Messages, Source, active, apply_state,
+    merge_settings, message_from, message_of, summary_message,
 };
 use crate::error::{Invalid, ReadError};
 use crate::id::EntryId;
@@ -50,7 +50,8 @@ struct Call {
 /// again. Positions are on the branch from the root to `leaf`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Saved {
-    leaf: u32,
+    /// The entry it stands at.
+    pub leaf: u32,
     app_state: Value,
     settings: Map<String, Value>,
     /// Positions of the app-state entries.
@@ -131,11 +132,16 @@ impl Projector {
     /// read. `None` when `saved` does not fit `tree` (its leaf is not an
     /// entry the persisted index covers, an entry it names is not on the
     /// branch, or not of its kind): it is then not trusted.
+    ///
+    /// With `messages` false the messages are left out (the context holds
+    /// none): only for a reader that takes them with
+    /// [`Projector::each_message`] and never hands this context out.
     pub fn restore(
         initial_state: Value,
         saved: Saved,
         tree: &Tree,
         src: &dyn EntrySource,
+        messages: bool,
     ) -> Result<Option<Projector>, ReadError> {
         if saved.leaf >= tree.base_len() {
             return Ok(None);
@@ -165,7 +171,9 @@ impl Projector {
             ctx.leaf = Some(tree.entry_id(saved.leaf));
         }
         p.path = path;
-        p.rebuild_messages(tree, src)?;
+        if messages {
+            p.rebuild_messages(tree, src)?;
+        }
         Ok(Some(p))
     }
 
@@ -369,7 +377,29 @@ impl Projector {
     /// Recomputes the messages from the active compaction's kept range (or the root).
     fn rebuild_messages(&mut self, tree: &Tree, src: &dyn EntrySource) -> Result<(), ReadError> {
         let mut messages = Messages::new();
-        self.calls.clear();
+        let mut calls = HashMap::new();
+        let (compaction, start) = self.each_message(tree, src, &mut |m| {
+            Self::track_calls(&mut calls, &m);
+            messages.push(m);
+        })?;
+        self.calls = calls;
+        self.kept_from = start;
+        let ctx = Arc::make_mut(&mut self.ctx);
+        ctx.messages = messages;
+        ctx.compaction = compaction;
+        Ok(())
+    }
+
+    /// Hands the context's messages to `each` in order, from the active
+    /// compaction's kept range (or the root), reading each record (checked
+    /// as every read is) when its turn comes; returns the compaction in
+    /// force and the start of its kept range.
+    pub fn each_message(
+        &self,
+        tree: &Tree,
+        src: &dyn EntrySource,
+        each: &mut dyn FnMut(ContextMessage),
+    ) -> Result<(Option<ActiveCompaction>, u32), ReadError> {
         let mut compaction = None;
         let start = match self.compactions.last() {
             None => 0,
@@ -380,7 +410,7 @@ impl Projector {
                     return Err(ReadError::NoSuchRecord(tree.node(node).seq));
                 };
                 compaction = Some(active(&entry.id, c));
-                messages.push(summary_message(&entry.id, cpos, c));
+                each(summary_message(&entry.id, cpos, c));
                 c.first_kept
                     .as_ref()
                     .and_then(|k| tree.get(k))
@@ -388,7 +418,6 @@ impl Projector {
                     .unwrap_or(cpos + 1)
             }
         };
-        self.kept_from = start;
         for pos in start as usize..self.path.len() {
             let node = self.path[pos];
             if matches!(
@@ -396,14 +425,10 @@ impl Projector {
                 Some(EntryKind::Message) | Some(EntryKind::Checkout) | Some(EntryKind::Custom)
             ) && let Some(m) = message_from(src.entry(node)?, pos as u32)
             {
-                Self::track_calls(&mut self.calls, &m);
-                messages.push(m);
+                each(m);
             }
         }
-        let ctx = Arc::make_mut(&mut self.ctx);
-        ctx.messages = messages;
-        ctx.compaction = compaction;
-        Ok(())
+        Ok((compaction, start))
     }
 
     fn track_calls(calls: &mut HashMap<String, Call>, m: &ContextMessage) {

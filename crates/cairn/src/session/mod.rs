@@ -4,6 +4,9 @@
 
 mod append;
 mod open;
+mod stream;
+
+pub use stream::ContextStream;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};

@@ -38,6 +38,20 @@ impl Session {
         id: &SessionId,
         access: Access,
     ) -> Result<Session, OpenError> {
+        Ok(Session::open_with(backend, id, access, false)?.0)
+    }
+
+    /// [`Session::open`]; with `defer`, when the persisted index's
+    /// checkpoint stands at the leaf, the context's messages are not read
+    /// (then true is returned beside the session, whose context holds no
+    /// messages: only [`crate::ContextStream`] opens so, and it never hands
+    /// that context out).
+    pub(super) fn open_with(
+        backend: &dyn Backend,
+        id: &SessionId,
+        access: Access,
+        defer: bool,
+    ) -> Result<(Session, bool), OpenError> {
         let location = backend.location(id);
         let indexes = backend.indexes();
         let loaded = indexes.and_then(|ix| {
@@ -120,8 +134,8 @@ impl Session {
             log: &*log,
             tree: &tree,
         };
-        let (proj, wide, restored) =
-            project(&header, &tree, &reader, checkpoint).map_err(read_err)?;
+        let (proj, wide, restored, deferred) =
+            project(&header, &tree, &reader, checkpoint, defer).map_err(read_err)?;
         // Only a writer saves: its open has made the whole log durable (a
         // reader may see lines a writer has not synced yet).
         let mut indexed_now = indexed;
@@ -155,7 +169,7 @@ impl Session {
             ));
         }
         let fold = fold_last_operation(&*log, &ops).map_err(read_err)?;
-        Ok(Session {
+        let session = Session {
             id: id.clone(),
             header,
             inner: Mutex::new(Inner {
@@ -177,7 +191,8 @@ impl Session {
                 torn: opened.torn,
                 index: note,
             },
-        })
+        };
+        Ok((session, deferred))
     }
 }
 
@@ -271,18 +286,33 @@ fn header_of(frame: &Frame<'_>, id: &SessionId, location: &str) -> Result<Header
 /// The projection and the session-wide folds at the leaf: from the index's
 /// checkpoint when there is one that fits the tree (then only the entries
 /// after the index and the messages from the compaction in force on are
-/// read), else folded from every entry. Also whether a checkpoint was used.
+/// read), else folded from every entry. Also whether a checkpoint was used,
+/// and whether the messages were left out (`defer`, and the checkpoint
+/// stands at the leaf: nothing after it to fold).
 fn project(
     header: &Header,
     tree: &Tree,
     reader: &Reader<'_>,
     checkpoint: Option<index::Checkpoint>,
-) -> Result<(Projector, SessionWide, bool), ReadError> {
+    defer: bool,
+) -> Result<(Projector, SessionWide, bool, bool), ReadError> {
     let walk = Walk { tree, src: reader };
+    let mut deferred = false;
     let (mut proj, mut wide, from) = match checkpoint {
         Some(cp) if cp.labels.values().all(|t| tree.get(t).is_some()) => {
             let proj = match cp.projection {
-                Some(saved) => Projector::restore(header.app_state.clone(), saved, tree, reader)?,
+                Some(saved) => {
+                    deferred = defer && tree.last() == Some(saved.leaf);
+                    let p = Projector::restore(
+                        header.app_state.clone(),
+                        saved,
+                        tree,
+                        reader,
+                        !deferred,
+                    )?;
+                    deferred &= p.is_some();
+                    p
+                }
                 None => Some(Projector::new(header.app_state.clone())),
             };
             let wide = SessionWide {
@@ -321,7 +351,7 @@ fn project(
         }
     }
     proj.set_labels(wide.labels.clone());
-    Ok((proj, wide, from > 0 || tree.base_len() == 0))
+    Ok((proj, wide, from > 0 || tree.base_len() == 0, deferred))
 }
 
 /// Saves the persisted index of every record of `log`, with the

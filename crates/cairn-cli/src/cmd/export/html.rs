@@ -2,14 +2,13 @@
 //! The session tree as SVG on top, then the conversation of the current
 //! branch (each entry anchored as `e-<id>`, so tree nodes link to it).
 
-use std::collections::HashMap;
 use std::fmt::Write as _;
 
 use anyhow::Result;
 use cairn::{AppStateChange, EntryBody, ResultBlock, Session};
 
 use super::blocks::{BlockFormat, Blocks};
-use super::{branch, escape_html as esc, svg};
+use super::{Sink, escape_html as esc, svg};
 use crate::cmd::list::short_time;
 use cairn_agent::describe::{compact, entry_line};
 use cairn_agent::tree::TreeView;
@@ -57,20 +56,15 @@ pre { white-space: pre-wrap; overflow-wrap: anywhere; background: rgba(127,127,1
 table.state { border-collapse: collapse; }
 "#;
 
-/// Renders the page.
+/// Writes the page to `sink` as it renders it, a tree node or an entry at
+/// a time.
 ///
 /// # Errors
 ///
-/// When a record cannot be read.
-pub fn render(session: &Session) -> Result<String> {
-    let view = TreeView::load(session)?;
-    let entries = branch(session)?;
-    let labels_of: HashMap<String, Vec<String>> = view
-        .nodes
-        .iter()
-        .filter(|n| !n.labels.is_empty())
-        .map(|n| (n.id.to_string(), n.labels.clone()))
-        .collect();
+/// When a record cannot be read, or the output cannot be written.
+pub fn render(session: &Session, sink: &mut Sink<'_>) -> Result<()> {
+    let view = TreeView::load(session);
+    let branch: Vec<usize> = view.branch().collect();
     let title = session
         .title()
         .unwrap_or_else(|| format!("Session {}", session.id()));
@@ -91,41 +85,40 @@ pub fn render(session: &Session) -> Result<String> {
         esc(&short_time(&session.header().created)),
         esc(&short_time(&session.updated())),
         view.nodes.len(),
-        entries.len(),
+        branch.len(),
     );
     h.push_str("<section id=\"tree\">\n<h2>Session tree</h2>\n<div class=\"treebox\">\n");
-    h.push_str(&svg::render(&view));
+    svg::render(session, &view, &mut h, sink)?;
     h.push_str(
         "</div>\n<p class=\"legend\">Filled dots and green lines: the current branch, root to leaf (ringed). \
          Hollow dots: other branches, kept in the log. Labels in brackets. Click a dot on the current branch to \
          jump to it.</p>\n</section>\n",
     );
     h.push_str("<section id=\"conversation\">\n<h2>Conversation (current branch)</h2>\n");
-    if entries.is_empty() {
+    if branch.is_empty() {
         h.push_str("<p class=\"meta\">No entries yet.</p>\n");
     }
     let mut blocks = Blocks::default();
-    for (e, ts) in &entries {
-        let chips: String = labels_of
-            .get(e.id.as_str())
-            .map(|ls| {
-                ls.iter()
-                    .map(|l| format!("<span class=\"chip\">{}</span>", esc(l)))
-                    .collect()
-            })
-            .unwrap_or_default();
+    for n in branch {
+        let node = &view.nodes[n];
+        let (body, ts) = view.read(session, n)?;
+        let chips: String = node
+            .labels
+            .iter()
+            .map(|l| format!("<span class=\"chip\">{}</span>", esc(l)))
+            .collect();
         let when = format!(
             "<span class=\"when\">{} · {} UTC</span>",
-            esc(e.id.as_str()),
-            esc(&short_time(ts))
+            esc(node.id.as_str()),
+            esc(&short_time(&ts))
         );
-        match &e.body {
+        match &body {
             EntryBody::Message(m) => {
                 let role = m.role.as_str();
                 let _ = writeln!(
                     h,
                     "<div class=\"entry {role}\" id=\"e-{}\"><div><span class=\"who\">{role}</span>{when}{chips}</div>",
-                    esc(e.id.as_str())
+                    esc(node.id.as_str())
                 );
                 for b in &m.content {
                     blocks.write::<Html>(&mut h, b);
@@ -148,11 +141,12 @@ pub fn render(session: &Session) -> Result<String> {
                 let _ = writeln!(
                     h,
                     "<div class=\"entry note\" id=\"e-{}\"><div>{}{when}{chips}</div></div>",
-                    esc(e.id.as_str()),
+                    esc(node.id.as_str()),
                     esc(&text)
                 );
             }
         }
+        sink.emit(&mut h)?;
     }
     h.push_str("</section>\n");
     let ctx = session.context();
@@ -169,7 +163,8 @@ pub fn render(session: &Session) -> Result<String> {
         esc(cairn::WRITER),
         esc(session.location())
     );
-    Ok(h)
+    sink.emit(&mut h)?;
+    Ok(())
 }
 
 /// The exchanges `cairn agent --trace` recorded, each a collapsed

@@ -7,18 +7,20 @@ use std::fmt::Write as _;
 use anyhow::Result;
 use cairn::{AppStateChange, EntryBody, ResultBlock, Session};
 
+use super::Sink;
 use super::blocks::{BlockFormat, Blocks};
-use super::branch;
 use crate::cmd::list::short_time;
 use cairn_agent::describe::{compact, entry_line};
+use cairn_agent::tree::TreeView;
 
-/// Renders the transcript.
+/// Writes the transcript to `sink` as it renders it, an entry at a time.
 ///
 /// # Errors
 ///
-/// When a record cannot be read.
-pub fn render(session: &Session) -> Result<String> {
-    let entries = branch(session)?;
+/// When a record cannot be read, or the output cannot be written.
+pub fn render(session: &Session, sink: &mut Sink<'_>) -> Result<()> {
+    let view = TreeView::load(session);
+    let branch: Vec<usize> = view.branch().collect();
     let mut md = String::new();
     let title = session
         .title()
@@ -37,12 +39,15 @@ pub fn render(session: &Session) -> Result<String> {
     let _ = writeln!(
         md,
         "- Branch: {} of {} entries, ending at the leaf {leaf}\n",
-        entries.len(),
+        branch.len(),
         session.entry_count()
     );
+    sink.emit(&mut md)?;
     let mut blocks = Blocks::default();
-    for (e, ts) in &entries {
-        match &e.body {
+    for n in branch {
+        let id = &view.nodes[n].id;
+        let (body, ts) = view.read(session, n)?;
+        match &body {
             EntryBody::Message(m) => {
                 let role = m.role.as_str();
                 let mut heading = format!("## {}{}", role[..1].to_uppercase(), &role[1..]);
@@ -51,9 +56,8 @@ pub fn render(session: &Session) -> Result<String> {
                 }
                 let _ = writeln!(
                     md,
-                    "{heading}\n\n<sub>`{}` · {} UTC</sub>\n",
-                    e.id,
-                    short_time(ts)
+                    "{heading}\n\n<sub>`{id}` · {} UTC</sub>\n",
+                    short_time(&ts)
                 );
                 for b in &m.content {
                     blocks.write::<Markdown>(&mut md, b);
@@ -91,10 +95,11 @@ pub fn render(session: &Session) -> Result<String> {
             | EntryBody::SessionInfo(_)
             | EntryBody::Custom(_)
             | EntryBody::Ignored(_) => {
-                let d = entry_line(&e.body);
+                let d = entry_line(&body);
                 let _ = writeln!(md, "> *{}* {}\n", d.tag, d.text);
             }
         }
+        sink.emit(&mut md)?;
     }
     let labels = session.labels();
     if !labels.is_empty() {
@@ -108,7 +113,8 @@ pub fn render(session: &Session) -> Result<String> {
                 .join(", ")
         );
     }
-    Ok(md)
+    sink.emit(&mut md)?;
+    Ok(())
 }
 
 /// The Markdown of a transcript's blocks.

@@ -2,11 +2,15 @@
 //! placed by [`TreeView::layout`] (rows depth-first, a lane per branch),
 //! edges from parent to child, the active path and the leaf highlighted,
 //! labels drawn beside their entries. Entries on the active path link to
-//! their place in the conversation below the picture.
+//! their place in the conversation below the picture. Written a node at a
+//! time: each entry's record is read for its node and dropped after.
 
 use std::fmt::Write as _;
 
-use super::escape_html;
+use anyhow::Result;
+use cairn::Session;
+
+use super::{Sink, escape_html};
 use crate::term::fit;
 use cairn_agent::describe::entry_line;
 use cairn_agent::tree::TreeView;
@@ -16,8 +20,17 @@ const LANE: usize = 20;
 const PAD: usize = 16;
 const R: usize = 6;
 
-/// Draws the tree.
-pub fn render(view: &TreeView) -> String {
+/// Draws the tree after what `svg` holds, writing to `sink` as it goes.
+///
+/// # Errors
+///
+/// When a record cannot be read, or the output cannot be written.
+pub fn render(
+    session: &Session,
+    view: &TreeView,
+    svg: &mut String,
+    sink: &mut Sink<'_>,
+) -> Result<()> {
     let places = view.layout();
     let lanes = places.iter().map(|p| p.lane + 1).max().unwrap_or(1);
     let mut pos = vec![(0usize, 0usize); view.nodes.len()];
@@ -27,7 +40,6 @@ pub fn render(view: &TreeView) -> String {
     let text_x = PAD + lanes * LANE + 8;
     let width = text_x + 760;
     let height = PAD * 2 + places.len().max(1) * ROW;
-    let mut svg = String::new();
     let _ = writeln!(
         svg,
         r#"<svg xmlns="http://www.w3.org/2000/svg" class="tree" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" aria-label="session tree">"#
@@ -53,11 +65,13 @@ pub fn render(view: &TreeView) -> String {
             )
         };
         let _ = writeln!(svg, r#"<path class="{class}" d="{d}"/>"#);
+        sink.emit(svg)?;
     }
     for p in &places {
         let node = &view.nodes[p.node];
         let (x, y) = pos[p.node];
-        let d = entry_line(&node.body);
+        let (body, _) = view.read(session, p.node)?;
+        let d = entry_line(&body);
         let leaf = view.leaf == Some(p.node);
         let mut class = String::from("node");
         if node.active {
@@ -71,7 +85,7 @@ pub fn render(view: &TreeView) -> String {
             svg,
             r#"<g class="{class}" data-id="{}" data-kind="{}"><title>{}</title>"#,
             escape_html(node.id.as_str()),
-            escape_html(node.body.kind()),
+            escape_html(body.kind()),
             escape_html(&fit(&full, 400))
         );
         if node.active {
@@ -108,7 +122,8 @@ pub fn render(view: &TreeView) -> String {
             svg.push_str("</a>");
         }
         svg.push_str("</g>\n");
+        sink.emit(svg)?;
     }
     svg.push_str("</svg>\n");
-    svg
+    Ok(())
 }
