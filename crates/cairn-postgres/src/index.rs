@@ -1,8 +1,9 @@
 //! The persisted indexes of a Postgres store (`docs/FORMAT.md` §16: the
 //! core's index of a session, a cache of its log): one row of `indexes`
-//! per session, written by a writer (`PgRows`'s `Db::save_index`), checked against the rows at
-//! every open (`cairn_sql::stale_prefix`), removed with its session (`ON
-//! DELETE CASCADE`). Deleting one is always safe.
+//! per session, written through a healthy writer's handle (`PgRows`'s
+//! `Db::save_index`, in `log.rs`), checked against the rows at every open
+//! (`cairn_sql::stale_prefix`), removed with its session (`ON DELETE
+//! CASCADE`). Deleting one is always safe.
 
 use cairn::{Access, IndexStore, IndexedOpen, IndexedPrefix, OpenError, SessionId, Visitor};
 use postgres::types::Type;

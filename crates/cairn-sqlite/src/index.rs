@@ -1,8 +1,9 @@
 //! The persisted indexes of an SQLite store (`docs/FORMAT.md` §16: the
 //! core's index of a session, a cache of its log): one row of `indexes`
-//! per session, written by a writer (`SqliteRows`'s `Db::save_index`), checked against the rows at
-//! every open (`cairn_sql::stale_prefix`), removed with its session.
-//! Deleting one is always safe.
+//! per session, written through a healthy writer's handle (`SqliteRows`'s
+//! `Db::save_index`, in `log.rs`), checked against the rows at every open
+//! (`cairn_sql::stale_prefix`), removed with its session. Deleting one is
+//! always safe.
 
 use cairn::{Access, IndexStore, IndexedOpen, IndexedPrefix, OpenError, SessionId, Visitor};
 use rusqlite::OptionalExtension;

@@ -162,7 +162,7 @@ impl BlobStore {
     ///
     /// [`BlobError::Io`] when it cannot be written or synced.
     pub fn put(&self, bytes: &[u8]) -> Result<BlobRef, BlobError> {
-        let sha256 = hex(&Sha256::digest(bytes));
+        let sha256 = digest(bytes);
         let r = BlobRef {
             sha256,
             size: bytes.len() as u64,
@@ -313,7 +313,7 @@ impl BlobStore {
             }
             Err(e) => return Err(io_err("read", &path)(e)),
         };
-        let actual = hex(&Sha256::digest(&bytes));
+        let actual = digest(&bytes);
         if actual != sha256 {
             return Err(BlobError::Damaged {
                 sha256: sha256.to_owned(),

@@ -26,9 +26,10 @@ pub(crate) const INLINE_MAX: u64 = 1024;
 /// which scans skip.
 pub(crate) const TEMP_SUFFIX: &str = ".cairn-restore";
 
-/// Up to this many files (blobs of a snapshot, files of a restore) are
-/// synced one by one; more are synced at once with one `syncfs`, which on a
-/// busy file system also waits for everyone else's dirty data.
+/// Up to this many blobs of a snapshot are synced one by one; more are
+/// synced at once with one `syncfs`, which on a busy file system also waits
+/// for everyone else's dirty data. (A restore syncs each of its files, from
+/// several threads: `restore.rs`.)
 pub(crate) const SYNC_EACH_UP_TO: usize = 64;
 
 /// Bounds of a snapshot.
