@@ -255,7 +255,7 @@ impl IndexedPrefix {
                 crc: crc32c::crc32c(b),
             })
             .collect();
-        let starts = offsets
+        let starts: Vec<u64> = offsets
             .iter()
             .step_by(LEN_BLOCK as usize)
             .copied()
@@ -264,6 +264,7 @@ impl IndexedPrefix {
         let lines = LineTable {
             records,
             end,
+            offsets: starts.iter().map(|_| OnceLock::new()).collect(),
             starts,
             blocks: Blocks::new(&src, spans, "line length", &Damage::default()),
         };
@@ -284,6 +285,8 @@ pub(crate) struct LineTable {
     /// The offset of each length block's first line.
     starts: Vec<u64>,
     blocks: Blocks,
+    /// Each length block's line offsets, summed when it is first used.
+    offsets: Vec<OnceLock<Box<[u64]>>>,
 }
 
 impl LineTable {
@@ -299,23 +302,35 @@ impl LineTable {
         let k = (seq / LEN_BLOCK) as usize;
         let start = self.starts[k];
         let next = self.starts.get(k + 1).copied().unwrap_or(self.end);
-        let block = self
-            .blocks
-            .get(k, |b| {
-                let sum: u64 = b.chunks_exact(4).map(|c| u64::from(le32(c))).sum();
-                if start + sum == next && b.chunks_exact(4).all(|c| le32(c) > 0) {
-                    Ok(())
-                } else {
-                    Err("its lengths do not add up to the offsets around it".into())
-                }
-            })
-            .ok_or_else(|| self.blocks.damage.get().cloned().unwrap_or_default())?;
+        let offsets = match self.offsets[k].get() {
+            Some(o) => o,
+            None => {
+                let block = self
+                    .blocks
+                    .get(k, |b| {
+                        let sum: u64 = b.chunks_exact(4).map(|c| u64::from(le32(c))).sum();
+                        if start + sum == next && b.chunks_exact(4).all(|c| le32(c) > 0) {
+                            Ok(())
+                        } else {
+                            Err("its lengths do not add up to the offsets around it".into())
+                        }
+                    })
+                    .ok_or_else(|| self.blocks.damage.get().cloned().unwrap_or_default())?;
+                let mut at = start;
+                let summed: Box<[u64]> = block
+                    .chunks_exact(4)
+                    .map(|c| {
+                        let line = at;
+                        at += u64::from(le32(c));
+                        line
+                    })
+                    .collect();
+                self.offsets[k].get_or_init(|| summed)
+            }
+        };
         let i = (seq % LEN_BLOCK) as usize;
-        let before: u64 = block[..i * 4]
-            .chunks_exact(4)
-            .map(|c| u64::from(le32(c)))
-            .sum();
-        Ok((start + before, u64::from(le32(&block[i * 4..]))))
+        let line = offsets[i];
+        Ok((line, offsets.get(i + 1).copied().unwrap_or(next) - line))
     }
 }
 
@@ -799,6 +814,7 @@ pub(crate) fn decode(src: Arc<dyn IndexBytes>, session: &SessionId) -> Result<De
     let lines = LineTable {
         records,
         end,
+        offsets: starts.iter().map(|_| OnceLock::new()).collect(),
         starts,
         blocks: Blocks::new(&src, len_spans, "line length", &damage),
     };
