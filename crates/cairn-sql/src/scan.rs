@@ -77,12 +77,12 @@ impl<'a> Scan<'a> {
     }
 
     /// A scan of the rows after the ones a persisted index describes
-    /// (checked with [`stale_prefix`]): the first row must be record
-    /// `prefix.offsets.len()`, at `prefix.end`.
-    pub fn after(location: &'a str, prefix: IndexedPrefix, bytes: u64) -> Scan<'a> {
+    /// (checked with [`stale_prefix`]), whose offsets are `offsets`: the
+    /// first row must be record `offsets.len()`, at `end`.
+    pub fn after(location: &'a str, offsets: Vec<u64>, end: u64, bytes: u64) -> Scan<'a> {
         Scan {
-            offsets: prefix.offsets,
-            end: prefix.end,
+            offsets,
+            end,
             ..Scan::new(location, bytes)
         }
     }
@@ -184,14 +184,19 @@ pub fn scan_from<'a>(
     let Some(prefix) = prefix else {
         return Ok(Ok(Scan::new(location, bytes)));
     };
-    let last = match (prefix.offsets.len() as u64).checked_sub(1) {
+    // This backend keeps every offset in memory: read them all.
+    let offsets = match prefix.offsets() {
+        Ok(o) => o,
+        Err(why) => return Ok(Err(why)),
+    };
+    let last = match prefix.records.checked_sub(1) {
         Some(n) => last_row(n)?,
         None => None,
     };
     Ok(
         match stale_prefix(&prefix, records, bytes, last.as_deref()) {
             Some(why) => Err(why),
-            None => Ok(Scan::after(location, prefix, bytes)),
+            None => Ok(Scan::after(location, offsets, prefix.end, bytes)),
         },
     )
 }
@@ -208,9 +213,13 @@ pub fn stale_prefix(
     bytes: u64,
     last: Option<&[u8]>,
 ) -> Option<String> {
-    let n = prefix.offsets.len() as u64;
-    let Some(&at) = prefix.offsets.last() else {
+    let n = prefix.records;
+    if n == 0 {
         return Some("it indexes no records".into());
+    }
+    let at = match prefix.last_offset() {
+        Ok(at) => at,
+        Err(why) => return Some(why),
     };
     if records < n || bytes < prefix.end {
         return Some(format!(
@@ -245,11 +254,7 @@ mod tests {
             offsets.push(end);
             end += l.len() as u64;
         }
-        IndexedPrefix {
-            offsets,
-            end,
-            last_line_crc: crc32c::crc32c(lines[lines.len() - 1]),
-        }
+        IndexedPrefix::from_offsets(&offsets, end, crc32c::crc32c(lines[lines.len() - 1]))
     }
 
     fn line(seq: u64) -> Vec<u8> {

@@ -56,8 +56,9 @@ pub mod vfs;
 pub mod view;
 
 pub use backend::{
-    Access, Backend, Catalog, CatalogEntry, Claim, FileBackend, IndexStore, IndexedOpen,
-    IndexedPrefix, Log, MemoryBackend, Opened, Opening, RawLine, Stamp, TornTail, Visitor,
+    Access, Backend, Catalog, CatalogEntry, Claim, FileBackend, IndexBytes, IndexStore,
+    IndexedOpen, IndexedPrefix, Log, MemoryBackend, Opened, Opening, RawLine, Stamp, TornTail,
+    Visitor,
 };
 pub use commit::{CommitStats, Durability, MAX_GATHER};
 pub use error::{

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use hashbrown::{DefaultHashBuilder, HashTable};
 
-use crate::error::{LookupError, ReadError};
+use crate::error::{Damage, LookupError, ReadError};
 use crate::id::EntryId;
 use crate::index::Table;
 use crate::kind::EntryKind;
@@ -25,8 +25,15 @@ pub(crate) struct Walk<'a> {
 /// the session memory). It holds the branch as a path of nodes and moves
 /// along the tree the one way: back to the common ancestor, then forward.
 pub(crate) trait BranchFold {
-    /// The branch followed, root first (each node at the index of its depth).
+    /// The branch followed, root first: the node at depth `path_from() + i`
+    /// at index `i`.
     fn path(&self) -> &[u32];
+
+    /// The depth of the first node [`BranchFold::path`] holds (a fold may
+    /// hold only the end of its branch).
+    fn path_from(&self) -> usize {
+        0
+    }
 
     /// Drops the branch's nodes from position `keep` on (nothing when `keep`
     /// is past the end).
@@ -46,7 +53,7 @@ pub(crate) trait BranchFold {
         if target == self.leaf() {
             return Ok(());
         }
-        let (keep, suffix) = walk.tree.diverge(self.path(), target);
+        let (keep, suffix) = walk.tree.diverge(self.path_from(), self.path(), target);
         self.truncate(keep, walk)?;
         self.extend(&suffix, walk)
     }
@@ -93,6 +100,27 @@ impl Tree {
         Tree {
             base: Some(Arc::new(table)),
             ..Tree::default()
+        }
+    }
+
+    /// The first problem found in a block of the persisted index read after
+    /// the open, if any: the tree then answers for those entries as if it
+    /// did not hold them, so whoever reads through it must check this.
+    pub fn damage(&self) -> Option<&str> {
+        self.base.as_ref().and_then(|t| t.damage())
+    }
+
+    /// [`Tree::damage`] as the error a read reports: the index of the
+    /// session at `location` did not verify after the open.
+    pub fn check_damage(&self, location: &str) -> Result<(), ReadError> {
+        match self.damage() {
+            None => Ok(()),
+            Some(why) => Err(ReadError::Damaged(Box::new(Damage {
+                location: format!("{location} (its persisted index)"),
+                line: 0,
+                offset: 0,
+                problem: format!("the index {why}"),
+            }))),
         }
     }
 
@@ -215,16 +243,29 @@ impl Tree {
         path
     }
 
-    /// How to move a branch held as `path` (root first, each node at its
-    /// depth) to end at `target`: the length of the prefix of `path` kept
-    /// (up to the common ancestor), and the nodes from there to `target`,
-    /// root first.
-    pub fn diverge(&self, path: &[u32], target: Option<u32>) -> (usize, Vec<u32>) {
+    /// How to move a branch held as `path` (root first, the node at depth
+    /// `from + i` at index `i`) to end at `target`: the length of the
+    /// branch kept (up to the common ancestor, which may be deeper in the
+    /// tree than `from`: the branch above `path` is walked up from its first
+    /// node as far as needed), and the nodes from there to `target`, root
+    /// first.
+    pub fn diverge(&self, from: usize, path: &[u32], target: Option<u32>) -> (usize, Vec<u32>) {
         let mut suffix = Vec::new();
         let mut cur = target;
+        // The branch's node at a depth above `path`, walked up lazily.
+        let mut above = path.first().map(|&n| (from, n));
         while let Some(c) = cur {
             let node = self.node(c);
-            if path.get(node.depth as usize) == Some(&c) {
+            let d = node.depth as usize;
+            let on = if d >= from {
+                path.get(d - from) == Some(&c)
+            } else {
+                while let Some((ad, an)) = above.filter(|&(ad, _)| ad > d) {
+                    above = self.parent(an).map(|p| (ad - 1, p));
+                }
+                above == Some((d, c))
+            };
+            if on {
                 break;
             }
             suffix.push(c);
@@ -232,6 +273,21 @@ impl Tree {
         }
         suffix.reverse();
         (cur.map_or(0, |c| self.node(c).depth as usize + 1), suffix)
+    }
+
+    /// The path from depth `depth` down to `n` (an entry at least that
+    /// deep), as node numbers, first the shallowest.
+    pub fn path_from(&self, depth: u32, n: u32) -> Vec<u32> {
+        let d = self.node(n).depth;
+        let mut path = Vec::with_capacity(d.saturating_sub(depth) as usize + 1);
+        let mut cur = Some(n);
+        for _ in depth..=d {
+            let Some(c) = cur else { break };
+            path.push(c);
+            cur = self.parent(c);
+        }
+        path.reverse();
+        path
     }
 
     /// The children of `n` (roots for `None`), in append order.

@@ -620,3 +620,76 @@ fn every_fault_while_an_open_writes_the_index_is_absorbed_or_reported_and_the_ne
         "{reported} reported, {absorbed} absorbed"
     );
 }
+
+#[test]
+fn a_failed_read_of_any_index_block_makes_the_open_read_the_log() {
+    // A session long enough to be indexed, with a compaction near the end:
+    // an open through the index reads its head, then the blocks it needs
+    // one `pread` each. Each of those reads fails in turn (EIO, on the
+    // index file only): the open reads the log instead and shows exactly
+    // what it shows without the index, and the report says why.
+    let fs = SimFs::new();
+    let store = sim_store(&fs);
+    let (s, id) = buffered_session(&store, "first");
+    let mut kept = None;
+    for i in 0..1100 {
+        let a = s.append(user(&format!("message {i}"))).expect("append");
+        if i == 1090 {
+            kept = a.id;
+        }
+    }
+    s.append(EntryBody::Compaction(cairn::Compaction {
+        summary: "so far".into(),
+        first_kept: kept,
+        tokens_before: None,
+    }))
+    .expect("compact");
+    s.sync().expect("sync");
+    let want = shown(&s);
+    drop(s);
+    let index = sessions_dir().join(format!("{id}.idx"));
+    let good = fs.vfs().open(&index, cairn::vfs::OpenMode::Read).map(|f| {
+        let mut b = vec![0u8; f.len().expect("len") as usize];
+        let _ = f.read_at(&mut b, 0);
+        b
+    });
+    let good = good.expect("the closing writer saved an index");
+    let (mut in_head, mut in_block) = (0, 0);
+    for nth in 1..=12 {
+        for access in [Access::Read, Access::Write] {
+            let f = fs
+                .vfs()
+                .open(&index, cairn::vfs::OpenMode::CreateOrOpen)
+                .expect("index");
+            f.set_len(0).expect("truncate");
+            f.write_all_at(&good, 0).expect("restore the index");
+            drop(f);
+            fs.fail(FaultPlan {
+                ops: [Op::Read].into_iter().collect(),
+                nth,
+                kind: FaultKind::Eio,
+                sticky: false,
+                suffix: Some(".idx".into()),
+            });
+            let when = format!("read {nth} of the index failing, {access:?}");
+            let s = store
+                .open(&id, access)
+                .unwrap_or_else(|e| panic!("{when}: {e}"));
+            fs.heal();
+            assert_eq!(shown(&s), want, "{when}");
+            let note = s.open_report().index.clone().unwrap_or_default();
+            if note.contains("cannot be read") {
+                assert!(note.starts_with("index not used"), "{when}: {note}");
+                if note.contains("block") {
+                    in_block += 1;
+                } else {
+                    in_head += 1;
+                }
+            }
+        }
+    }
+    assert!(
+        in_head > 0 && in_block > 0,
+        "{in_head} in the head, {in_block} in a block"
+    );
+}

@@ -107,6 +107,19 @@ impl Fixture {
         self.dir().join(format!("{}.idx", self.id))
     }
 
+    /// The branch, read without the index.
+    fn reference_branch(&self) -> Vec<cairn::EntryId> {
+        let saved = fs::read(self.index()).ok();
+        let _ = fs::remove_file(self.index());
+        let s = self.open(Access::Read).expect("open");
+        let branch = s.branch();
+        drop(s);
+        if let Some(bytes) = saved {
+            fs::write(self.index(), bytes).expect("restore index");
+        }
+        branch
+    }
+
     fn open(&self, access: Access) -> Result<Session, OpenError> {
         self.store().open(&self.id, access)
     }
@@ -143,6 +156,25 @@ struct View {
 }
 
 impl View {
+    /// What the context alone shows (no walk of the whole branch).
+    fn of_context(s: &Session) -> (Vec<String>, serde_json::Value, Option<String>) {
+        let ctx = s.context();
+        let texts = ctx
+            .messages()
+            .iter()
+            .map(|m| m.message().plain_text())
+            .collect();
+        (
+            texts,
+            ctx.app_state().clone(),
+            s.leaf().map(|l| l.to_string()),
+        )
+    }
+
+    fn of_context_of(&self) -> (Vec<String>, serde_json::Value, Option<String>) {
+        (self.texts.clone(), self.state.clone(), self.leaf.clone())
+    }
+
     fn of(s: &Session) -> View {
         let ctx = s.context();
         View {
@@ -247,9 +279,9 @@ fn a_damaged_or_cut_index_is_rebuilt_and_the_report_says_why() {
     let good = fs::read(f.index()).expect("read");
     let cases: Vec<(&str, Vec<u8>)> = vec![
         ("checksum", {
+            // A byte of the head (the session id), which every open reads.
             let mut b = good.clone();
-            let mid = b.len() / 2;
-            b[mid] ^= 1;
+            b[20] ^= 1;
             b
         }),
         ("cut short", good[..good.len() / 3].to_vec()),
@@ -458,9 +490,9 @@ fn a_checkpoint_that_does_not_fit_the_tree_is_not_trusted() {
     for (i, b) in idx[at..at + digits].iter_mut().enumerate() {
         *b = if i + 1 == digits { b'1' } else { b' ' };
     }
-    let body = idx.len() - 4;
+    let body = Layout::of(&idx).blocks_at - 4;
     let crc = crc32c::crc32c(&idx[..body]);
-    idx[body..].copy_from_slice(&crc.to_le_bytes());
+    idx[body..body + 4].copy_from_slice(&crc.to_le_bytes());
     fs::write(f.index(), &idx).expect("write");
     let s = open_saying(&f, Access::Read, "checkpoint did not fit");
     assert_eq!(View::of(&s), want);
@@ -476,6 +508,120 @@ fn an_index_of_the_old_layout_is_rebuilt() {
     fs::write(f.index(), &idx).expect("write");
     let s = open_saying(&f, Access::Write, "layout version 1");
     assert_eq!(View::of(&s), want);
+}
+
+/// Where an index's sections are (`docs/FORMAT.md`, "Index", layout 3).
+struct Layout {
+    /// The first byte after the head: the length blocks start here.
+    blocks_at: usize,
+    records: usize,
+    /// Where the id table's blocks start (the row blocks end).
+    slots_at: usize,
+}
+
+impl Layout {
+    fn of(idx: &[u8]) -> Layout {
+        let u32_at =
+            |at: usize| u32::from_le_bytes(idx[at..at + 4].try_into().expect("4")) as usize;
+        let head = 16 + 1 + idx[16] as usize; // preamble, then the session id
+        let records = u32_at(head);
+        let slots = u32_at(head + 8 + 8 + 4 + 4);
+        Layout {
+            blocks_at: 16 + u32_at(12),
+            records,
+            slots_at: idx.len() - slots * 8,
+        }
+    }
+}
+
+#[test]
+fn a_damaged_block_read_at_open_is_rebuilt_and_the_report_says_which() {
+    let f = Fixture::new();
+    drop(f.open(Access::Write).expect("index"));
+    let want = f.reference();
+    let good = fs::read(f.index()).expect("read");
+    let l = Layout::of(&good);
+    // The last line's length (every open checks the last indexed line),
+    // and the last id of the last row block (the leaf's: the projection
+    // is restored from it).
+    let cases = [
+        ("line length block", l.blocks_at + l.records * 4 - 2),
+        ("row block", l.slots_at - 1),
+    ];
+    for (what, at) in cases {
+        let mut b = good.clone();
+        b[at] ^= 0x01;
+        for access in [Access::Read, Access::Write] {
+            fs::write(f.index(), &b).expect("write");
+            let s = f.open(access).expect("open");
+            let n = note(&s);
+            assert!(
+                n.starts_with("index not used") && n.contains(what),
+                "{what}: {n}"
+            );
+            assert!(n.contains("does not match its checksum"), "{what}: {n}");
+            assert_eq!(View::of(&s), want, "{what}");
+        }
+        let s = open_saying(&f, Access::Read, "index used");
+        assert_eq!(View::of(&s), want, "{what}, through the rebuilt index");
+    }
+}
+
+#[test]
+fn a_damaged_row_block_read_late_fails_that_read_and_never_shows_a_wrong_record() {
+    // Messages only, then a compaction near the end: the open walks from
+    // the leaf back to the compaction and never reads the first row block.
+    let home = tempfile::tempdir().expect("tempdir");
+    let store = Store::open_dir(home.path());
+    let s = store.create(NewSession::default()).expect("create");
+    s.set_durability(Durability::Buffered);
+    let mut ids = Vec::new();
+    for i in 0..LONG {
+        ids.push(s.append(user(&format!("question {i}"))).expect("append").id);
+    }
+    s.append(EntryBody::Compaction(Compaction {
+        summary: "so far".into(),
+        first_kept: ids[LONG - 10].clone(),
+        tokens_before: None,
+    }))
+    .expect("compact");
+    s.sync().expect("sync");
+    let id = s.id().clone();
+    drop(s);
+    let f = Fixture { home, id };
+    drop(f.open(Access::Write).expect("index"));
+    let want = f.reference();
+    let first = ids[0].clone().expect("id");
+
+    let mut idx = fs::read(f.index()).expect("read");
+    let rows_at = {
+        let l = Layout::of(&idx);
+        l.blocks_at + l.records * 4
+    };
+    idx[rows_at + 2] ^= 0x01;
+    fs::write(f.index(), &idx).expect("write");
+    let s = open_saying(&f, Access::Write, "index used");
+    assert_eq!(View::of_context(&s), View::of_context_of(&want));
+    // A move to the first entry needs that block: it fails, naming the
+    // index and the block, and nothing is written.
+    match s.checkout(Some(&first), None) {
+        Err(e) => {
+            let text = cairn::with_causes(&e);
+            assert!(
+                text.contains("persisted index") && text.contains("row block 0"),
+                "{text}"
+            );
+        }
+        Ok(_) => panic!("a move through a damaged index block was accepted"),
+    }
+    assert_eq!(s.len(), want.records);
+    drop(s);
+    // The damaged index was removed when the damage was found: the next
+    // open reads the log (and writes a good index).
+    assert!(!f.index().exists());
+    let s = f.open(Access::Write).expect("open");
+    s.checkout(Some(&first), None).expect("checkout");
+    assert_eq!(s.context().messages().len(), 1);
 }
 
 /// The messages a context stream hands over, as `View::texts` shows them,
@@ -528,4 +674,28 @@ fn a_context_stream_reads_each_message_checked_and_reports_damage() {
         other => panic!("expected damage, got {other:?}"),
     }
     assert!(handed > 0, "the messages before it were handed over");
+}
+
+#[test]
+fn a_compaction_keeping_entries_above_the_walked_branch_folds_the_same_as_without_the_index() {
+    // The open through the index holds the branch from the compaction in
+    // force on; a new compaction that keeps entries from near the root
+    // makes it walk further up for the check and the messages.
+    let f = Fixture::new();
+    drop(f.open(Access::Write).expect("index"));
+    let early = f.reference_branch()[5].clone();
+    let s = open_saying(&f, Access::Write, "index used");
+    s.append(EntryBody::Compaction(Compaction {
+        summary: "keep nearly everything".into(),
+        first_kept: Some(early),
+        tokens_before: None,
+    }))
+    .expect("compact");
+    s.append(user("after the second compaction"))
+        .expect("append");
+    s.sync().expect("sync");
+    let got = View::of(&s);
+    drop(s);
+    assert_eq!(f.reference(), got);
+    assert!(got.texts.len() > 1000, "{}", got.texts.len());
 }

@@ -10,6 +10,7 @@ mod memory;
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -18,7 +19,7 @@ pub use memory::MemoryBackend;
 
 use crate::error::{AppendError, IoFailure, OpenError, ReadError, StoreError};
 use crate::id::SessionId;
-pub use crate::index::IndexedPrefix;
+pub use crate::index::{IndexBytes, IndexedPrefix};
 use crate::summary::SessionSummary;
 
 /// Whether an open may write.
@@ -99,12 +100,21 @@ pub trait IndexStore {
     /// The session's index, if it exists.
     fn load_index(&self, id: &SessionId) -> Option<Vec<u8>>;
 
+    /// The session's index as an open reads it: a range at a time, only
+    /// the blocks it needs. The default loads the whole index
+    /// ([`IndexStore::load_index`]); a backend that can read part of it in
+    /// place (a file) overrides it.
+    fn open_index(&self, id: &SessionId) -> Option<Arc<dyn IndexBytes>> {
+        self.load_index(id)
+            .map(|b| Arc::new(b) as Arc<dyn IndexBytes>)
+    }
+
     /// Opens a session like [`Backend::open`], trusting that the log still
     /// begins with the lines `prefix` describes: the backend checks that the
     /// log is at least `prefix.end` long and that its last indexed line is
     /// intact with the CRC-32C `prefix.last_line_crc`, then verifies and
     /// hands to `visit` only the lines after the prefix (their `index`
-    /// continuing from `prefix.offsets.len()`), cutting or ignoring a torn
+    /// continuing from `prefix.records`), cutting or ignoring a torn
     /// tail after it as `open` does. When the check fails it returns
     /// [`IndexedOpen::Stale`] having opened and locked nothing.
     ///

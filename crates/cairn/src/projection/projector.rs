@@ -56,21 +56,26 @@ pub(crate) struct Saved {
     settings: Map<String, Value>,
     /// Positions of the app-state entries.
     state_at: Vec<u32>,
+    /// Their entry numbers (so that a restore need not walk to them).
+    state_nodes: Vec<u32>,
     /// Positions of the settings entries.
     settings_at: Vec<u32>,
+    /// Their entry numbers.
+    settings_nodes: Vec<u32>,
     /// Positions of the compactions.
     compactions: Vec<u32>,
 }
 
-/// The marks of entries at positions `at` of `path`: only the last holds
-/// its value (`last`); a move back past it replays the entries from an
-/// earlier snapshot, or from the start.
-fn restored_marks<T: Clone>(at: &[u32], path: &[u32], last: &T) -> Vec<Mark<T>> {
+/// The marks of entries `nodes` at positions `at` of the branch: only the
+/// last holds its value (`last`); a move back past it replays the entries
+/// from an earlier snapshot, or from the start.
+fn restored_marks<T: Clone>(at: &[u32], nodes: &[u32], last: &T) -> Vec<Mark<T>> {
     let mut marks: Vec<Mark<T>> = at
         .iter()
-        .map(|&pos| Mark {
+        .zip(nodes)
+        .map(|(&pos, &node)| Mark {
             pos,
-            node: path[pos as usize],
+            node,
             snapshot: None,
         })
         .collect();
@@ -80,11 +85,17 @@ fn restored_marks<T: Clone>(at: &[u32], path: &[u32], last: &T) -> Vec<Mark<T>> 
     marks
 }
 
-/// The incremental projection of one session.
+/// The incremental projection of one session. It holds its branch from
+/// position `from` on (the whole branch when built by folding; from the
+/// compaction in force when restored from a checkpoint, so that an open
+/// does not walk to the root) and walks further up the tree when a move,
+/// a check or an older compaction needs more of it.
 #[derive(Debug, Clone)]
 pub(crate) struct Projector {
     initial_state: Arc<Value>,
+    /// The branch's nodes from position (depth) `from` on.
     path: Vec<u32>,
+    from: u32,
     ctx: Arc<Context>,
     state_marks: Vec<Mark<Value>>,
     settings_marks: Vec<Mark<Map<String, Value>>>,
@@ -102,6 +113,7 @@ impl Projector {
             ctx: Arc::new(Context::empty(initial_state.clone())),
             initial_state: Arc::new(initial_state),
             path: Vec::new(),
+            from: 0,
             state_marks: Vec::new(),
             settings_marks: Vec::new(),
             compactions: Vec::new(),
@@ -116,22 +128,30 @@ impl Projector {
         fn pos<T>(marks: &[Mark<T>]) -> Vec<u32> {
             marks.iter().map(|m| m.pos).collect()
         }
+        fn nodes<T>(marks: &[Mark<T>]) -> Vec<u32> {
+            marks.iter().map(|m| m.node).collect()
+        }
         Some(Saved {
             leaf: *self.path.last()?,
             app_state: self.ctx.app_state.clone(),
             settings: self.ctx.settings.clone(),
             state_at: pos(&self.state_marks),
+            state_nodes: nodes(&self.state_marks),
             settings_at: pos(&self.settings_marks),
+            settings_nodes: nodes(&self.settings_marks),
             compactions: self.compactions.clone(),
         })
     }
 
     /// The projection at `saved.leaf`, from what [`Projector::save`] kept:
-    /// the path is walked back from the leaf and the messages are read
-    /// from the compaction in force on; no app-state or settings entry is
-    /// read. `None` when `saved` does not fit `tree` (its leaf is not an
-    /// entry the persisted index covers, an entry it names is not on the
-    /// branch, or not of its kind): it is then not trusted.
+    /// the path is walked back from the leaf to the compaction in force
+    /// (the root without one) and the messages are read from there on; no
+    /// app-state or settings entry is read. `None` when `saved` does not
+    /// fit `tree` (its leaf is not an entry the persisted index covers, or
+    /// an entry it names is not of its kind, not at its position's depth,
+    /// or, on the walked part of the branch, not on it): it is then not
+    /// trusted. That the entries above the walked part are on the branch is
+    /// trusted to the index's checksum.
     ///
     /// With `messages` false the messages are left out (the context holds
     /// none): only for a reader that takes them with
@@ -146,23 +166,47 @@ impl Projector {
         if saved.leaf >= tree.base_len() {
             return Ok(None);
         }
-        let path = tree.path_to(Some(saved.leaf));
-        let fits = |at: &[u32], kind: EntryKind| {
+        let depth = tree.node(saved.leaf).depth;
+        let from = saved.compactions.last().copied().unwrap_or(0);
+        if from > depth {
+            return Ok(None);
+        }
+        let path = tree.path_from(from, saved.leaf);
+        if path.len() != (depth - from) as usize + 1 {
+            return Ok(None);
+        }
+        let fits = |at: &[u32], nodes: Option<&[u32]>, kind: EntryKind| {
             at.windows(2).all(|w| w[0] < w[1])
-                && at.iter().all(|&p| {
-                    path.get(p as usize)
-                        .is_some_and(|&n| tree.node(n).kind == Some(kind))
+                && nodes.is_none_or(|n| n.len() == at.len())
+                && at.iter().enumerate().all(|(i, &p)| {
+                    let held = p.checked_sub(from).and_then(|i| path.get(i as usize));
+                    // An earlier compaction above the part walked: trusted.
+                    let Some(n) = nodes.map_or(held, |n| n.get(i)).copied() else {
+                        return nodes.is_none() && p < from;
+                    };
+                    let node = tree.node(n);
+                    (n as usize) < tree.len()
+                        && node.depth == p
+                        && node.kind == Some(kind)
+                        && held.is_none_or(|&h| h == n)
                 })
         };
-        if !fits(&saved.state_at, EntryKind::AppState)
-            || !fits(&saved.settings_at, EntryKind::Settings)
-            || !fits(&saved.compactions, EntryKind::Compaction)
+        if !fits(
+            &saved.state_at,
+            Some(&saved.state_nodes),
+            EntryKind::AppState,
+        ) || !fits(
+            &saved.settings_at,
+            Some(&saved.settings_nodes),
+            EntryKind::Settings,
+        ) || !fits(&saved.compactions, None, EntryKind::Compaction)
         {
             return Ok(None);
         }
         let mut p = Projector::new(initial_state);
-        p.state_marks = restored_marks(&saved.state_at, &path, &saved.app_state);
-        p.settings_marks = restored_marks(&saved.settings_at, &path, &saved.settings);
+        p.state_marks = restored_marks(&saved.state_at, &saved.state_nodes, &saved.app_state);
+        p.settings_marks =
+            restored_marks(&saved.settings_at, &saved.settings_nodes, &saved.settings);
         p.compactions = saved.compactions;
         {
             let ctx = Arc::make_mut(&mut p.ctx);
@@ -171,6 +215,7 @@ impl Projector {
             ctx.leaf = Some(tree.entry_id(saved.leaf));
         }
         p.path = path;
+        p.from = from;
         if messages {
             p.rebuild_messages(tree, src)?;
         }
@@ -191,9 +236,52 @@ impl Projector {
         Arc::make_mut(&mut self.ctx).labels = labels;
     }
 
+    /// The position of `node` on the branch, if it is on it.
     fn on_path(&self, tree: &Tree, node: u32) -> Option<u32> {
-        let d = tree.node(node).depth as usize;
-        (self.path.get(d) == Some(&node)).then_some(d as u32)
+        let d = tree.node(node).depth;
+        (d < self.end() && self.node_at(tree, d) == node).then_some(d)
+    }
+
+    /// The position after the branch's last node.
+    fn end(&self) -> u32 {
+        self.from + self.path.len() as u32
+    }
+
+    /// The branch's node at position `pos` (below [`Projector::end`]):
+    /// held, or found by walking up from the first node held.
+    fn node_at(&self, tree: &Tree, pos: u32) -> u32 {
+        match pos.checked_sub(self.from) {
+            Some(i) => self.path[i as usize],
+            None => {
+                let mut n = self.path[0];
+                for _ in pos..self.from {
+                    n = tree.parent(n).unwrap_or(n);
+                }
+                n
+            }
+        }
+    }
+
+    /// The branch's nodes at positions `start..from` (above the part held).
+    fn above(&self, tree: &Tree, start: u32) -> Vec<u32> {
+        match self.path.first() {
+            Some(&first) if start < self.from => {
+                let mut seg = tree.path_from(start, first);
+                seg.pop();
+                seg
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// Holds the branch from position `pos` on (walks up to it).
+    fn hold_from(&mut self, tree: &Tree, pos: u32) {
+        if pos < self.from {
+            let mut seg = self.above(tree, pos);
+            seg.append(&mut self.path);
+            self.path = seg;
+            self.from = pos;
+        }
     }
 
     /// Appends the nodes of `suffix` (a path continuing the branch) reading
@@ -230,7 +318,7 @@ impl Projector {
         // Bulk: fold state and settings, note compactions, then build the
         // messages once from the newest compaction's kept range.
         for &n in suffix {
-            let pos = self.path.len() as u32;
+            let pos = self.end();
             match tree.node(n).kind {
                 Some(EntryKind::AppState) | Some(EntryKind::Settings) => {
                     let e = src.entry(n)?;
@@ -302,11 +390,18 @@ impl Projector {
         keep: usize,
         src: &dyn EntrySource,
     ) -> Result<(), ReadError> {
-        if keep >= self.path.len() {
+        if keep >= self.end() as usize {
             return Ok(());
         }
         let keep32 = keep as u32;
-        self.path.truncate(keep);
+        if keep32 <= self.from {
+            // The new leaf is above the part held: hold from it.
+            match keep32.checked_sub(1) {
+                Some(leaf) => self.hold_from(tree, leaf),
+                None => self.from = 0,
+            }
+        }
+        self.path.truncate((keep32 - self.from) as usize);
         self.state_marks.retain(|m| m.pos < keep32);
         self.settings_marks.retain(|m| m.pos < keep32);
         let state = self.replay_state(src)?;
@@ -404,7 +499,7 @@ impl Projector {
         let start = match self.compactions.last() {
             None => 0,
             Some(&cpos) => {
-                let node = self.path[cpos as usize];
+                let node = self.node_at(tree, cpos);
                 let entry = src.entry(node)?;
                 let EntryBody::Compaction(c) = &entry.body else {
                     return Err(ReadError::NoSuchRecord(tree.node(node).seq));
@@ -418,12 +513,16 @@ impl Projector {
                     .unwrap_or(cpos + 1)
             }
         };
-        for pos in start as usize..self.path.len() {
-            let node = self.path[pos];
+        let above = self.above(tree, start);
+        for pos in start..self.end() {
+            let node = match pos.checked_sub(self.from) {
+                Some(i) => self.path[i as usize],
+                None => above[(pos - start) as usize],
+            };
             if matches!(
                 tree.node(node).kind,
                 Some(EntryKind::Message) | Some(EntryKind::Checkout) | Some(EntryKind::Custom)
-            ) && let Some(m) = message_from(src.entry(node)?, pos as u32)
+            ) && let Some(m) = message_from(src.entry(node)?, pos)
             {
                 each(m);
             }
@@ -459,7 +558,7 @@ impl Projector {
         entry: Entry,
         src: &dyn EntrySource,
     ) -> Result<(), ReadError> {
-        let pos = self.path.len() as u32;
+        let pos = self.end();
         self.path.push(node);
         Arc::make_mut(&mut self.ctx).leaf = Some(entry.id.clone());
         let Entry { id, parent, body } = entry;
@@ -582,7 +681,7 @@ impl Projector {
         src: &dyn EntrySource,
     ) -> Result<(), CheckError> {
         let fk = match &c.first_kept {
-            None => self.path.len() as u32,
+            None => self.end(),
             Some(k) => {
                 let off = || Invalid::FirstKeptOffBranch(k.to_string());
                 let node = tree.get(k).ok_or_else(off)?;
@@ -607,8 +706,8 @@ impl Projector {
         if fk < self.kept_from {
             // The kept range reaches back past the active compaction: read it.
             let mut calls_in_range: Vec<String> = Vec::new();
-            for pos in fk as usize..self.kept_from as usize {
-                let node = self.path[pos];
+            for pos in fk..self.kept_from {
+                let node = self.node_at(tree, pos);
                 if tree.node(node).kind != Some(EntryKind::Message) {
                     continue;
                 }
@@ -637,6 +736,10 @@ impl Projector {
 impl BranchFold for Projector {
     fn path(&self) -> &[u32] {
         &self.path
+    }
+
+    fn path_from(&self) -> usize {
+        self.from as usize
     }
 
     fn truncate(&mut self, keep: usize, walk: Walk<'_>) -> Result<(), ReadError> {

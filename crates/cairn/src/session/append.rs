@@ -92,17 +92,18 @@ impl Session {
                 }
             },
         };
-        let parent_node = inner
-            .tree
-            .check(&id, parent.as_ref())
-            .map_err(|r| match r {
-                Reject::DuplicateId => Invalid::DuplicateId(id.to_string()),
-                Reject::MissingParent => Invalid::MissingParent(
-                    parent
-                        .as_ref()
-                        .map_or_else(String::new, ToString::to_string),
-                ),
-            })?;
+        let checked = inner.tree.check(&id, parent.as_ref());
+        // The lookups read nothing from a block of the persisted index
+        // that did not verify: say so rather than answer without it.
+        inner.tree.check_damage(self.log.location())?;
+        let parent_node = checked.map_err(|r| match r {
+            Reject::DuplicateId => Invalid::DuplicateId(id.to_string()),
+            Reject::MissingParent => Invalid::MissingParent(
+                parent
+                    .as_ref()
+                    .map_or_else(String::new, ToString::to_string),
+            ),
+        })?;
         let entry = Entry {
             id,
             parent,

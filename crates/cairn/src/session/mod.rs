@@ -162,8 +162,21 @@ struct Reader<'a> {
 impl EntrySource for Reader<'_> {
     fn entry(&self, node: u32) -> Result<Entry, ReadError> {
         let seq = self.tree.node(node).seq;
+        // A block of the persisted index that did not verify gives no
+        // record: say so rather than read a wrong one.
+        self.tree.check_damage(self.log.location())?;
         match read_record(self.log, seq)?.body {
-            Body::Entry(e) => Ok(e),
+            Body::Entry(e) if e.id.as_str() == self.tree.id(node) => Ok(e),
+            Body::Entry(e) => Err(ReadError::Damaged(Box::new(Damage {
+                location: self.log.location().to_owned(),
+                line: seq + 1,
+                offset: self.log.offset(seq),
+                problem: format!(
+                    "it holds entry {} where the session's index places entry {}",
+                    e.id,
+                    self.tree.id(node)
+                ),
+            }))),
             Body::Header(_) | Body::Op(_) => Err(ReadError::NoSuchRecord(seq)),
         }
     }
@@ -341,11 +354,12 @@ impl Session {
     /// The branch: entry ids from the root to the leaf.
     pub fn branch(&self) -> Vec<EntryId> {
         let inner = lock(&self.inner);
+        // The projector may hold only the end of its branch: walk it whole.
         inner
-            .proj
-            .path()
-            .iter()
-            .map(|&n| inner.tree.entry_id(n))
+            .tree
+            .path_to(inner.proj.leaf())
+            .into_iter()
+            .map(|n| inner.tree.entry_id(n))
             .collect()
     }
 

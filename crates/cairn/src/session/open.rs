@@ -2,12 +2,12 @@
 //! `seq` continuity, the header and the tree, then the projection, the
 //! session-wide folds and the last operation, decoding only what they need.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 
 use super::{Inner, OpenReport, Reader, Session, read_record};
-use crate::backend::{Access, Backend, IndexedOpen, Log, RawLine};
+use crate::backend::{Access, Backend, IndexStore, IndexedOpen, Log, RawLine};
 use crate::commit::{Durability, GroupCommit};
 use crate::error::{Damage, IoFailure, OpenError, ReadError};
 use crate::frame::{self, Class, Frame};
@@ -52,42 +52,60 @@ impl Session {
         access: Access,
         defer: bool,
     ) -> Result<(Session, bool), OpenError> {
-        let location = backend.location(id);
-        let indexes = backend.indexes();
-        let loaded = indexes.and_then(|ix| {
-            ix.load_index(id)
+        let loaded = backend.indexes().and_then(|ix| {
+            ix.open_index(id)
                 .map(|bytes| (ix, index::decode(bytes, id)))
         });
-        let mut note = None;
+        let note = match loaded {
+            Some((ix, Ok(decoded))) => {
+                let damage = Arc::clone(&decoded.damage);
+                let attempt =
+                    Session::open_once(backend, id, access, defer, Some((ix, decoded)), None);
+                // A block of the index read during the open did not verify:
+                // whatever was opened is dropped (and its lock with it) and
+                // the log is read instead.
+                match (attempt, damage.get()) {
+                    (Ok(Attempt::Opened(s)), None) => return Ok(*s),
+                    (Err(e), None) => return Err(e),
+                    (Ok(Attempt::Stale(why)), None) => Some(format!("index not used ({why})")),
+                    (_, Some(why)) => Some(format!("index not used ({why})")),
+                }
+            }
+            Some((_, Err(why))) => Some(format!("index not used ({why})")),
+            None => None,
+        };
+        Session::open_once(backend, id, access, defer, None, note)?.opened(backend.location(id))
+    }
+
+    /// One attempt at an open: through `indexed` (the backend's index store
+    /// and the index's decoded head) when given, else by reading the whole
+    /// log; `note` is what the open report says of an index not used.
+    fn open_once(
+        backend: &dyn Backend,
+        id: &SessionId,
+        access: Access,
+        defer: bool,
+        indexed: Option<(&dyn IndexStore, index::Decoded)>,
+        mut note: Option<String>,
+    ) -> Result<Attempt, OpenError> {
+        let location = backend.location(id);
         let mut st = Scanned::default();
         let mut checkpoint = None;
-        let opened = match loaded {
-            Some((ix, Ok(decoded))) => {
+        let opened = match indexed {
+            Some((ix, decoded)) => {
                 st.tree = Tree::from_table(decoded.table);
                 st.ops = decoded.ops;
-                st.indexed = decoded.prefix.offsets.len() as u64;
+                st.indexed = decoded.prefix.records;
                 let mut visit = |raw: RawLine<'_>| st.line(raw, id, &location);
                 match ix.open_indexed(id, access, decoded.prefix, &mut visit)? {
                     IndexedOpen::Opened(o) => {
                         checkpoint = Some(decoded.checkpoint);
-                        Some(o)
+                        o
                     }
-                    IndexedOpen::Stale(why) => {
-                        note = Some(format!("index not used ({why})"));
-                        None
-                    }
+                    IndexedOpen::Stale(why) => return Ok(Attempt::Stale(why)),
                 }
             }
-            Some((_, Err(why))) => {
-                note = Some(format!("index not used ({why})"));
-                None
-            }
-            None => None,
-        };
-        let opened = match opened {
-            Some(o) => o,
             None => {
-                st = Scanned::default();
                 let mut visit = |raw: RawLine<'_>| st.line(raw, id, &location);
                 backend.open(id, access, &mut visit)?
             }
@@ -192,7 +210,25 @@ impl Session {
                 index: note,
             },
         };
-        Ok((session, deferred))
+        Ok(Attempt::Opened(Box::new((session, deferred))))
+    }
+}
+
+/// What one attempt at an open gave.
+enum Attempt {
+    Opened(Box<(Session, bool)>),
+    /// The index does not describe the log (why).
+    Stale(String),
+}
+
+impl Attempt {
+    /// The session of an attempt without an index (which reads the whole
+    /// log, so is never stale).
+    fn opened(self, location: String) -> Result<(Session, bool), OpenError> {
+        match self {
+            Attempt::Opened(s) => Ok(*s),
+            Attempt::Stale(problem) => Err(OpenError::NotASession { location, problem }),
+        }
     }
 }
 

@@ -1,6 +1,7 @@
-//! An open session file ([`Log`]): the line index, reads by sequence
-//! number, appends and syncs, and the poisoning that refuses writes after
-//! a failed write or sync.
+//! An open session file ([`Log`]): the line index (the lines a persisted
+//! index covers read from its length blocks, the offset of every line after
+//! them kept), reads by sequence number, appends and syncs, and the
+//! poisoning that refuses writes after a failed write or sync.
 
 use std::io;
 use std::path::PathBuf;
@@ -11,6 +12,7 @@ use super::lock::{remember_unsynced, write_lock_note};
 use super::scan::read_exact_at;
 use crate::error::{AppendError, Damage, ReadError};
 use crate::frame;
+use crate::index::LineTable;
 use crate::vfs::{Vfs, VfsFile, write_atomic};
 
 /// An open session file.
@@ -19,7 +21,7 @@ pub(super) struct FileLog {
     location: String,
     file: Arc<dyn VfsFile>,
     lock: Option<Arc<dyn VfsFile>>,
-    /// Offsets of every line; the end of the last is `end`.
+    /// Where every line is; the end of the last is `end`.
     index: RwLock<Index>,
     /// Set by the first failed write or sync; refuses writes afterwards.
     poisoned: Mutex<Option<String>>,
@@ -32,8 +34,38 @@ pub(super) struct FileLog {
 
 #[derive(Debug)]
 struct Index {
+    /// The first lines, as a persisted index gives them.
+    base: Option<Arc<LineTable>>,
+    /// Offsets of the lines after `base`.
     offsets: Vec<u64>,
     end: u64,
+}
+
+impl Index {
+    fn base_records(&self) -> u64 {
+        self.base.as_ref().map_or(0, |b| b.records())
+    }
+
+    fn len(&self) -> u64 {
+        self.base_records() + self.offsets.len() as u64
+    }
+
+    /// Where line `seq` starts and ends; `Err` with why the persisted
+    /// index cannot say (a damaged length block).
+    fn span(&self, seq: u64) -> Option<Result<(u64, u64), String>> {
+        let base = self.base_records();
+        match &self.base {
+            Some(b) if seq < base => Some(b.span(seq).map(|(at, len)| (at, at + len))),
+            _ => {
+                let i = usize::try_from(seq - base).ok()?;
+                let start = *self.offsets.get(i)?;
+                Some(Ok((
+                    start,
+                    self.offsets.get(i + 1).copied().unwrap_or(self.end),
+                )))
+            }
+        }
+    }
 }
 
 impl FileLog {
@@ -41,6 +73,7 @@ impl FileLog {
         location: String,
         file: Arc<dyn VfsFile>,
         lock: Option<Arc<dyn VfsFile>>,
+        base: Option<Arc<LineTable>>,
         offsets: Vec<u64>,
         end: u64,
     ) -> FileLog {
@@ -48,7 +81,7 @@ impl FileLog {
             location,
             file,
             lock,
-            index: RwLock::new(Index { offsets, end }),
+            index: RwLock::new(Index { base, offsets, end }),
             poisoned: Mutex::new(None),
             synced_end: std::sync::atomic::AtomicU64::new(end),
             index_file: None,
@@ -119,17 +152,24 @@ impl Log for FileLog {
         self.index
             .read()
             .unwrap_or_else(PoisonError::into_inner)
-            .offsets
-            .len() as u64
+            .len()
     }
 
     fn read(&self, seq: u64) -> Result<Vec<u8>, ReadError> {
-        let (start, end) = {
-            let idx = self.index.read().unwrap_or_else(PoisonError::into_inner);
-            let i = usize::try_from(seq).map_err(|_| ReadError::NoSuchRecord(seq))?;
-            let start = *idx.offsets.get(i).ok_or(ReadError::NoSuchRecord(seq))?;
-            (start, idx.offsets.get(i + 1).copied().unwrap_or(idx.end))
-        };
+        let span = self
+            .index
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .span(seq)
+            .ok_or(ReadError::NoSuchRecord(seq))?;
+        let (start, end) = span.map_err(|why| {
+            ReadError::Damaged(Box::new(Damage {
+                location: format!("{} (its persisted index)", self.location),
+                line: seq + 1,
+                offset: 0,
+                problem: format!("the index {why}"),
+            }))
+        })?;
         let mut buf = vec![0u8; (end - start) as usize];
         read_exact_at(&*self.file, &mut buf, start).map_err(|source| ReadError::Io {
             location: self.location.clone(),
@@ -193,11 +233,10 @@ impl Log for FileLog {
 
     fn offset(&self, seq: u64) -> u64 {
         let idx = self.index.read().unwrap_or_else(PoisonError::into_inner);
-        usize::try_from(seq)
-            .ok()
-            .and_then(|i| idx.offsets.get(i))
-            .copied()
-            .unwrap_or(0)
+        match idx.span(seq) {
+            Some(Ok((at, _))) => at,
+            Some(Err(_)) | None => 0,
+        }
     }
 
     fn poisoned(&self) -> Option<String> {

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use super::{
-    Access, Backend, Catalog, IndexStore, IndexedOpen, IndexedPrefix, Log, Opened, Opening, Stamp,
-    TornTail, Visitor,
+    Access, Backend, Catalog, IndexBytes, IndexStore, IndexedOpen, IndexedPrefix, Log, Opened,
+    Opening, Stamp, TornTail, Visitor,
 };
 use crate::error::{IoFailure, OpenError, StoreError};
 use crate::id::SessionId;
@@ -209,7 +209,7 @@ impl Backend for FileBackend {
             .open(&path, OpenMode::ReadWrite)
             .map_err(|e| io_err("open", e))?;
         Ok(Box::new(
-            FileLog::new(location, file, Some(lock), offsets, end)
+            FileLog::new(location, file, Some(lock), None, offsets, end)
                 .with_index(Arc::clone(&self.vfs), self.index_path(id)),
         ))
     }
@@ -334,10 +334,48 @@ impl Backend for FileBackend {
     }
 }
 
+/// A persisted index file, read in place a block at a time.
+#[derive(Debug)]
+struct IndexFile {
+    file: Arc<dyn VfsFile>,
+    len: u64,
+    vfs: Arc<dyn Vfs>,
+    path: PathBuf,
+}
+
+impl IndexBytes for IndexFile {
+    fn len(&self) -> u64 {
+        self.len
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        read_exact_at(&*self.file, buf, offset)
+    }
+
+    fn discard(&self) -> bool {
+        // A writer may have replaced it meanwhile with a good one: removing
+        // that costs one rebuild, never a wrong record.
+        self.vfs.remove_file(&self.path).is_ok()
+    }
+}
+
 /// The index of `<id>.jsonl` is `<id>.idx` beside it.
 impl IndexStore for FileBackend {
     fn load_index(&self, id: &SessionId) -> Option<Vec<u8>> {
         vfs::read_all(&*self.vfs, &self.index_path(id)).ok()
+    }
+
+    /// The index file itself, read a block at a time.
+    fn open_index(&self, id: &SessionId) -> Option<Arc<dyn IndexBytes>> {
+        let path = self.index_path(id);
+        let file = self.vfs.open(&path, OpenMode::Read).ok()?;
+        let len = file.len().ok()?;
+        Some(Arc::new(IndexFile {
+            file,
+            len,
+            vfs: Arc::clone(&self.vfs),
+            path,
+        }))
     }
 
     fn open_indexed(
@@ -378,14 +416,14 @@ impl FileBackend {
             OpenMode::Read
         };
         let file = self.vfs.open(&path, mode).map_err(|e| io_err("open", e))?;
-        let (offsets, end) = match prefix {
-            None => (Vec::new(), 0),
+        let (base, first, end) = match prefix {
+            None => (None, 0, 0),
             Some(p) => match check_prefix(&*file, &p).map_err(|e| io_err("read", e))? {
                 Some(why) => return Ok(IndexedOpen::Stale(why)),
-                None => (p.offsets, p.end),
+                None => (Some(p.lines()), p.records, p.end),
             },
         };
-        let scan = scan(&*file, &location, offsets, end, visit)?;
+        let scan = scan(&*file, &location, first, end, visit)?;
         let mut torn = None;
         if let Some(bad) = scan.bad {
             let len = scan.file_len - bad.offset;
@@ -429,7 +467,7 @@ impl FileBackend {
             )
             .map_err(|e| io_err("make durable again the unsynced part of", e))?;
         }
-        let log = FileLog::new(location, file, lock, scan.offsets, scan.end)
+        let log = FileLog::new(location, file, lock, base, scan.offsets, scan.end)
             .with_index(Arc::clone(&self.vfs), self.index_path(id));
         Ok(IndexedOpen::Opened(Opened {
             log: Box::new(log),
@@ -547,8 +585,9 @@ impl FileBackend {
 /// before it are verified when they are read.
 fn check_prefix(file: &dyn VfsFile, prefix: &IndexedPrefix) -> io::Result<Option<String>> {
     let len = file.len()?;
-    let Some(&last) = prefix.offsets.last() else {
-        return Ok(Some("it indexes no records".into()));
+    let last = match prefix.last_offset() {
+        Ok(last) => last,
+        Err(why) => return Ok(Some(why)),
     };
     if len < prefix.end {
         return Ok(Some(format!(
@@ -569,7 +608,7 @@ fn check_prefix(file: &dyn VfsFile, prefix: &IndexedPrefix) -> io::Result<Option
     if crate::frame::check(&line).is_err() || crc32c::crc32c(&line) != prefix.last_line_crc {
         return Ok(Some(format!(
             "the log's line {} is not the one it indexed",
-            prefix.offsets.len()
+            prefix.records
         )));
     }
     Ok(None)

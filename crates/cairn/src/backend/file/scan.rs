@@ -38,15 +38,15 @@ pub(super) struct Bad {
 }
 
 pub(super) struct Scan {
+    /// Offsets of the lines read (after the first `first`).
     pub(super) offsets: Vec<u64>,
     pub(super) end: u64,
     pub(super) file_len: u64,
     pub(super) bad: Option<Bad>,
 }
 
-/// Reads the file in chunks from byte `start_end`, where the lines at
-/// `start_offsets` end (both empty/0 for the whole file), checking each
-/// line's framing. Intact lines are
+/// Reads the file in chunks from byte `start_end`, where the first `first`
+/// lines end (both 0 for the whole file), checking each line's framing. Intact lines are
 /// handed to `visit` until the first damaged one. Everything from there to
 /// the end of the file is a torn tail when no intact line follows, or when
 /// the first damaged line is a hole ([`is_hole`]); otherwise an intact line
@@ -54,7 +54,7 @@ pub(super) struct Scan {
 pub(super) fn scan(
     file: &dyn VfsFile,
     location: &str,
-    start_offsets: Vec<u64>,
+    first: u64,
     start_end: u64,
     visit: &mut Visitor<'_>,
 ) -> Result<Scan, OpenError> {
@@ -62,7 +62,8 @@ pub(super) fn scan(
     let file_len = file.len().map_err(io_err)?;
     let mut lines = Lines {
         location,
-        offsets: start_offsets,
+        first,
+        offsets: Vec::new(),
         bad: None,
         end: start_end,
     };
@@ -110,7 +111,7 @@ pub(super) fn scan(
             if !carry.is_empty() && lines.bad.is_none() {
                 lines.bad = Some(Bad {
                     offset: pos,
-                    index: lines.offsets.len() as u64,
+                    index: lines.first + lines.offsets.len() as u64,
                     problem: frame::FrameDamage::Incomplete.to_string(),
                     hole: false,
                     intact_after: false,
@@ -119,7 +120,7 @@ pub(super) fn scan(
             break;
         }
     }
-    if lines.offsets.is_empty() {
+    if lines.first == 0 && lines.offsets.is_empty() {
         let problem = match &lines.bad {
             None => "the file is empty".to_owned(),
             Some(b) => format!("its header (line 1) is unreadable: {}", b.problem),
@@ -177,6 +178,8 @@ pub(super) fn is_hole(line: &[u8], offset: u64) -> bool {
 /// The lines seen so far by [`scan`].
 struct Lines<'l> {
     location: &'l str,
+    /// Lines before the scan's start (a persisted index covers them).
+    first: u64,
     offsets: Vec<u64>,
     bad: Option<Bad>,
     end: u64,
@@ -186,7 +189,7 @@ impl Lines<'_> {
     /// Checks one complete line: intact lines go to the visitor until the
     /// first damaged one; an intact line after damage is a hard error.
     fn line(&mut self, line: &[u8], offset: u64, visit: &mut Visitor<'_>) -> Result<(), OpenError> {
-        let index = self.offsets.len() as u64;
+        let index = self.first + self.offsets.len() as u64;
         match frame::check(line) {
             Ok(()) => {
                 if let Some(b) = &mut self.bad {
