@@ -282,20 +282,19 @@ impl PySession {
     /// message}], app_state, settings, labels, compaction}`.
     fn context<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let ctx = self.inner()?.context();
-        let messages: Vec<Value> = ctx
-            .messages()
-            .iter()
-            .map(|m| {
-                let source = match m.source() {
-                    Source::Message => "message".to_owned(),
-                    Source::CompactionSummary => "compaction_summary".to_owned(),
-                    Source::CheckoutSummary => "checkout_summary".to_owned(),
-                    Source::Custom(ns) => format!("custom:{ns}"),
-                    _ => "other".to_owned(),
-                };
-                json!({"entry": m.entry().as_str(), "source": source, "message": m.message()})
-            })
-            .collect();
+        let mut messages: Vec<Value> = Vec::with_capacity(ctx.messages().len());
+        for m in ctx.messages() {
+            let source = match m.source() {
+                Source::Message => "message".to_owned(),
+                Source::CompactionSummary => "compaction_summary".to_owned(),
+                Source::CheckoutSummary => "checkout_summary".to_owned(),
+                Source::Custom(ns) => format!("custom:{ns}"),
+                _ => "other".to_owned(),
+            };
+            let message = m.message().py()?;
+            messages
+                .push(json!({"entry": m.entry().as_str(), "source": source, "message": message}));
+        }
         let compaction = ctx
             .compaction()
             .map(|c| json!({"entry": c.entry.as_str(), "summary": c.summary}));
@@ -454,7 +453,7 @@ impl PySession {
 
     /// The recovery verdict: `{"verdict": name, "op": ..., ...}`.
     fn verdict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        to_py(py, &self.inner()?.verdict())
+        to_py(py, &self.inner()?.verdict().py()?)
     }
 
     /// The status as this handle sees it (see `Store.status` for other

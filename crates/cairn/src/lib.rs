@@ -57,7 +57,8 @@ pub mod view;
 
 pub use backend::{
     Access, Backend, Catalog, CatalogEntry, Claim, FileBackend, IndexStore, IndexedOpen,
-    IndexedPrefix, Log, MemoryBackend, Opened, Opening, RawLine, Stamp, TornTail, Visitor,
+    IndexedPrefix, LineAt, LineReader, Log, MemoryBackend, Opened, Opening, RawLine, Stamp,
+    TornTail, Visitor,
 };
 pub use commit::{CommitStats, Durability, MAX_GATHER};
 pub use error::{

@@ -6,7 +6,7 @@ use std::io;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
-use super::super::Log;
+use super::super::{LineAt, LineReader, Log};
 use super::lock::{remember_unsynced, write_lock_note};
 use super::scan::read_exact_at;
 use crate::error::{AppendError, Damage, ReadError};
@@ -18,6 +18,9 @@ use crate::vfs::{Vfs, VfsFile, write_atomic};
 pub(super) struct FileLog {
     location: String,
     file: Arc<dyn VfsFile>,
+    /// Reads lines by position (shared with the contexts that keep
+    /// messages to read later; holds no lock).
+    lines: Arc<Lines>,
     lock: Option<Arc<dyn VfsFile>>,
     /// Offsets of every line; the end of the last is `end`.
     index: RwLock<Index>,
@@ -28,6 +31,39 @@ pub(super) struct FileLog {
     synced_end: std::sync::atomic::AtomicU64,
     /// Where a writer saves the session's persisted index.
     index_file: Option<(Arc<dyn Vfs>, PathBuf)>,
+}
+
+/// The session file read by position: [`LineReader`].
+#[derive(Debug)]
+struct Lines {
+    location: String,
+    file: Arc<dyn VfsFile>,
+}
+
+impl LineReader for Lines {
+    fn location(&self) -> &str {
+        &self.location
+    }
+
+    fn read_at(&self, seq: u64, offset: u64, len: u64) -> Result<Vec<u8>, ReadError> {
+        let len = usize::try_from(len).map_err(|_| ReadError::NoSuchRecord(seq))?;
+        let mut buf = vec![0u8; len];
+        read_exact_at(&*self.file, &mut buf, offset).map_err(|source| ReadError::Io {
+            location: self.location.clone(),
+            source,
+        })?;
+        frame::check(&buf).map_err(|d| {
+            ReadError::Damaged(Box::new(Damage {
+                location: self.location.clone(),
+                line: seq + 1,
+                offset,
+                problem: format!(
+                    "{d} (it verified when the session was opened: the file changed underneath)"
+                ),
+            }))
+        })?;
+        Ok(buf)
+    }
 }
 
 #[derive(Debug)]
@@ -45,6 +81,10 @@ impl FileLog {
         end: u64,
     ) -> FileLog {
         FileLog {
+            lines: Arc::new(Lines {
+                location: location.clone(),
+                file: Arc::clone(&file),
+            }),
             location,
             file,
             lock,
@@ -61,6 +101,14 @@ impl FileLog {
             self.index_file = Some((vfs, path));
         }
         self
+    }
+
+    /// Where line `seq` begins and ends.
+    fn span(&self, seq: u64) -> Option<(u64, u64)> {
+        let idx = self.index.read().unwrap_or_else(PoisonError::into_inner);
+        let i = usize::try_from(seq).ok()?;
+        let start = *idx.offsets.get(i)?;
+        Some((start, idx.offsets.get(i + 1).copied().unwrap_or(idx.end)))
     }
 
     fn check_writable(&self) -> Result<(), AppendError> {
@@ -124,28 +172,8 @@ impl Log for FileLog {
     }
 
     fn read(&self, seq: u64) -> Result<Vec<u8>, ReadError> {
-        let (start, end) = {
-            let idx = self.index.read().unwrap_or_else(PoisonError::into_inner);
-            let i = usize::try_from(seq).map_err(|_| ReadError::NoSuchRecord(seq))?;
-            let start = *idx.offsets.get(i).ok_or(ReadError::NoSuchRecord(seq))?;
-            (start, idx.offsets.get(i + 1).copied().unwrap_or(idx.end))
-        };
-        let mut buf = vec![0u8; (end - start) as usize];
-        read_exact_at(&*self.file, &mut buf, start).map_err(|source| ReadError::Io {
-            location: self.location.clone(),
-            source,
-        })?;
-        frame::check(&buf).map_err(|d| {
-            ReadError::Damaged(Box::new(Damage {
-                location: self.location.clone(),
-                line: seq + 1,
-                offset: start,
-                problem: format!(
-                    "{d} (it verified when the session was opened: the file changed underneath)"
-                ),
-            }))
-        })?;
-        Ok(buf)
+        let (start, end) = self.span(seq).ok_or(ReadError::NoSuchRecord(seq))?;
+        self.lines.read_at(seq, start, end - start)
     }
 
     fn append(&self, lines: &[Vec<u8>]) -> Result<(), AppendError> {
@@ -198,6 +226,15 @@ impl Log for FileLog {
             .and_then(|i| idx.offsets.get(i))
             .copied()
             .unwrap_or(0)
+    }
+
+    fn line_at(&self, seq: u64) -> Option<LineAt> {
+        let (start, end) = self.span(seq)?;
+        Some(LineAt {
+            reader: Arc::clone(&self.lines) as Arc<dyn LineReader>,
+            offset: start,
+            len: end - start,
+        })
     }
 
     fn poisoned(&self) -> Option<String> {
