@@ -279,7 +279,9 @@ impl PySession {
     }
 
     /// The context at the leaf: `{leaf, messages: [{entry, source,
-    /// message}], app_state, settings, labels, compaction}`.
+    /// message}], app_state, settings, labels, compaction}`. Raises
+    /// `ReadError` when a message the open left unread cannot be read back
+    /// (the file changed or was damaged since).
     fn context<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let ctx = self.inner()?.context();
         let mut messages: Vec<Value> = Vec::with_capacity(ctx.messages().len());
@@ -451,7 +453,8 @@ impl PySession {
         to_py(py, &v)
     }
 
-    /// The recovery verdict: `{"verdict": name, "op": ..., ...}`.
+    /// The recovery verdict: `{"verdict": name, "op": ..., ...}`. Raises
+    /// `ReadError` when a message of the context cannot be read back.
     fn verdict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         to_py(py, &self.inner()?.verdict().py()?)
     }
