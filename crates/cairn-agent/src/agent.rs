@@ -209,7 +209,7 @@ impl Agent {
         // An open operation, or calls without a result on the branch (from
         // any writer): recover first, so no provider receives them.
         let pending = matches!(
-            self.session.verdict(),
+            self.session.verdict()?,
             cairn::Verdict::IndeterminateTool { .. }
                 | cairn::Verdict::AwaitingApproval { .. }
                 | cairn::Verdict::ToolsNotStarted { .. }
@@ -251,7 +251,7 @@ pub(crate) fn drive(op: Operation<'_>, session: &Session, rt: &mut Runtime) -> R
                 Some(format!("interrupted by {}", rt.interrupt.cause())),
             );
         }
-        if conversation_done(session) {
+        if conversation_done(session)? {
             return finish(op, rt, Outcome::Completed, None);
         }
         if steps >= rt.config.max_steps {
@@ -304,11 +304,13 @@ pub(crate) fn drive(op: Operation<'_>, session: &Session, rt: &mut Runtime) -> R
 }
 
 /// Whether the branch ends with a reply that asks for nothing more.
-fn conversation_done(session: &Session) -> bool {
+fn conversation_done(session: &Session) -> Result<bool, cairn::ReadError> {
     let ctx = session.context();
-    ctx.messages().last().is_some_and(|m| {
-        m.message().role == Role::Assistant && m.message().tool_calls().next().is_none()
-    })
+    let Some(last) = ctx.messages().last() else {
+        return Ok(false);
+    };
+    let m = last.message()?;
+    Ok(m.role == Role::Assistant && m.tool_calls().next().is_none())
 }
 
 fn finish(
@@ -391,7 +393,7 @@ fn model_step(op: &Operation<'_>, session: &Session, rt: &mut Runtime) -> Result
                 let latency = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
                 let usage = reply.usage.clone().unwrap_or_default();
                 let mut reply = reply;
-                unique_call_ids(&mut reply, session, ticket.entry());
+                unique_call_ids(&mut reply, session, ticket.entry())?;
                 let message = reply.into_message(rt.provider.model());
                 let entry = ticket.entry().clone();
                 op.record_assistant(ticket, message.clone())?;
@@ -474,24 +476,23 @@ pub(crate) fn backoff(rt: &mut Runtime, retry: &mut u32, error: &ProviderError) 
 /// number calls per response (`call_0`, …) would otherwise repeat ids, and
 /// cairn requires them unique on the branch. Results are sent back under
 /// the recorded ids, so the rewrite is invisible to the model.
-fn unique_call_ids(reply: &mut crate::provider::Reply, session: &Session, entry: &cairn::EntryId) {
+fn unique_call_ids(
+    reply: &mut crate::provider::Reply,
+    session: &Session,
+    entry: &cairn::EntryId,
+) -> Result<(), cairn::ReadError> {
     let ctx = session.context();
-    let mut used: std::collections::HashSet<String> = ctx
-        .messages()
-        .iter()
-        .flat_map(|m| {
-            m.message()
-                .tool_calls()
-                .map(|(id, _, _)| id.to_owned())
-                .collect::<Vec<_>>()
-        })
-        .collect();
+    let mut used: std::collections::HashSet<String> = std::collections::HashSet::new();
+    for m in ctx.messages() {
+        used.extend(m.message()?.tool_calls().map(|(id, _, _)| id.to_owned()));
+    }
     for (i, c) in reply.tool_calls.iter_mut().enumerate() {
         if c.id.trim().is_empty() || used.contains(&c.id) {
             c.id = format!("call-{entry}-{}", i + 1);
         }
         used.insert(c.id.clone());
     }
+    Ok(())
 }
 
 /// Handles the tool calls of one reply, in order.

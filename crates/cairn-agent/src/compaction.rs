@@ -75,29 +75,48 @@ pub fn maybe_compact(session: &Session, rt: &mut Runtime) -> Result<Option<Entry
 
 /// The index of the first context message to keep, or `None` when no cut
 /// is possible (nothing before a valid cut point).
-pub fn choose_first_kept(messages: &Messages, keep_recent_tokens: usize) -> Option<usize> {
+///
+/// # Errors
+///
+/// [`cairn::ReadError`] when a message cannot be read from the session.
+pub fn choose_first_kept(
+    messages: &Messages,
+    keep_recent_tokens: usize,
+) -> Result<Option<usize>, cairn::ReadError> {
     let mut open: HashSet<&str> = HashSet::new();
     let mut valid = Vec::new();
+    let mut tokens = Vec::with_capacity(messages.len());
     for (i, m) in messages.iter().enumerate() {
         if i > 0 && open.is_empty() && !matches!(m.source(), Source::CompactionSummary) {
             valid.push(i);
         }
-        for (id, _, _) in m.message().tool_calls() {
+        let message = m.message()?;
+        for (id, _, _) in message.tool_calls() {
             open.insert(id);
         }
-        for id in m.message().tool_results() {
+        for id in message.tool_results() {
             open.remove(id);
         }
+        tokens.push(estimate_message(message));
     }
     let mut suffix = vec![0usize; messages.len() + 1];
     for i in (0..messages.len()).rev() {
-        suffix[i] = suffix[i + 1] + estimate_message(messages[i].message());
+        suffix[i] = suffix[i + 1] + tokens[i];
     }
-    valid
+    Ok(valid
         .iter()
         .copied()
         .find(|&i| suffix[i] <= keep_recent_tokens)
-        .or_else(|| valid.last().copied())
+        .or_else(|| valid.last().copied()))
+}
+
+/// The estimated tokens of every message of `messages`.
+fn tokens_of(messages: &Messages) -> Result<usize, cairn::ReadError> {
+    let mut total = 0;
+    for m in messages {
+        total += estimate_message(m.message()?);
+    }
+    Ok(total)
 }
 
 /// Compacts now (`/compact`): summarises the older part of the context,
@@ -107,12 +126,7 @@ pub fn choose_first_kept(messages: &Messages, keep_recent_tokens: usize) -> Opti
 ///
 /// Append errors.
 pub fn compact(session: &Session, rt: &mut Runtime) -> Result<Option<EntryId>> {
-    let total: usize = session
-        .context()
-        .messages()
-        .iter()
-        .map(|m| estimate_message(m.message()))
-        .sum();
+    let total = tokens_of(session.context().messages())?;
     let keep = rt.config.compaction.keep_recent_tokens.min(total / 2);
     compact_keeping(session, rt, keep)
 }
@@ -121,12 +135,12 @@ pub fn compact(session: &Session, rt: &mut Runtime) -> Result<Option<EntryId>> {
 fn compact_keeping(session: &Session, rt: &mut Runtime, keep: usize) -> Result<Option<EntryId>> {
     let ctx = session.context();
     let messages = ctx.messages();
-    let Some(cut) = choose_first_kept(messages, keep) else {
+    let Some(cut) = choose_first_kept(messages, keep)? else {
         rt.observer.event(&Event::Notice("nothing to compact yet"));
         return Ok(None);
     };
-    let tokens_before: usize = messages.iter().map(|m| estimate_message(m.message())).sum();
-    let transcript = transcript(messages.iter().take(cut));
+    let tokens_before = tokens_of(messages)?;
+    let transcript = transcript(messages.iter().take(cut))?;
     let request = ChatRequest {
         messages: vec![
             Message::text(Role::System, SUMMARY_PROMPT),
@@ -195,10 +209,12 @@ fn compact_keeping(session: &Session, rt: &mut Runtime, keep: usize) -> Result<O
 }
 
 /// The messages as plain text for the summariser.
-fn transcript<'a>(messages: impl Iterator<Item = &'a ContextMessage>) -> String {
+fn transcript<'a>(
+    messages: impl Iterator<Item = &'a ContextMessage>,
+) -> Result<String, cairn::ReadError> {
     let mut out = String::new();
     for m in messages {
-        let msg = m.message();
+        let msg = m.message()?;
         for b in &msg.content {
             let line = match b {
                 Block::Text { text } => format!("{}: {text}", msg.role.as_str()),
@@ -225,5 +241,5 @@ fn transcript<'a>(messages: impl Iterator<Item = &'a ContextMessage>) -> String 
             out.push('\n');
         }
     }
-    out
+    Ok(out)
 }

@@ -334,16 +334,21 @@ impl Tour<'_> {
     }
 }
 
-fn tool_result(session: &Session, tool: &str) -> Option<(String, Option<String>)> {
+fn tool_result(session: &Session, tool: &str) -> Result<Option<(String, Option<String>)>> {
     let ctx = session.context();
-    let call_id = ctx.messages().iter().rev().find_map(|m| {
-        m.message()
-            .tool_calls()
+    let mut messages = Vec::with_capacity(ctx.messages().len());
+    for m in ctx.messages() {
+        messages.push(m.message()?);
+    }
+    let Some(call_id) = messages.iter().rev().find_map(|m| {
+        m.tool_calls()
             .find(|(_, n, _)| *n == tool)
             .map(|(id, _, _)| id.to_owned())
-    })?;
-    ctx.messages().iter().find_map(|m| {
-        m.message().content.iter().find_map(|b| match b {
+    }) else {
+        return Ok(None);
+    };
+    Ok(messages.iter().find_map(|m| {
+        m.content.iter().find_map(|b| match b {
             Block::ToolResult {
                 call_id: c,
                 content,
@@ -352,7 +357,7 @@ fn tool_result(session: &Session, tool: &str) -> Option<(String, Option<String>)
             } if *c == call_id => Some((crate::provider::result_text(content), code.clone())),
             _ => None,
         })
-    })
+    }))
 }
 
 /// How the storyboard agent runs, here and in its child processes: the
@@ -520,7 +525,7 @@ pub fn run(home: &Path, out: &mut dyn Write, opts: DemoOptions) -> Result<DemoRe
     // 5. Reopen and recover.
     t.step(5, "Reopen: the verdict, and an idempotent re-run")?;
     let session = store.open(&id, Access::Write)?;
-    let verdict = session.verdict();
+    let verdict = session.verdict()?;
     let Verdict::IndeterminateTool { calls, .. } = &verdict else {
         bail!(
             "after the crash the verdict should be IndeterminateTool, not {}",
@@ -558,7 +563,7 @@ pub fn run(home: &Path, out: &mut dyn Write, opts: DemoOptions) -> Result<DemoRe
     drop(agent);
     t.crash(&exe, &id, "Send panel 3 to the print shop.", "bash")?;
     let session = store.open(&id, Access::Write)?;
-    let verdict = session.verdict();
+    let verdict = session.verdict()?;
     ensure!(
         matches!(&verdict, Verdict::IndeterminateTool { calls, .. } if calls.iter().any(|c| c.tool == "bash")),
         "the verdict should be IndeterminateTool for bash, not {}",
@@ -571,7 +576,7 @@ pub fn run(home: &Path, out: &mut dyn Write, opts: DemoOptions) -> Result<DemoRe
     let mut agent = t.agent(session)?;
     t.resume(&mut agent)?;
     let (text, side_effect_code) =
-        tool_result(agent.session(), "bash").context("the bash call has no result")?;
+        tool_result(agent.session(), "bash")?.context("the bash call has no result")?;
     ensure!(
         side_effect_code.as_deref() == Some(cairn::TOOL_OUTCOME_UNKNOWN),
         "the bash result should be TOOL_OUTCOME_UNKNOWN, not {side_effect_code:?}: {text}"
@@ -598,7 +603,7 @@ pub fn run(home: &Path, out: &mut dyn Write, opts: DemoOptions) -> Result<DemoRe
         "delegate",
     )?;
     let session = store.open(&id, Access::Write)?;
-    let verdict = session.verdict();
+    let verdict = session.verdict()?;
     ensure!(
         matches!(&verdict, Verdict::IndeterminateTool { calls, .. } if calls.iter().any(|c| c.tool == "delegate")),
         "the verdict should be IndeterminateTool for delegate, not {}",
@@ -623,7 +628,7 @@ pub fn run(home: &Path, out: &mut dyn Write, opts: DemoOptions) -> Result<DemoRe
     t.say(&format!(
         "Verdict: {} for `delegate`. Recovery goes from the outside in: `delegate` is idempotent, so cairn's recovery loop re-runs it, and the re-run finds the subagent session {subagent} its call started. That session finished (its own verdict: {}), so its recorded answer is the result; it is not run again.",
         verdict.name(),
-        store.open(&subagent, Access::Read)?.verdict().name()
+        store.open(&subagent, Access::Read)?.verdict()?.name()
     ))?;
     let mut agent = t.agent(session)?;
     t.resume(&mut agent)?;
@@ -637,7 +642,7 @@ pub fn run(home: &Path, out: &mut dyn Write, opts: DemoOptions) -> Result<DemoRe
         "recovery must not start a second subagent"
     );
     let (answer, _) =
-        tool_result(agent.session(), "delegate").context("the delegate call has no result")?;
+        tool_result(agent.session(), "delegate")?.context("the delegate call has no result")?;
     ensure!(
         answer.contains("HI-YAH"),
         "the parent's result should carry the subagent's answer, not {answer}"

@@ -49,7 +49,7 @@ pub struct Resumed {
 /// outcome (the session is left unchanged); a verdict recovery could not
 /// settle.
 pub fn resume(session: &Session, rt: &mut Runtime) -> Result<Resumed> {
-    let before = session.verdict();
+    let before = session.verdict()?;
     if !matches!(
         before,
         Verdict::Ready { op: None } | Verdict::Finished { .. }
@@ -68,7 +68,7 @@ pub fn resume(session: &Session, rt: &mut Runtime) -> Result<Resumed> {
         Err(RecoveryError::Stopped(why)) => bail!("{why}"),
         Err(e) => return Err(e.into()),
     }
-    let after = session.verdict();
+    let after = session.verdict()?;
     let end = match (&after, session.resume_operation()) {
         (
             Verdict::IndeterminateTool { .. }

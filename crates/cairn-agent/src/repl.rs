@@ -199,7 +199,7 @@ fn command(agent: &mut Agent, cmd: &str, tree: Option<&TreePrinter>) -> Result<b
                 writeln!(out, "{}", compaction_line(c))?;
             }
             for m in ctx.messages() {
-                let body = cairn::EntryBody::Message(m.message().clone());
+                let body = cairn::EntryBody::Message(m.message()?.clone());
                 writeln!(out, "{} {}", m.entry(), describe(&body, 100))?;
             }
         }

@@ -190,7 +190,7 @@ fn ctrl_c_while_streaming_records_an_interrupted_reply() {
         long.len()
     );
     assert!(matches!(
-        agent.session().verdict(),
+        agent.session().verdict().expect("the verdict"),
         Verdict::Finished {
             outcome: Outcome::Aborted,
             ..
@@ -256,16 +256,20 @@ fn large_output_is_capped_and_the_full_output_kept_as_a_blob() {
         .messages()
         .iter()
         .find_map(|m| {
-            m.message().content.iter().find_map(|b| match b {
-                Block::ToolResult { content, .. } => {
-                    let size = content.iter().find_map(|c| match c {
-                        Block::Blob { uri, size, .. } => Some((uri.clone(), *size)),
-                        _ => None,
-                    });
-                    Some((content.clone(), size))
-                }
-                _ => None,
-            })
+            m.message()
+                .expect("read the message")
+                .content
+                .iter()
+                .find_map(|b| match b {
+                    Block::ToolResult { content, .. } => {
+                        let size = content.iter().find_map(|c| match c {
+                            Block::Blob { uri, size, .. } => Some((uri.clone(), *size)),
+                            _ => None,
+                        });
+                        Some((content.clone(), size))
+                    }
+                    _ => None,
+                })
         })
         .unwrap();
     let (uri, size) = size.expect("a blob reference");
@@ -373,7 +377,13 @@ fn memory_follows_the_system_prompt_and_compaction_keeps_calls_with_results() {
     let ctx = s.context();
     let c = ctx.compaction().expect("a compaction is active");
     assert_eq!(c.summary, "SUMMARY: the person asked for several listings.");
-    assert!(ctx.messages()[0].message().plain_text().contains("SUMMARY"));
+    assert!(
+        ctx.messages()[0]
+            .message()
+            .expect("read the message")
+            .plain_text()
+            .contains("SUMMARY")
+    );
     every_call_answered(s).unwrap();
     let summary_requests = reqs
         .iter()
@@ -455,7 +465,10 @@ fn resume_retries_an_interrupted_model_call() {
             .unwrap();
         let _ticket = op.model_attempt(Some("scripted"), Some("m")).unwrap();
     });
-    assert!(matches!(s.verdict(), Verdict::ProviderInterrupted { .. }));
+    assert!(matches!(
+        s.verdict().expect("the verdict"),
+        Verdict::ProviderInterrupted { .. }
+    ));
     let script = r#"{"turns": [{"replies": [{"text": "Hello again."}]}]}"#;
     let mut agent = h.agent(
         s,
@@ -483,7 +496,7 @@ fn resume_runs_tools_that_never_started() {
         )
         .unwrap();
     });
-    assert_eq!(s.verdict().name(), "ToolsNotStarted");
+    assert_eq!(s.verdict().expect("the verdict").name(), "ToolsNotStarted");
     let (agent, r) = resume_with(&h, s, Canned::default(), OnUnknown::Ask);
     assert_eq!(r.unwrap().end.unwrap().outcome, Outcome::Completed);
     let (is_error, _, text) = result_of(agent.session(), "c1").unwrap();
@@ -504,7 +517,7 @@ fn resume_asks_a_pending_approval_again() {
         .unwrap();
         op.request_approval("c1", "bash").unwrap();
     });
-    assert_eq!(s.verdict().name(), "AwaitingApproval");
+    assert_eq!(s.verdict().expect("the verdict").name(), "AwaitingApproval");
     let (agent, r) = resume_with(&h, s, canned(&[Approval::Yes], &[]), OnUnknown::Ask);
     assert_eq!(r.unwrap().end.unwrap().outcome, Outcome::Completed);
     assert_eq!(
@@ -533,8 +546,8 @@ fn resume_reruns_an_idempotent_call_with_its_recorded_key() {
         .unwrap();
         let _t1 = op.dispatch_tool("c1", EffectClass::Idempotent).unwrap();
     });
-    let Verdict::IndeterminateTool { calls, .. } = s.verdict() else {
-        panic!("{:?}", s.verdict())
+    let Verdict::IndeterminateTool { calls, .. } = s.verdict().expect("the verdict") else {
+        panic!("{:?}", s.verdict().expect("the verdict"))
     };
     let key = calls[0].key.clone();
     let (agent, r) = resume_with(&h, s, Canned::default(), OnUnknown::Fail);
@@ -631,7 +644,10 @@ fn an_unknown_side_effect_is_never_rerun_without_a_decision() {
         e.contains("may or may not have run") && e.contains("--on-unknown"),
         "{e}"
     );
-    assert_eq!(agent.session().verdict().name(), "IndeterminateTool");
+    assert_eq!(
+        agent.session().verdict().expect("the verdict").name(),
+        "IndeterminateTool"
+    );
 
     // No one to ask: marked.
     let (agent, r) = resume_with(&h, side_effect_crash(&h), Canned::default(), OnUnknown::Ask);
@@ -666,8 +682,8 @@ fn a_new_prompt_on_an_interrupted_session_recovers_first() {
         .context()
         .messages()
         .iter()
-        .filter(|m| m.message().role == Role::Assistant)
-        .map(|m| m.message().plain_text())
+        .filter(|m| m.message().expect("read the message").role == Role::Assistant)
+        .map(|m| m.message().expect("read the message").plain_text())
         .collect();
     assert_eq!(texts, ["", "first done", "second done"]);
 }

@@ -71,13 +71,13 @@ fn the_demo_runs_and_its_claims_hold() {
     let list = store.list().unwrap();
     assert_eq!(list.len(), 3, "the storyboard, its subagent and its fork");
     let s = store.open(&report.session, Access::Read).unwrap();
-    assert_eq!(s.verdict().name(), "Finished");
+    assert_eq!(s.verdict().expect("the verdict").name(), "Finished");
     // The subagent scene: one child of the storyboard, finished, run once.
     let children = store.children(&report.session).unwrap();
     assert_eq!(children.len(), 1);
     assert_eq!(children[0].0.id, report.subagent);
     let child = store.open(&report.subagent, Access::Read).unwrap();
-    assert_eq!(child.verdict().name(), "Finished");
+    assert_eq!(child.verdict().expect("the verdict").name(), "Finished");
     assert_eq!(report.subagent_model_calls, 2);
     assert_eq!(report.balloon_lines, 1);
     assert!(text.contains("it is not run again"), "{text}");

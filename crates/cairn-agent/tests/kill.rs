@@ -152,7 +152,7 @@ fn check(home: &Path, work: &Path, acked: &[String], context: &str) -> String {
     let session = store
         .open(&cairn::SessionId::parse(&id).unwrap(), Access::Read)
         .unwrap();
-    let verdict = session.verdict();
+    let verdict = session.verdict().expect("the verdict");
     assert!(
         matches!(
             verdict,
@@ -203,7 +203,7 @@ fn check(home: &Path, work: &Path, acked: &[String], context: &str) -> String {
     }
     let ctx = session.context();
     for m in ctx.messages() {
-        for (call_id, name, args) in m.message().tool_calls() {
+        for (call_id, name, args) in m.message().expect("read the message").tool_calls() {
             if name != "bash" {
                 continue;
             }
@@ -237,7 +237,7 @@ fn check(home: &Path, work: &Path, acked: &[String], context: &str) -> String {
     let unknown = ctx
         .messages()
         .iter()
-        .flat_map(|m| m.message().content.clone())
+        .flat_map(|m| m.message().expect("read the message").content.clone())
         .filter(|b| matches!(b, cairn::Block::ToolResult { code: Some(c), .. } if c == cairn::TOOL_OUTCOME_UNKNOWN))
         .count();
     format!("{} records, {} unknown outcome(s)", session.len(), unknown)

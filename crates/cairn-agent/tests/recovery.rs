@@ -120,7 +120,7 @@ fn regression_agent_resume_sent_a_tool_call_appended_without_operation_records()
         .unwrap();
     s.append(read_missing_file()).unwrap();
     assert!(matches!(
-        s.verdict(),
+        s.verdict().expect("the verdict"),
         Verdict::ToolsNotStarted { op: None, .. }
     ));
     let provider = Arc::new(Strict::default());

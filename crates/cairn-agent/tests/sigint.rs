@@ -113,14 +113,14 @@ fn ctrl_c_while_the_model_streams_records_an_interrupted_reply() {
 fn assert_aborted(s: &cairn::Session) {
     assert!(
         matches!(
-            s.verdict(),
+            s.verdict().expect("the verdict"),
             Verdict::Finished {
                 outcome: Outcome::Aborted,
                 ..
             }
         ),
         "{:?}",
-        s.verdict()
+        s.verdict().expect("the verdict")
     );
 }
 

@@ -101,7 +101,13 @@ fn a_child_killed_mid_tool_is_recovered_first_and_the_parent_call_ends_honestly(
         .unwrap()
         .id
         .clone();
-    let verdict = |id: &SessionId| store.open(id, Access::Read).unwrap().verdict();
+    let verdict = |id: &SessionId| {
+        store
+            .open(id, Access::Read)
+            .unwrap()
+            .verdict()
+            .expect("the verdict")
+    };
     assert!(
         matches!(verdict(&parent), Verdict::IndeterminateTool { calls, .. } if calls[0].tool == "delegate"),
         "{:?}",
@@ -130,9 +136,9 @@ fn a_child_killed_mid_tool_is_recovered_first_and_the_parent_call_ends_honestly(
     );
     for s in [&p, &c] {
         assert!(
-            matches!(s.verdict(), Verdict::Finished { .. }),
+            matches!(s.verdict().expect("the verdict"), Verdict::Finished { .. }),
             "{:?}",
-            s.verdict()
+            s.verdict().expect("the verdict")
         );
         support::every_call_answered(s).unwrap();
     }

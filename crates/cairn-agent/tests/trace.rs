@@ -146,13 +146,13 @@ fn the_trace_never_reaches_the_context_and_an_environment_key_never_reaches_the_
     let messages: Vec<String> = ctx
         .messages()
         .iter()
-        .map(|m| m.message().plain_text())
+        .map(|m| m.message().expect("read the message").plain_text())
         .collect();
     assert_eq!(messages, ["Say hello.", "Hello from the server."]);
     let context = serde_json::to_string(
         &ctx.messages()
             .iter()
-            .map(|m| m.message())
+            .map(|m| m.message().expect("read the message"))
             .collect::<Vec<_>>(),
     )
     .unwrap();

@@ -53,11 +53,13 @@ fn agent_demo_runs_from_the_cli_and_its_key_claims_hold() {
         let session = store.open(&s.id, Access::Read).unwrap();
         let ctx = session.context();
         for m in ctx.messages() {
-            for (call, _, _) in m.message().tool_calls() {
+            for (call, _, _) in m.message().expect("read the message").tool_calls() {
                 assert!(
-                    ctx.messages()
-                        .iter()
-                        .any(|r| r.message().tool_results().any(|c| c == call)),
+                    ctx.messages().iter().any(|r| r
+                        .message()
+                        .expect("read the message")
+                        .tool_results()
+                        .any(|c| c == call)),
                     "call {call} has no result in {}",
                     s.id
                 );
@@ -128,6 +130,7 @@ fn journal_demo_runs_and_its_claims_hold() {
             .last()
             .unwrap()
             .message()
+            .expect("read the message")
             .plain_text()
             .starts_with("Panel 3")
     );

@@ -279,9 +279,12 @@ fn recover_all_from_many_workers_recovers_each_interrupted_session_once() {
         let id = cairn::SessionId::parse(id).unwrap();
         let s = store.open(&id, cairn::Access::Read).unwrap();
         assert!(
-            !matches!(s.verdict(), cairn::Verdict::IndeterminateTool { .. }),
+            !matches!(
+                s.verdict().expect("the verdict"),
+                cairn::Verdict::IndeterminateTool { .. }
+            ),
             "{:?}",
-            s.verdict()
+            s.verdict().expect("the verdict")
         );
     }
 }

@@ -107,7 +107,7 @@ fn damaged_pi_fixture_reports_every_problem() {
         r.notes
     );
     let s = open(&store, &r);
-    assert!(unanswered_calls(&s.context()).is_empty());
+    assert!(unanswered_calls(&s.context()).unwrap().is_empty());
     let strict = Options {
         strict: true,
         ..Options::default()
@@ -242,7 +242,14 @@ fn codex_fixture_joins_calls_and_turns_a_rollback_into_a_checkout() {
         first_call,
         json!({"command": ["cargo", "test"], "timeout_ms": 60000})
     );
-    let unknown = ctx.messages().last().unwrap().message().content.clone();
+    let unknown = ctx
+        .messages()
+        .last()
+        .unwrap()
+        .message()
+        .expect("read the message")
+        .content
+        .clone();
     assert!(
         matches!(&unknown[0], Block::ToolResult { call_id, code: Some(c), .. } if call_id == "call_P1" && c == TOOL_OUTCOME_UNKNOWN)
     );

@@ -202,11 +202,11 @@ fn missing_results_are_answered_unknown_and_listed() {
     );
     let s = env.session(&r.session);
     let ctx = s.context();
-    assert!(unanswered_calls(&ctx).is_empty());
+    assert!(unanswered_calls(&ctx).unwrap().is_empty());
     let unknown: Vec<String> = ctx
         .messages()
         .iter()
-        .flat_map(|m| m.message().content.clone())
+        .flat_map(|m| m.message().expect("read the message").content.clone())
         .filter_map(|b| match b {
             Block::ToolResult {
                 call_id,
@@ -244,7 +244,7 @@ fn watch_leaves_the_last_calls_open_for_their_results() {
         r2.notes
     );
     let s = env.session(&r.session);
-    assert!(unanswered_calls(&s.context()).is_empty());
+    assert!(unanswered_calls(&s.context()).unwrap().is_empty());
 }
 
 #[test]
@@ -266,16 +266,16 @@ fn a_result_after_the_import_answered_its_call_is_kept_not_lost() {
     let s = env.session(&r.session);
     // The late result starts a branch at the call, answering it for real.
     let ctx = s.context();
-    assert!(unanswered_calls(&ctx).is_empty());
+    assert!(unanswered_calls(&ctx).unwrap().is_empty());
     let texts = texts(&s);
     assert_eq!(texts.last().unwrap(), "thanks");
     let results: Vec<bool> = ctx
         .messages()
         .iter()
-        .filter(|m| m.message().role == Role::Tool)
+        .filter(|m| m.message().expect("read the message").role == Role::Tool)
         .map(|m| {
             matches!(
-                &m.message().content[0],
+                &m.message().expect("read the message").content[0],
                 Block::ToolResult { code: None, .. }
             )
         })

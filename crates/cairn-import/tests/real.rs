@@ -132,7 +132,7 @@ fn anthropic_cairn(ctx: &Context) -> Vec<Value> {
         ctx.messages()
             .iter()
             .map(|cm| {
-                let m = cm.message();
+                let m = cm.message().expect("read the message");
                 let role = match m.role {
                     Role::Assistant => "assistant",
                     _ => "user",
@@ -194,7 +194,7 @@ fn without_instructions(items: &[Value]) -> Vec<Value> {
 fn responses_cairn(ctx: &Context) -> Vec<Value> {
     let mut out = Vec::new();
     for cm in ctx.messages() {
-        let m = cm.message();
+        let m = cm.message().expect("read the message");
         for b in &m.content {
             let mut item = block_form(b, |c| texts(c).collect());
             if let Some(text) = item.as_object_mut().filter(|o| o.contains_key("text")) {
@@ -261,7 +261,12 @@ fn codex_rollouts() -> (PathBuf, PathBuf) {
 /// The context's last message's text (the final answer, after the last
 /// request).
 fn last_text(ctx: &Context) -> String {
-    ctx.messages().last().unwrap().message().plain_text()
+    ctx.messages()
+        .last()
+        .unwrap()
+        .message()
+        .expect("read the message")
+        .plain_text()
 }
 
 #[test]

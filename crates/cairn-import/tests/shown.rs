@@ -27,7 +27,7 @@ fn shown(ctx: &Context) -> Vec<(Role, Vec<String>)> {
     ctx.messages()
         .iter()
         .map(|cm| {
-            let m = cm.message();
+            let m = cm.message().expect("read the message");
             let texts = m
                 .content
                 .iter()

@@ -220,7 +220,7 @@ fn work(
             .context()
             .messages()
             .iter()
-            .filter(|m| m.message().role == Role::Tool)
+            .filter(|m| m.message().expect("read the message").role == Role::Tool)
             .count();
         if done >= size.steps {
             break;
@@ -524,20 +524,23 @@ fn a_fleet_with_kills_a_paused_worker_and_a_server_restart_keeps_every_invariant
         assert_eq!(store.status(id).unwrap(), cairn::Status::Succeeded, "{id}");
         let session = store.open(id, Access::Read).unwrap();
         assert!(
-            matches!(session.verdict(), cairn::Verdict::Finished { .. }),
+            matches!(
+                session.verdict().expect("the verdict"),
+                cairn::Verdict::Finished { .. }
+            ),
             "{id}: every tool call has a result: {:?}",
-            session.verdict()
+            session.verdict().expect("the verdict")
         );
         // Every call on the branch has exactly one result.
         let context = session.context();
         let msgs = context.messages();
         let results = msgs
             .iter()
-            .filter(|m| m.message().role == Role::Tool)
+            .filter(|m| m.message().expect("read the message").role == Role::Tool)
             .count();
         let asked = msgs
             .iter()
-            .flat_map(|m| m.message().content.iter())
+            .flat_map(|m| m.message().expect("read the message").content.iter())
             .filter(|b| matches!(b, cairn::Block::ToolCall { .. }))
             .count();
         assert_eq!(results, asked, "{id}");

@@ -279,23 +279,24 @@ impl PySession {
     }
 
     /// The context at the leaf: `{leaf, messages: [{entry, source,
-    /// message}], app_state, settings, labels, compaction}`.
+    /// message}], app_state, settings, labels, compaction}`. Raises
+    /// `ReadError` when a message the open left unread cannot be read back
+    /// (the file changed or was damaged since).
     fn context<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let ctx = self.inner()?.context();
-        let messages: Vec<Value> = ctx
-            .messages()
-            .iter()
-            .map(|m| {
-                let source = match m.source() {
-                    Source::Message => "message".to_owned(),
-                    Source::CompactionSummary => "compaction_summary".to_owned(),
-                    Source::CheckoutSummary => "checkout_summary".to_owned(),
-                    Source::Custom(ns) => format!("custom:{ns}"),
-                    _ => "other".to_owned(),
-                };
-                json!({"entry": m.entry().as_str(), "source": source, "message": m.message()})
-            })
-            .collect();
+        let mut messages: Vec<Value> = Vec::with_capacity(ctx.messages().len());
+        for m in ctx.messages() {
+            let source = match m.source() {
+                Source::Message => "message".to_owned(),
+                Source::CompactionSummary => "compaction_summary".to_owned(),
+                Source::CheckoutSummary => "checkout_summary".to_owned(),
+                Source::Custom(ns) => format!("custom:{ns}"),
+                _ => "other".to_owned(),
+            };
+            let message = m.message().py()?;
+            messages
+                .push(json!({"entry": m.entry().as_str(), "source": source, "message": message}));
+        }
         let compaction = ctx
             .compaction()
             .map(|c| json!({"entry": c.entry.as_str(), "summary": c.summary}));
@@ -452,9 +453,10 @@ impl PySession {
         to_py(py, &v)
     }
 
-    /// The recovery verdict: `{"verdict": name, "op": ..., ...}`.
+    /// The recovery verdict: `{"verdict": name, "op": ..., ...}`. Raises
+    /// `ReadError` when a message of the context cannot be read back.
     fn verdict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        to_py(py, &self.inner()?.verdict())
+        to_py(py, &self.inner()?.verdict().py()?)
     }
 
     /// The status as this handle sees it (see `Store.status` for other

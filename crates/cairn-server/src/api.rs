@@ -470,7 +470,7 @@ fn context_at(s: &Session, at: Option<&str>) -> Result<Arc<Context>, ApiError> {
 }
 
 fn context(s: &Session, ctx: Arc<Context>) -> Result<Value, ApiError> {
-    Ok(shapes::context(s, &ctx))
+    Ok(shapes::context(s, &ctx)?)
 }
 
 fn state(s: &Session, ctx: Arc<Context>) -> Result<Value, ApiError> {
@@ -509,11 +509,12 @@ fn memory(_: &Hub, s: &Session) -> Result<Value, ApiError> {
 
 fn verdict(hub: &Hub, s: &Session) -> Result<Value, ApiError> {
     let live = hub.store().backend().writer_active(s.id());
+    let verdict = s.verdict()?;
     Ok(json!({
         "session": s.id(),
         "status": s.phase().status(live),
-        "verdict": s.verdict(),
-        "action": crate::ops::next_action(&s.verdict()),
+        "action": crate::ops::next_action(&verdict),
+        "verdict": verdict,
     }))
 }
 

@@ -160,7 +160,7 @@ async fn start(
 
 fn current(_: &Hub, s: &Session) -> Result<Value, ApiError> {
     let op = s.resume_operation().map(|o| o.id().to_owned());
-    Ok(json!({"op": op, "phase": s.phase(), "verdict": s.verdict()}))
+    Ok(json!({"op": op, "phase": s.phase(), "verdict": s.verdict()?}))
 }
 
 #[derive(Debug, Deserialize)]
@@ -279,7 +279,7 @@ fn result(s: &Session, op: Operation<'_>, b: ResultBody) -> Result<Value, ApiErr
 
 /// The call `call_id` names among those dispatched with no result yet.
 fn dispatched(s: &Session, call_id: &str) -> Result<ToolDispatched, ApiError> {
-    if let Verdict::IndeterminateTool { calls, .. } = s.verdict()
+    if let Verdict::IndeterminateTool { calls, .. } = s.verdict()?
         && let Some(call) = calls.into_iter().find(|c| c.call_id == call_id)
     {
         return Ok(call);
@@ -353,7 +353,7 @@ struct FinishBody {
 
 fn finish(s: &Session, op: Operation<'_>, b: FinishBody) -> Result<Value, ApiError> {
     op.finish(b.outcome, b.error)?;
-    Ok(json!({"status": s.status(), "verdict": s.verdict()}))
+    Ok(json!({"status": s.status(), "verdict": s.verdict()?}))
 }
 
 #[derive(Debug, Deserialize)]

@@ -5,15 +5,25 @@
 
 use std::cell::RefCell;
 
-use cairn::{ActiveCompaction, Context, ContextMessage, ContextStream, Session, Source, Store};
+use cairn::{
+    ActiveCompaction, Context, ContextMessage, ContextStream, ReadError, Session, Source, Store,
+};
 use cairn_agent::describe::entry_line;
 use cairn_agent::tree::TreeView;
 use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
 use serde_json::{Value, json};
 
 /// `context --json`, and the `context` field of `show --json`.
-pub fn context(session: &Session, ctx: &Context) -> Value {
-    serde_json::to_value(ContextShape { session, ctx }).unwrap_or(Value::Null)
+///
+/// # Errors
+///
+/// [`ReadError`] when a message of the context cannot be read.
+pub fn context(session: &Session, ctx: &Context) -> Result<Value, ReadError> {
+    // Every message read first, so that the shape cannot fail half way.
+    for m in ctx.messages() {
+        m.message()?;
+    }
+    Ok(serde_json::to_value(ContextShape { session, ctx }).unwrap_or(Value::Null))
 }
 
 /// The shape of [`context`], serialized as it is written (`context --json`
@@ -119,23 +129,30 @@ impl Serialize for StreamedMessages<'_> {
     }
 }
 
-#[derive(serde::Serialize)]
-struct MessageShape<'a> {
-    entry: &'a cairn::EntryId,
-    source: &'static str,
-    namespace: Option<&'a str>,
-    message: &'a cairn::Message,
-}
+/// One context message: `entry`, `source`, `namespace`, `message` (read
+/// now if it was not yet; a message that cannot be read fails the
+/// serialization with the reason).
+struct MessageShape<'a>(&'a ContextMessage);
 
 impl MessageShape<'_> {
     fn of(m: &ContextMessage) -> MessageShape<'_> {
+        MessageShape(m)
+    }
+}
+
+impl Serialize for MessageShape<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let m = self.0;
+        let message = m
+            .message()
+            .map_err(|e| serde::ser::Error::custom(cairn::with_causes(&e)))?;
         let (source, namespace) = source_name(m.source());
-        MessageShape {
-            entry: m.entry(),
-            source,
-            namespace,
-            message: m.message(),
-        }
+        let mut map = s.serialize_map(Some(4))?;
+        map.serialize_entry("entry", m.entry())?;
+        map.serialize_entry("source", source)?;
+        map.serialize_entry("namespace", &namespace)?;
+        map.serialize_entry("message", message)?;
+        map.end()
     }
 }
 
@@ -283,7 +300,7 @@ mod stream_tests {
             .iter()
             .map(|m| {
                 let (source, namespace) = source_name(m.source());
-                json!({"entry": m.entry(), "source": source, "namespace": namespace, "message": m.message()})
+                json!({"entry": m.entry(), "source": source, "namespace": namespace, "message": m.message().unwrap()})
             })
             .collect();
         json!({

@@ -57,8 +57,8 @@ pub mod view;
 
 pub use backend::{
     Access, Backend, Catalog, CatalogEntry, Claim, FileBackend, IndexBytes, IndexStore,
-    IndexedOpen, IndexedPrefix, Log, MemoryBackend, Opened, Opening, RawLine, Stamp, TornTail,
-    Visitor,
+    IndexedOpen, IndexedPrefix, LineAt, LineReader, Log, MemoryBackend, Opened, Opening, RawLine,
+    Stamp, TornTail, Visitor,
 };
 pub use commit::{CommitStats, Durability, MAX_GATHER};
 pub use error::{

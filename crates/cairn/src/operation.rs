@@ -7,7 +7,7 @@
 use serde_json::Value;
 
 use crate::commit::Durability;
-use crate::error::{AppendError, Invalid};
+use crate::error::{AppendError, Invalid, ReadError};
 use crate::id::EntryId;
 use crate::journal::{self, NotStarted, Status, Verdict};
 use crate::record::{
@@ -122,7 +122,7 @@ impl Session {
         if let Some(open) = self.open_operation_id() {
             return Err(Invalid::OperationOpen(open).into());
         }
-        if let Verdict::IndeterminateTool { op, calls } = self.verdict() {
+        if let Verdict::IndeterminateTool { op, calls } = self.verdict()? {
             let ids: Vec<&str> = calls.iter().map(|c| c.call_id.as_str()).collect();
             return Err(Invalid::DispatchedWithoutResult {
                 op,
@@ -151,7 +151,12 @@ impl Session {
 
     /// The recovery verdict of the branch: a pure function of the log (the
     /// branch's unanswered tool calls, and the last operation's records).
-    pub fn verdict(&self) -> Verdict {
+    ///
+    /// # Errors
+    ///
+    /// [`ReadError`] when a message of the context cannot be read (it is
+    /// read here for the first time, and the file changed underneath).
+    pub fn verdict(&self) -> Result<Verdict, ReadError> {
         let ctx = self.context();
         self.with_fold(|f| f.verdict_on(&ctx))
     }
@@ -311,7 +316,7 @@ impl<'s> Operation<'s> {
     ) -> Result<ToolTicket, AppendError> {
         let (tool, arguments) = self
             .session
-            .find_call(call_id)
+            .find_call(call_id)?
             .ok_or_else(|| AppendError::from(Invalid::CallNotOnBranch(call_id.to_owned())))?;
         let key = journal::idempotency_key(self.session.id(), &self.id, call_id);
         let result_entry = self.session.fresh_entry_id();
@@ -447,7 +452,7 @@ impl<'s> Operation<'s> {
     fn redispatch(&self, call: &ToolDispatched) -> Result<ToolTicket, AppendError> {
         let (tool, arguments) = self
             .session
-            .find_call(&call.call_id)
+            .find_call(&call.call_id)?
             .ok_or_else(|| AppendError::from(Invalid::CallNotOnBranch(call.call_id.clone())))?;
         self.dispatch(
             &call.call_id,

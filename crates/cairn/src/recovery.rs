@@ -357,10 +357,11 @@ pub fn recover_with(
     session: &Session,
     resolver: &mut dyn Resolver,
 ) -> Result<RecoveryReport, RecoveryError> {
-    let before = session.verdict();
+    let verdict_now = || session.verdict().map_err(AppendError::from);
+    let before = verdict_now()?;
     let mut actions = Vec::new();
     for _ in 0..MAX_RECOVERY_ROUNDS {
-        let verdict = session.verdict();
+        let verdict = verdict_now()?;
         let op = session.resume_operation();
         let mut r = Round {
             session,
@@ -388,14 +389,14 @@ pub fn recover_with(
             | Verdict::ProviderInterrupted { .. }
             | Verdict::Ready { .. } => break,
         }
-        if session.verdict() == verdict {
+        if verdict_now()? == verdict {
             break;
         }
     }
     Ok(RecoveryReport {
         before,
         actions,
-        after: session.verdict(),
+        after: verdict_now()?,
     })
 }
 
@@ -432,14 +433,16 @@ impl Round<'_, '_> {
         self.actions.push(action);
     }
 
-    fn arguments(&self, call_id: &str) -> Value {
-        self.session
+    fn arguments(&self, call_id: &str) -> Result<Value, RecoveryError> {
+        Ok(self
+            .session
             .find_call(call_id)
-            .map_or(Value::Null, |(_, a)| a)
+            .map_err(AppendError::from)?
+            .map_or(Value::Null, |(_, a)| a))
     }
 
     fn indeterminate(&mut self, call: &ToolDispatched) -> Result<(), RecoveryError> {
-        let arguments = self.arguments(&call.call_id);
+        let arguments = self.arguments(&call.call_id)?;
         let can_run = self.can_run();
         let item = Pending::Indeterminate {
             call,
@@ -510,7 +513,7 @@ impl Round<'_, '_> {
 
     fn approval(&mut self, call: &PendingApproval) -> Result<(), RecoveryError> {
         let Some(op) = self.op else { return Ok(()) };
-        let arguments = self.arguments(&call.call_id);
+        let arguments = self.arguments(&call.call_id)?;
         let can_run = self.can_run();
         let item = Pending::Approval {
             call,
@@ -636,7 +639,7 @@ impl Session {
         let Some(at) = at else { return Ok(()) };
         let copied: Vec<Entry> = entries.iter().map(|(e, _)| e.clone()).collect();
         let ctx = Context::fold(&self.header().app_state, &copied, Some(at));
-        let left = journal::unanswered_calls(&ctx);
+        let left = journal::unanswered_calls(&ctx)?;
         let Some(first) = left.first() else {
             return Ok(());
         };

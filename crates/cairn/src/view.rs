@@ -15,6 +15,7 @@
 
 use serde::Serialize;
 
+use crate::error::ReadError;
 use crate::journal::unanswered_calls;
 use crate::memory::SessionMemory;
 use crate::projection::Context;
@@ -93,7 +94,7 @@ fn estimate_block(b: &Block) -> usize {
 }
 
 /// Why a view cannot be built.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ViewError {
     /// The context holds tool calls without a result.
@@ -105,6 +106,9 @@ pub enum ViewError {
         /// The calls, as `id (tool)`.
         calls: Vec<String>,
     },
+    /// A message of the context could not be read from the session's log.
+    #[error(transparent)]
+    Read(#[from] ReadError),
 }
 
 /// The over-budget hook.
@@ -164,13 +168,14 @@ impl<'h> ViewBuilder<'h> {
     /// # Errors
     ///
     /// [`ViewError::UnansweredCalls`] when the context holds a tool call
-    /// without a result.
+    /// without a result; [`ViewError::Read`] when one of its messages
+    /// cannot be read.
     pub fn build(
         &mut self,
         memory: Option<&SessionMemory>,
         context: &Context,
     ) -> Result<ModelView, ViewError> {
-        let open = unanswered_calls(context);
+        let open = unanswered_calls(context)?;
         if !open.is_empty() {
             return Err(ViewError::UnansweredCalls {
                 calls: open
@@ -192,8 +197,9 @@ impl<'h> ViewBuilder<'h> {
             messages.push((Part::Memory, m));
         }
         for cm in context.messages() {
-            tokens.context += estimate_message(cm.message());
-            messages.push((Part::Context, cm.message().clone()));
+            let m = cm.message()?;
+            tokens.context += estimate_message(m);
+            messages.push((Part::Context, m.clone()));
         }
         let view = ModelView {
             messages,

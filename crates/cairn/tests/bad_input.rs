@@ -272,7 +272,11 @@ fn a_huge_record_round_trips_and_a_huge_torn_line_is_cut_and_saved() {
     drop(s);
     let s = store.open(&id, Access::Write).expect("reopen");
     assert_eq!(
-        s.context().messages()[0].message().plain_text().len(),
+        s.context().messages()[0]
+            .message()
+            .expect("read the message")
+            .plain_text()
+            .len(),
         mb << 20
     );
     drop(s);

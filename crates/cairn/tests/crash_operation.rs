@@ -223,7 +223,7 @@ fn crash_at_every_boundary_is_recovered_with_at_most_one_charge() {
             "{boundary}: acknowledged record {acked} lost (session has {})",
             s.len()
         );
-        let verdict = s.verdict();
+        let verdict = s.verdict().expect("the verdict");
         assert_eq!(
             verdict.name(),
             expected_verdict(boundary),
@@ -256,11 +256,13 @@ fn crash_at_every_boundary_is_recovered_with_at_most_one_charge() {
         // After recovery the provider would accept the history.
         let ctx = s.context();
         for m in ctx.messages() {
-            for (call_id, _, _) in m.message().tool_calls() {
-                let answered = ctx
-                    .messages()
-                    .iter()
-                    .any(|r| r.message().tool_results().any(|c| c == call_id));
+            for (call_id, _, _) in m.message().expect("read the message").tool_calls() {
+                let answered = ctx.messages().iter().any(|r| {
+                    r.message()
+                        .expect("read the message")
+                        .tool_results()
+                        .any(|c| c == call_id)
+                });
                 assert!(
                     answered,
                     "{boundary}: call {call_id} has no result after recovery: {report:?}"
@@ -269,7 +271,7 @@ fn crash_at_every_boundary_is_recovered_with_at_most_one_charge() {
         }
         if boundary == "in_tool_after_effect" || boundary == "before_t2" || boundary == "after_t1" {
             let unknown = ctx.messages().iter().any(|m| {
-                m.message().content.iter().any(|b| matches!(b, Block::ToolResult { code: Some(c), .. } if c == cairn::TOOL_OUTCOME_UNKNOWN))
+                m.message().expect("read the message").content.iter().any(|b| matches!(b, Block::ToolResult { code: Some(c), .. } if c == cairn::TOOL_OUTCOME_UNKNOWN))
             });
             assert!(
                 unknown,
@@ -283,7 +285,7 @@ fn crash_at_every_boundary_is_recovered_with_at_most_one_charge() {
             op.record_assistant(ticket, Message::text(Role::Assistant, "retried"))
                 .unwrap();
             op.finish(Outcome::Completed, None).unwrap();
-            assert_eq!(s.verdict().name(), "Finished");
+            assert_eq!(s.verdict().expect("the verdict").name(), "Finished");
         }
     }
 }

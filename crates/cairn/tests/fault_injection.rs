@@ -429,7 +429,7 @@ fn survives_a_power_loss(fs: &SimFs, store: &cairn::Store, id: &SessionId, seq: 
     let ctx = s.context();
     let kept = ctx.messages().iter();
     assert!(
-        kept.map(|m| m.message().plain_text())
+        kept.map(|m| m.message().expect("read the message").plain_text())
             .any(|t| t.starts_with(&prefix)),
         "record {seq} ({name}) was acknowledged as durable (Sync) and is gone after a power loss; \
          the session holds {} records, torn tail {:?}",
@@ -550,7 +550,7 @@ fn shown(s: &cairn::Session) -> (u64, Option<cairn::EntryId>, Vec<String>) {
     let texts = ctx
         .messages()
         .iter()
-        .map(|m| m.message().plain_text())
+        .map(|m| m.message().expect("read the message").plain_text())
         .collect();
     (s.len(), s.leaf(), texts)
 }

@@ -46,7 +46,7 @@ fn context_texts(s: &Session) -> Vec<String> {
     s.context()
         .messages()
         .iter()
-        .map(|m| m.message().plain_text())
+        .map(|m| m.message().expect("read the message").plain_text())
         .collect()
 }
 

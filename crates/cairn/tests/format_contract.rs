@@ -61,13 +61,14 @@ fn observe(file: &Path) -> Value {
         Ok(s) => {
             let ctx = s.context();
             out["open"] = json!("ok");
-            out["verdict"] = serde_json::to_value(s.verdict()).expect("verdict");
+            out["verdict"] =
+                serde_json::to_value(s.verdict().expect("the verdict")).expect("verdict");
             out["status"] = serde_json::to_value(store.status(&id).expect("status")).expect("s");
             out["context"] = json!({
                 "leaf": ctx.leaf(),
                 "messages": ctx.messages().iter().map(|m| json!({
                     "entry": m.entry(),
-                    "message": m.message(),
+                    "message": m.message().expect("read the message"),
                 })).collect::<Vec<_>>(),
                 "app_state": ctx.app_state(),
                 "settings": ctx.settings(),

@@ -162,7 +162,11 @@ impl View {
         let texts = ctx
             .messages()
             .iter()
-            .map(|m| m.message().plain_text())
+            .map(|m| {
+                m.message()
+                    .expect("a context message reads back")
+                    .plain_text()
+            })
             .collect();
         (
             texts,
@@ -183,7 +187,7 @@ impl View {
             texts: ctx
                 .messages()
                 .iter()
-                .map(|m| m.message().plain_text())
+                .map(|m| m.message().expect("read the message").plain_text())
                 .collect(),
             state: ctx.app_state().clone(),
             settings: ctx.settings().clone(),
@@ -373,14 +377,24 @@ fn damage_after_the_index_refuses_to_open() {
 }
 
 #[test]
-fn damage_in_an_indexed_record_of_the_context_refuses_to_open_and_fsck_finds_it() {
+fn damage_in_an_indexed_message_of_the_context_is_reported_when_read_and_fsck_finds_it() {
     let f = Fixture::new();
     drop(f.open(Access::Write).expect("index"));
-    damage_a_kept_message(&f);
-    match f.open(Access::Read) {
-        Err(OpenError::Damaged(_)) => {}
-        other => panic!("expected damage, got {other:?}"),
+    let line = damage_a_kept_message(&f);
+    // The open through the index reads no message entry; reading the
+    // damaged one fails with its line, never hands out another message.
+    let s = f.open(Access::Read).expect("open");
+    let ctx = s.context();
+    let damaged: Vec<_> = ctx
+        .messages()
+        .iter()
+        .filter_map(|m| m.message().err())
+        .collect();
+    match damaged.as_slice() {
+        [cairn::ReadError::Damaged(d)] => assert_eq!(d.line as usize, line, "{d:?}"),
+        other => panic!("expected one damaged message, got {other:?}"),
     }
+    assert!(s.verdict().is_err(), "the verdict reads every message");
     let report = cairn::fsck::check(&**f.store().backend(), &f.id).expect("fsck");
     assert!(!report.problems.is_empty(), "fsck reads every line");
 }
@@ -630,7 +644,7 @@ fn streamed(f: &Fixture) -> (Vec<String>, Option<String>) {
     let stream = f.store().open_context_stream(&f.id).expect("open");
     let mut texts = Vec::new();
     let compaction = stream
-        .each_message(&mut |m| texts.push(m.message().plain_text()))
+        .each_message(&mut |m| texts.push(m.message().expect("read the message").plain_text()))
         .expect("read");
     (texts, compaction.map(|c| c.summary))
 }

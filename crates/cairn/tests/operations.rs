@@ -126,12 +126,13 @@ fn decoded(lines: &[Vec<u8>]) -> Vec<Body> {
 fn every_call_answered(s: &Session) -> Result<(), String> {
     let ctx = s.context();
     for m in ctx.messages() {
-        for (call_id, _, _) in m.message().tool_calls() {
-            if !ctx
-                .messages()
-                .iter()
-                .any(|r| r.message().tool_results().any(|c| c == call_id))
-            {
+        for (call_id, _, _) in m.message().expect("read the message").tool_calls() {
+            if !ctx.messages().iter().any(|r| {
+                r.message()
+                    .expect("read the message")
+                    .tool_results()
+                    .any(|c| c == call_id)
+            }) {
                 return Err(format!("call {call_id} has no result"));
             }
         }
@@ -232,7 +233,7 @@ fn check_prefix(lines: &[Vec<u8>], id: &cairn::SessionId) -> Result<(), TestCase
     let backend = MemoryBackend::new();
     backend.put_raw(id, lines.to_vec());
     let s = Session::open(&backend, id, Access::Write).unwrap();
-    let v = s.verdict();
+    let v = s.verdict().expect("the verdict");
     prop_assert_eq!(
         v.name(),
         oracle(&decoded(lines)),
@@ -475,8 +476,8 @@ fn recovery_never_reruns_a_side_effect_without_a_person() {
     let (_b, s) = session_with_call("bash");
     let op = s.resume_operation().unwrap();
     let _t = op.dispatch_tool("c1", EffectClass::SideEffect).unwrap();
-    let Verdict::IndeterminateTool { calls, .. } = s.verdict() else {
-        panic!("{:?}", s.verdict())
+    let Verdict::IndeterminateTool { calls, .. } = s.verdict().expect("the verdict") else {
+        panic!("{:?}", s.verdict().expect("the verdict"))
     };
     let msg = is_invalid(op.rerun(&calls[0]));
     assert!(msg.contains("side effects"), "{msg}");
@@ -484,7 +485,7 @@ fn recovery_never_reruns_a_side_effect_without_a_person() {
     let t = op.rerun_side_effect(&calls[0], "alice").unwrap();
     assert_eq!(t.key(), calls[0].key);
     op.record_result(t, ToolOutput::text("ran again")).unwrap();
-    assert_eq!(s.verdict().name(), "Ready");
+    assert_eq!(s.verdict().expect("the verdict").name(), "Ready");
 }
 
 #[test]
@@ -503,7 +504,7 @@ fn idempotency_key_is_the_same_after_a_restart() {
     drop(s);
     for _ in 0..3 {
         let s = store.open(&id, Access::Write).unwrap();
-        let Verdict::IndeterminateTool { calls, .. } = s.verdict() else {
+        let Verdict::IndeterminateTool { calls, .. } = s.verdict().expect("the verdict") else {
             panic!()
         };
         assert_eq!(calls[0].key, key);
@@ -631,8 +632,8 @@ fn recovery_never_runs_a_call_a_person_denied() {
     let op = s.resume_operation().unwrap();
     op.request_approval("c1", "bash").unwrap();
     op.resolve_approval("c1", false, Some("alice")).unwrap();
-    let Verdict::ToolsNotStarted { calls, .. } = s.verdict() else {
-        panic!("{:?}", s.verdict())
+    let Verdict::ToolsNotStarted { calls, .. } = s.verdict().expect("the verdict") else {
+        panic!("{:?}", s.verdict().expect("the verdict"))
     };
     assert!(calls[0].denied);
     let mut runner = CountingRunner { runs: Vec::new() };

@@ -84,7 +84,7 @@ fn codes(s: &Session) -> Vec<(String, Option<String>)> {
     s.context()
         .messages()
         .iter()
-        .flat_map(|m| m.message().content.clone())
+        .flat_map(|m| m.message().expect("read the message").content.clone())
         .filter_map(|b| match b {
             Block::ToolResult { call_id, code, .. } => Some((call_id, code)),
             _ => None,
@@ -151,7 +151,7 @@ fn regression_a_tool_call_with_no_operation_records_was_reported_ready() {
     let s = store().create(NewSession::default()).unwrap();
     s.append(user("list the files")).unwrap();
     s.append(calls(&[("c1", "read"), ("c2", "bash")])).unwrap();
-    match s.verdict() {
+    match s.verdict().expect("the verdict") {
         Verdict::ToolsNotStarted { op: None, calls } => {
             let ids: Vec<&str> = calls.iter().map(|c| c.call_id.as_str()).collect();
             assert_eq!(ids, ["c1", "c2"]);
@@ -181,9 +181,9 @@ fn regression_op_finished_with_a_dispatched_call_left_it_unanswered_forever() {
     let result_entry = ticket.result_entry().clone();
     op.finish(Outcome::Failed, Some("crashed".into())).unwrap();
     assert!(
-        matches!(s.verdict(), Verdict::IndeterminateTool { ref calls, .. } if calls.len() == 1),
+        matches!(s.verdict().expect("the verdict"), Verdict::IndeterminateTool { ref calls, .. } if calls.len() == 1),
         "{:?}",
-        s.verdict()
+        s.verdict().expect("the verdict")
     );
     // Even with a runner, nothing runs after op_finished: the outcome is unknown.
     let mut runner = ScenarioRunner::default();
@@ -204,9 +204,9 @@ fn regression_an_operation_aborted_before_its_tools_ran_left_them_unanswered() {
     let op = operation_asking(&s, &[("c1", "read"), ("c2", "put")]);
     op.finish(Outcome::Aborted, None).unwrap();
     assert!(
-        matches!(s.verdict(), Verdict::ToolsNotStarted { ref calls, .. } if calls.len() == 2),
+        matches!(s.verdict().expect("the verdict"), Verdict::ToolsNotStarted { ref calls, .. } if calls.len() == 2),
         "{:?}",
-        s.verdict()
+        s.verdict().expect("the verdict")
     );
     let mut runner = ScenarioRunner::default();
     cairn::recover(&s, Policy::default(), Some(&mut runner)).unwrap();
@@ -389,11 +389,9 @@ fn the_model_view_refuses_a_context_with_an_unanswered_call() {
     let err = ViewBuilder::new(None)
         .build(None, &s.context())
         .unwrap_err();
-    assert_eq!(
-        err,
-        ViewError::UnansweredCalls {
-            calls: vec![r#""c1" (read)"#.to_owned()]
-        }
+    assert!(
+        matches!(&err, ViewError::UnansweredCalls { calls } if calls == &[r#""c1" (read)"#]),
+        "{err:?}"
     );
     assert!(err.to_string().contains("cairn recover"), "{err}");
     s.append(results(&["c1"])).unwrap();
@@ -447,9 +445,9 @@ fn a_call_answered_only_on_another_branch_in_an_older_log_is_closed_not_rerun() 
     backend.put_raw(&id, lines);
     let s = Session::open(&backend, &id, Access::Write).unwrap();
     assert!(
-        matches!(s.verdict(), Verdict::ToolsNotStarted { ref calls, .. } if calls.len() == 1),
+        matches!(s.verdict().expect("the verdict"), Verdict::ToolsNotStarted { ref calls, .. } if calls.len() == 1),
         "{:?}",
-        s.verdict()
+        s.verdict().expect("the verdict")
     );
     let mut runner = ScenarioRunner::default();
     recover_twice(&s, Policy::default(), Some(&mut runner));

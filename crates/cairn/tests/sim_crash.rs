@@ -683,7 +683,7 @@ fn shown(
         .context()
         .messages()
         .iter()
-        .map(|m| m.message().plain_text())
+        .map(|m| m.message().expect("read the message").plain_text())
         .collect();
     (s.len(), s.leaf(), s.branch(), texts)
 }

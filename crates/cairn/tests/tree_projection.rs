@@ -915,6 +915,7 @@ fn only_the_newest_compaction_on_the_branch_counts() {
     assert!(
         ctx.messages()[0]
             .message()
+            .expect("read the message")
             .plain_text()
             .ends_with("first summary")
     );
@@ -935,10 +936,14 @@ fn only_the_newest_compaction_on_the_branch_counts() {
     assert!(
         ctx.messages()[0]
             .message()
+            .expect("read the message")
             .plain_text()
             .ends_with("second summary")
     );
-    assert_eq!(ctx.messages()[0].message().role, Role::User);
+    assert_eq!(
+        ctx.messages()[0].message().expect("read the message").role,
+        Role::User
+    );
     let active = ctx.compaction().expect("a compaction is in force");
     assert_eq!(
         (active.entry.as_str(), active.summary.as_str()),
@@ -1182,8 +1187,20 @@ fn checkout_summaries_and_visible_custom_entries_reach_the_context() {
             ("obj".to_owned(), Source::Custom("app.data".into())),
         ]
     );
-    assert_eq!(ctx.messages()[2].message().plain_text(), "a note");
-    assert_eq!(ctx.messages()[3].message().plain_text(), r#"{"k":1}"#);
+    assert_eq!(
+        ctx.messages()[2]
+            .message()
+            .expect("read the message")
+            .plain_text(),
+        "a note"
+    );
+    assert_eq!(
+        ctx.messages()[3]
+            .message()
+            .expect("read the message")
+            .plain_text(),
+        r#"{"k":1}"#
+    );
     assert_eq!(s.title().as_deref(), Some("Pig hero"));
     checkout(&s, Some("co"));
     let ctx = s.context();
@@ -1192,6 +1209,7 @@ fn checkout_summaries_and_visible_custom_entries_reach_the_context() {
     assert!(
         ctx.messages()[1]
             .message()
+            .expect("read the message")
             .plain_text()
             .ends_with("we tried notes")
     );
@@ -2201,19 +2219,29 @@ fn assert_fold_matches_view(ctx: &Context, view: &View<'_>) {
             .find(|e| &e.id == m.entry())
             .expect("message of the branch");
         match &entry.body {
-            EntryBody::Message(want) => assert_eq!(m.message(), want),
-            EntryBody::Compaction(c) => assert!(m.message().plain_text().ends_with(&c.summary)),
+            EntryBody::Message(want) => assert_eq!(m.message().expect("read the message"), want),
+            EntryBody::Compaction(c) => assert!(
+                m.message()
+                    .expect("read the message")
+                    .plain_text()
+                    .ends_with(&c.summary)
+            ),
             EntryBody::Checkout(Checkout {
                 summary: Some(s), ..
             }) => {
-                assert!(m.message().plain_text().ends_with(s.as_str()));
+                assert!(
+                    m.message()
+                        .expect("read the message")
+                        .plain_text()
+                        .ends_with(s.as_str())
+                );
             }
             EntryBody::Custom(c) => {
                 let text = c
                     .content
                     .as_str()
                     .map_or_else(|| c.content.to_string(), str::to_owned);
-                assert_eq!(m.message().plain_text(), text);
+                assert_eq!(m.message().expect("read the message").plain_text(), text);
             }
             other => panic!("{other:?} contributed a message"),
         }
@@ -2237,8 +2265,13 @@ fn assert_fold_matches_view(ctx: &Context, view: &View<'_>) {
         .iter()
         .filter(|m| m.source() == &Source::Message)
     {
-        seen.extend(m.message().tool_calls().map(|(c, _, _)| c));
-        for r in m.message().tool_results() {
+        seen.extend(
+            m.message()
+                .expect("read the message")
+                .tool_calls()
+                .map(|(c, _, _)| c),
+        );
+        for r in m.message().expect("read the message").tool_results() {
             assert!(
                 seen.contains(r),
                 "result for {r} without its call in the context"

@@ -225,7 +225,10 @@ impl Tool for Delegate {
         if let Err(e) = ran {
             return fail("resuming or running it failed", e);
         }
-        answer(agent.session())
+        match answer(agent.session()) {
+            Ok(out) => out,
+            Err(e) => fail("its session could not be read", e.into()),
+        }
     }
 
     fn summary(&self, arguments: &Value) -> String {
@@ -237,21 +240,22 @@ impl Tool for Delegate {
 /// The parent's result, from the child's session as it stands: its final
 /// answer and how its last operation ended; `TOOL_OUTCOME_UNKNOWN` when one
 /// of its calls on its branch has an unknown outcome.
-fn answer(child: &Session) -> ToolOutput {
+fn answer(child: &Session) -> Result<ToolOutput, cairn::ReadError> {
     let id = child.id();
     let ctx = child.context();
-    let reply = ctx
-        .messages()
+    let mut messages = Vec::with_capacity(ctx.messages().len());
+    for m in ctx.messages() {
+        messages.push(m.message()?);
+    }
+    let reply = messages
         .iter()
         .rev()
-        .map(|m| m.message())
         .find(|m| m.role == Role::Assistant)
-        .map(cairn::Message::plain_text)
+        .map(|m| m.plain_text())
         .filter(|t| !t.trim().is_empty());
-    let unknown: Vec<String> = ctx
-        .messages()
+    let unknown: Vec<String> = messages
         .iter()
-        .flat_map(|m| m.message().content.iter())
+        .flat_map(|m| m.content.iter())
         .filter_map(|b| match b {
             Block::ToolResult { call_id, code, .. }
                 if code.as_deref() == Some(TOOL_OUTCOME_UNKNOWN) =>
@@ -261,7 +265,7 @@ fn answer(child: &Session) -> ToolOutput {
             _ => None,
         })
         .collect();
-    let ended = match child.verdict() {
+    let ended = match child.verdict()? {
         Verdict::Finished { outcome, .. } => Some(outcome),
         _ => None,
     };
@@ -292,7 +296,7 @@ fn answer(child: &Session) -> ToolOutput {
         }
     };
     out.content.push(cairn::child_reference(id));
-    out
+    Ok(out)
 }
 
 fn outcome_name(o: Outcome) -> &'static str {

@@ -364,10 +364,10 @@ pub fn every_call_answered(session: &Session) -> Result<(), String> {
     let ctx = session.context();
     let mut open: Vec<String> = Vec::new();
     for m in ctx.messages() {
-        for (id, _, _) in m.message().tool_calls() {
+        for (id, _, _) in m.message().expect("read the message").tool_calls() {
             open.push(id.to_owned());
         }
-        for id in m.message().tool_results() {
+        for id in m.message().expect("read the message").tool_results() {
             open.retain(|o| o != id);
         }
     }
@@ -382,19 +382,23 @@ pub fn every_call_answered(session: &Session) -> Result<(), String> {
 pub fn result_of(session: &Session, call_id: &str) -> Option<(bool, Option<String>, String)> {
     let ctx = session.context();
     ctx.messages().iter().find_map(|m| {
-        m.message().content.iter().find_map(|b| match b {
-            Block::ToolResult {
-                call_id: c,
-                content,
-                is_error,
-                code,
-            } if c == call_id => Some((
-                *is_error,
-                code.clone(),
-                cairn_agent::provider::result_text(content),
-            )),
-            _ => None,
-        })
+        m.message()
+            .expect("read the message")
+            .content
+            .iter()
+            .find_map(|b| match b {
+                Block::ToolResult {
+                    call_id: c,
+                    content,
+                    is_error,
+                    code,
+                } if c == call_id => Some((
+                    *is_error,
+                    code.clone(),
+                    cairn_agent::provider::result_text(content),
+                )),
+                _ => None,
+            })
     })
 }
 
@@ -403,7 +407,12 @@ pub fn result_of(session: &Session, call_id: &str) -> Option<(bool, Option<Strin
 pub fn call_ids(session: &Session) -> Vec<String> {
     let mut ids = Vec::new();
     for m in session.context().messages() {
-        ids.extend(m.message().tool_calls().map(|(id, _, _)| id.to_owned()));
+        ids.extend(
+            m.message()
+                .expect("read the message")
+                .tool_calls()
+                .map(|(id, _, _)| id.to_owned()),
+        );
     }
     ids
 }
@@ -425,7 +434,7 @@ pub fn last_assistant(session: &Session) -> Option<cairn::Message> {
     ctx.messages()
         .iter()
         .rev()
-        .map(|m| m.message().clone())
+        .map(|m| m.message().expect("read the message").clone())
         .find(|m| m.role == Role::Assistant)
 }
 

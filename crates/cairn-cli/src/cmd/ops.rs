@@ -146,7 +146,7 @@ pub fn recover(
         Some(RecoverPolicy::Unknown) => recover_with(&session, &mut Policy::close_all())?,
         None if interactive => recover_with(&session, &mut Asker)?,
         None => {
-            let v = session.verdict();
+            let v = session.verdict()?;
             cairn::RecoveryReport {
                 before: v.clone(),
                 actions: Vec::new(),

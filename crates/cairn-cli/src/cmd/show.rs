@@ -37,7 +37,7 @@ pub fn show(ctx: &Ctx, arg: &SessionArg, json: bool, with_memory: bool) -> Resul
         let mut v = json!({
             "session": shapes::session(&store, &session),
             "children": children,
-            "context": shapes::context(&session, &context),
+            "context": shapes::context(&session, &context)?,
         });
         if let Some(m) = &memory {
             v["memory"] = json!({ "memory": m, "text": m.render() });
@@ -167,8 +167,8 @@ fn metadata(out: &mut Out<'_>, store: &Store, s: &Session) -> std::io::Result<()
 ///
 /// # Errors
 ///
-/// Write errors.
-pub fn render_context(out: &mut Out<'_>, ctx: &Context) -> std::io::Result<()> {
+/// Write errors, or a message of the context that cannot be read.
+pub fn render_context(out: &mut Out<'_>, ctx: &Context) -> Result<()> {
     let leaf = ctx
         .leaf()
         .map_or_else(|| "the start".to_owned(), |l| l.to_string());
@@ -196,7 +196,7 @@ pub fn render_context(out: &mut Out<'_>, ctx: &Context) -> std::io::Result<()> {
     }
     for (i, m) in ctx.messages().iter().enumerate() {
         out.nl()?;
-        let msg = m.message();
+        let msg = m.message()?;
         let (source, ns) = shapes::source_name(m.source());
         let origin = match (source, ns) {
             ("message", _) => String::new(),

@@ -343,7 +343,7 @@ pub fn storyboard(home: &Home) {
     let s = store
         .open(&SessionId::parse(STORY).unwrap(), Access::Write)
         .unwrap();
-    let cairn::Verdict::IndeterminateTool { calls, .. } = s.verdict() else {
+    let cairn::Verdict::IndeterminateTool { calls, .. } = s.verdict().expect("the verdict") else {
         panic!("expected an indeterminate tool")
     };
     let resumed = s.resume_operation().unwrap();

@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 pub fn texts(ctx: &Context) -> Vec<String> {
     ctx.messages()
         .iter()
-        .map(|m| m.message().plain_text())
+        .map(|m| m.message().expect("read the message").plain_text())
         .collect()
 }
 
@@ -105,7 +105,7 @@ pub fn canonical_cairn(ctx: &Context, keep_repairs: bool) -> (Vec<Value>, Vec<St
         other => json!({"unexpected": format!("{other:?}")}),
     };
     for cm in ctx.messages() {
-        let m = cm.message();
+        let m = cm.message().expect("read the message");
         match cm.source() {
             // Summaries as pi frames them for the model.
             Source::CompactionSummary => {

@@ -341,6 +341,16 @@ pub trait Log: Send + Sync + fmt::Debug {
         0
     }
 
+    /// Where line `seq` is, with a reader of it that holds neither this
+    /// handle nor its writer lock: what a context keeps to read a message
+    /// only when it is first asked for ([`crate::ContextMessage::message`]).
+    /// The default is `None`: the backend cannot read a line cheaply by
+    /// position, and the open decodes the context's messages at once.
+    fn line_at(&self, seq: u64) -> Option<LineAt> {
+        let _ = seq;
+        None
+    }
+
     /// Why the log refuses writes, once a write or sync has failed (`None`
     /// while healthy, and always for backends whose writes cannot fail).
     fn poisoned(&self) -> Option<String> {
@@ -361,6 +371,32 @@ pub trait Log: Send + Sync + fmt::Debug {
     fn save_index(&self, bytes: &[u8]) {
         let _ = bytes;
     }
+}
+
+/// Reads a log's lines by position ([`Log::line_at`]).
+pub trait LineReader: Send + Sync + fmt::Debug {
+    /// Where the log lives, for messages.
+    fn location(&self) -> &str;
+
+    /// Reads line `seq`, `len` bytes at byte `offset` (newline included),
+    /// verifying its framing and checksum.
+    ///
+    /// # Errors
+    ///
+    /// [`ReadError::Damaged`] if the bytes there are no longer an intact
+    /// line, or I/O errors.
+    fn read_at(&self, seq: u64, offset: u64, len: u64) -> Result<Vec<u8>, ReadError>;
+}
+
+/// Where one line of a log is, and a reader for it ([`Log::line_at`]).
+#[derive(Debug, Clone)]
+pub struct LineAt {
+    /// Reads the line.
+    pub reader: Arc<dyn LineReader>,
+    /// Byte offset of its first byte.
+    pub offset: u64,
+    /// Its length, newline included.
+    pub len: u64,
 }
 
 /// The version of the catalog format (`docs/FORMAT.md`, "Catalog").

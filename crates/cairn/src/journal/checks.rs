@@ -9,7 +9,7 @@ use super::{OpFold, OpenCall, idempotency_key, unanswered_calls};
 use crate::error::Invalid;
 use crate::id::{EntryId, SessionId};
 use crate::projection::{CheckError, Context, EntrySource, Projector};
-use crate::record::{Entry, EntryBody, OpRecord, Role};
+use crate::record::{Entry, EntryBody, OpRecord, Role, ToolDispatched};
 use crate::tree::Tree;
 
 /// Checks an entry that starts a branch (its parent is not the leaf: a
@@ -27,7 +27,7 @@ pub(crate) fn check_branch_point(
         .body
         .message()
         .map_or_else(HashSet::new, |m| m.tool_results().collect());
-    let left: Vec<OpenCall> = unanswered_calls(ctx)
+    let left: Vec<OpenCall> = unanswered_calls(ctx)?
         .into_iter()
         .filter(|c| !answered.contains(c.call_id.as_str()))
         .collect();
@@ -134,6 +134,31 @@ impl OpFold {
         op: &OpRecord,
         tree: &Tree,
         proj: &Projector,
+    ) -> Result<(), CheckError> {
+        // What the checks read of the context (its messages, maybe not read yet).
+        let unresolved = if let OpRecord::OpStarted(_) = op {
+            self.unresolved_dispatch(proj)?
+        } else {
+            None
+        };
+        let call_state = if let OpRecord::ToolDispatched(t) = op {
+            proj.call_state(&t.call_id)?
+        } else {
+            None
+        };
+        Ok(self.check_op_with(session, op, tree, unresolved, call_state)?)
+    }
+
+    /// [`OpFold::check_op`] with what it reads of the context: the last
+    /// operation's dispatch left unanswered (for `op_started`), and the
+    /// state of the call a `tool_dispatched` names.
+    fn check_op_with(
+        &self,
+        session: &SessionId,
+        op: &OpRecord,
+        tree: &Tree,
+        unresolved: Option<&ToolDispatched>,
+        call_state: Option<bool>,
     ) -> Result<(), Invalid> {
         let open = self.open();
         let op_id = match op {
@@ -144,7 +169,7 @@ impl OpFold {
                 if self.last.as_ref().is_some_and(|l| l.id == s.op) {
                     return Err(Invalid::OperationIdUsed(s.op.clone()));
                 }
-                if let Some(d) = self.unresolved_dispatch(proj) {
+                if let Some(d) = unresolved {
                     return Err(Invalid::DispatchedWithoutResult {
                         op: d.op.clone(),
                         calls: format!("{:?} ({})", d.call_id, d.tool),
@@ -189,7 +214,7 @@ impl OpFold {
                         expected,
                     });
                 }
-                match proj.call_state(&t.call_id) {
+                match call_state {
                     None => {
                         return Err(Invalid::CallNotOnBranch(t.call_id.clone()));
                     }

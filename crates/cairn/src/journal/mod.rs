@@ -12,9 +12,10 @@ use std::collections::HashSet;
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::error::ReadError;
 use crate::id::EntryId;
 use crate::projection::{Context, Projector};
-use crate::record::{Body, Entry, EntryBody, OpRecord, Outcome, ToolDispatched};
+use crate::record::{Body, Entry, EntryBody, Message, OpRecord, Outcome, ToolDispatched};
 
 mod checks;
 mod keys;
@@ -303,8 +304,16 @@ impl OpFold {
     /// The verdict for the branch whose context is `ctx`, given what the
     /// last operation recorded. Every tool call of the context without a
     /// result is pending, whether or not an operation record mentions it.
-    pub fn verdict_on(&self, ctx: &Context) -> Verdict {
-        let unanswered = unanswered_calls(ctx);
+    ///
+    /// # Errors
+    ///
+    /// [`ReadError`] when a message of the context cannot be read.
+    pub fn verdict_on(&self, ctx: &Context) -> Result<Verdict, ReadError> {
+        Ok(self.verdict_with(unanswered_calls(ctx)?))
+    }
+
+    /// [`OpFold::verdict_on`] with the context's unanswered calls found.
+    fn verdict_with(&self, unanswered: Vec<OpenCall>) -> Verdict {
         let op = self.last.as_ref().map(|p| p.id.clone());
         let Some(p) = &self.last else {
             return match not_started(unanswered, None) {
@@ -378,10 +387,23 @@ impl OpFold {
     /// A call the last operation dispatched that has no result and is still
     /// unanswered on the branch: a new operation would hide it from the
     /// verdict (which reads the last operation only).
-    pub fn unresolved_dispatch(&self, proj: &Projector) -> Option<&ToolDispatched> {
-        self.last.as_ref()?.dispatched.iter().find_map(|d| {
-            (!d.answered && proj.call_state(&d.record.call_id) == Some(false)).then_some(&d.record)
-        })
+    ///
+    /// # Errors
+    ///
+    /// [`ReadError`] when a message of the context cannot be read.
+    pub fn unresolved_dispatch(
+        &self,
+        proj: &Projector,
+    ) -> Result<Option<&ToolDispatched>, ReadError> {
+        let Some(last) = self.last.as_ref() else {
+            return Ok(None);
+        };
+        for d in &last.dispatched {
+            if !d.answered && proj.call_state(&d.record.call_id)? == Some(false) {
+                return Ok(Some(&d.record));
+            }
+        }
+        Ok(None)
     }
 
     /// The open (unfinished) operation, if any.
@@ -406,13 +428,26 @@ pub struct OpenCall {
 /// The tool calls of `ctx` with no result in it, in order. A provider must
 /// never receive one of these: recovery answers them, and the model view
 /// refuses to hold them.
-pub fn unanswered_calls(ctx: &Context) -> Vec<OpenCall> {
+///
+/// # Errors
+///
+/// [`ReadError`] when a message of the context cannot be read
+/// ([`crate::ContextMessage::message`]).
+pub fn unanswered_calls(ctx: &Context) -> Result<Vec<OpenCall>, ReadError> {
+    let mut messages = Vec::with_capacity(ctx.messages().len());
+    for cm in ctx.messages() {
+        messages.push((cm.message()?, cm.entry()));
+    }
+    Ok(open_calls(messages))
+}
+
+/// The calls of `messages` (each with its entry) that have no result after them.
+fn open_calls<'a>(messages: impl IntoIterator<Item = (&'a Message, &'a EntryId)>) -> Vec<OpenCall> {
     // Borrowed while scanning; only the calls left open are copied.
     let mut open: Vec<(&str, &str, &Value, &EntryId)> = Vec::new();
-    for cm in ctx.messages() {
-        let m = cm.message();
+    for (m, entry) in messages {
         for (call_id, tool, arguments) in m.tool_calls() {
-            open.push((call_id, tool, arguments, cm.entry()));
+            open.push((call_id, tool, arguments, entry));
         }
         for answered in m.tool_results() {
             if let Some(i) = open.iter().position(|c| c.0 == answered) {
@@ -460,5 +495,10 @@ pub fn verdict<'a>(records: impl IntoIterator<Item = &'a Body>) -> Verdict {
     }
     let leaf = entries.last().map(|e| e.id.clone());
     let ctx = Context::fold(&Value::Object(Default::default()), &entries, leaf.as_ref());
-    fold.verdict_on(&ctx)
+    // A folded context holds every message decoded: none is left out.
+    let messages = ctx
+        .messages()
+        .iter()
+        .filter_map(|cm| Some((cm.decoded_message()?, cm.entry())));
+    fold.verdict_with(open_calls(messages))
 }

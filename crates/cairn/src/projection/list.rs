@@ -256,12 +256,12 @@ mod tests {
     use crate::record::{Message, Role};
 
     fn msg(i: u32) -> ContextMessage {
-        ContextMessage {
-            entry: EntryId::random(),
-            source: Source::Message,
-            message: Arc::new(Message::text(Role::User, format!("{i}"))),
-            pos: i,
-        }
+        ContextMessage::decoded(
+            EntryId::random(),
+            Source::Message,
+            Message::text(Role::User, format!("{i}")),
+            i,
+        )
     }
 
     fn positions(l: &Messages) -> Vec<u32> {

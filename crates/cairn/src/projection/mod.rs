@@ -4,19 +4,27 @@
 //! amortized per entry appended at the leaf, and on a move it truncates to the
 //! common ancestor and replays only the new suffix (plus, when a compaction is
 //! left behind, the kept range of the one before it).
+//!
+//! A message entry's message is kept as where its line is (`lazy.rs`) when
+//! the backend reads lines cheaply by position, and decoded only when first
+//! asked for ([`ContextMessage::message`]), its line checked again then.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
+use crate::error::ReadError;
 use crate::id::EntryId;
 use crate::record::{
     AppStateChange, Compaction, Entry, EntryBody, Message, Role, SessionInfo, value_text,
 };
 
+mod lazy;
 mod list;
 mod projector;
+
+use lazy::Held;
 
 pub use list::{Iter as MessagesIter, Messages};
 
@@ -24,6 +32,30 @@ pub(crate) use projector::{CheckError, EntrySource, Projector, Saved};
 
 /// What the model sees and the state beside it, at one leaf. Immutable: a
 /// snapshot handed out by a session never changes and cannot change history.
+///
+/// Cheap to open, clone and share: the messages are a persistent chunked
+/// list ([`Messages`]), and on the file backend a message entry's message
+/// is kept as where its line is in the session file, read, checked and
+/// decoded the first time [`ContextMessage::message`] is called (then kept).
+/// So taking the context and counting its messages reads none of them, and
+/// reading a message can fail: the file changed or was damaged since the
+/// open. Backends that cannot read a line cheaply by position (the SQL
+/// ones, memory) decode every message at open. Two contexts are equal when
+/// their messages decode to equal messages (and their other fields are
+/// equal).
+///
+/// ```
+/// use cairn::{MemoryBackend, Session};
+/// use cairn::testkit::build::user;
+///
+/// let backend = MemoryBackend::new();
+/// let s = Session::create(&backend, Default::default())?;
+/// s.append(user("hello"))?;
+/// let ctx = s.context();
+/// assert_eq!(ctx.messages().len(), 1);
+/// assert_eq!(ctx.messages()[0].message()?.plain_text(), "hello");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct Context {
     leaf: Option<EntryId>,
@@ -35,11 +67,11 @@ pub struct Context {
 }
 
 /// One message of the context and where it came from.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct ContextMessage {
     entry: EntryId,
     source: Source,
-    message: Arc<Message>,
+    message: Held,
     /// Position of the source entry on the branch (0 = root).
     pos: u32,
 }
@@ -53,9 +85,63 @@ impl ContextMessage {
     pub fn source(&self) -> &Source {
         &self.source
     }
-    /// The message.
-    pub fn message(&self) -> &Message {
-        &self.message
+    /// The message: decoded already, or read from the session's log now
+    /// (once: later calls return the same decoded message). A message read
+    /// now is checked again — its line's checksum and framing, its `seq`,
+    /// its entry id and its kind — so a record changed since the open is an
+    /// error, never another message.
+    ///
+    /// # Errors
+    ///
+    /// [`ReadError::Damaged`] naming the session file, the record's line
+    /// and byte offset and what is wrong (checksum, frame, body), with the
+    /// advice to run `cairn fsck`; [`ReadError::Io`] when it cannot be read.
+    pub fn message(&self) -> Result<&Message, ReadError> {
+        self.message.get(&self.entry)
+    }
+
+    /// The message if it is decoded already (every message of a
+    /// [`Context::fold`] is), without reading.
+    pub(crate) fn decoded_message(&self) -> Option<&Message> {
+        self.message.decoded()
+    }
+
+    /// A message entry's message kept as record `seq`, the line `at`, read
+    /// when first asked for.
+    pub(crate) fn deferred(entry: EntryId, pos: u32, seq: u64, at: crate::backend::LineAt) -> Self {
+        ContextMessage {
+            entry,
+            source: Source::Message,
+            message: Held::Deferred(lazy::Deferred::new(seq, at)),
+            pos,
+        }
+    }
+
+    /// A message already decoded.
+    pub(crate) fn decoded(entry: EntryId, source: Source, message: Message, pos: u32) -> Self {
+        ContextMessage {
+            entry,
+            source,
+            message: Held::Decoded(Arc::new(message)),
+            pos,
+        }
+    }
+}
+
+/// Equal when entry, source and position are, and the messages decode to
+/// equal messages; a message that cannot be read equals only one kept as
+/// the same line of the same log.
+impl PartialEq for ContextMessage {
+    fn eq(&self, other: &ContextMessage) -> bool {
+        self.entry == other.entry
+            && self.source == other.source
+            && self.pos == other.pos
+            && match (self.message(), other.message()) {
+                (Ok(a), Ok(b)) => a == b,
+                (Ok(_), Err(_)) | (Err(_), Ok(_)) | (Err(_), Err(_)) => {
+                    self.message.same_line(&other.message)
+                }
+            }
     }
 }
 
@@ -246,27 +332,19 @@ fn active(id: &EntryId, c: &Compaction) -> ActiveCompaction {
 }
 
 fn summary_message(id: &EntryId, pos: u32, c: &Compaction) -> ContextMessage {
-    ContextMessage {
-        entry: id.clone(),
-        source: Source::CompactionSummary,
-        message: Arc::new(Message::text(
-            Role::User,
-            format!("{COMPACTION_PREFIX}{}", c.summary),
-        )),
+    ContextMessage::decoded(
+        id.clone(),
+        Source::CompactionSummary,
+        Message::text(Role::User, format!("{COMPACTION_PREFIX}{}", c.summary)),
         pos,
-    }
+    )
 }
 
 /// [`message_of`] for an entry the caller no longer needs: a message is
 /// moved into the context, not copied.
 fn message_from(e: Entry, pos: u32) -> Option<ContextMessage> {
     match e.body {
-        EntryBody::Message(m) => Some(ContextMessage {
-            entry: e.id,
-            source: Source::Message,
-            message: Arc::new(m),
-            pos,
-        }),
+        EntryBody::Message(m) => Some(ContextMessage::decoded(e.id, Source::Message, m, pos)),
         EntryBody::AppState(_)
         | EntryBody::Compaction(_)
         | EntryBody::Checkout(_)
@@ -282,22 +360,19 @@ fn message_from(e: Entry, pos: u32) -> Option<ContextMessage> {
 /// handled separately: only the active one contributes, as the first message).
 fn message_of(e: &Entry, pos: u32) -> Option<ContextMessage> {
     let (source, message) = match &e.body {
-        EntryBody::Message(m) => (Source::Message, Arc::new(m.clone())),
+        EntryBody::Message(m) => (Source::Message, m.clone()),
         EntryBody::Checkout(c) => {
             let summary = c.summary.as_ref()?;
             (
                 Source::CheckoutSummary,
-                Arc::new(Message::text(
-                    Role::User,
-                    format!("{CHECKOUT_PREFIX}{summary}"),
-                )),
+                Message::text(Role::User, format!("{CHECKOUT_PREFIX}{summary}")),
             )
         }
         EntryBody::Custom(c) if c.visible => {
             let text = value_text(&c.content);
             (
                 Source::Custom(c.namespace.clone()),
-                Arc::new(Message::text(Role::User, text)),
+                Message::text(Role::User, text),
             )
         }
         EntryBody::Custom(_)
@@ -308,12 +383,7 @@ fn message_of(e: &Entry, pos: u32) -> Option<ContextMessage> {
         | EntryBody::SessionInfo(_)
         | EntryBody::Ignored(_) => return None,
     };
-    Some(ContextMessage {
-        entry: e.id.clone(),
-        source,
-        message,
-        pos,
-    })
+    Some(ContextMessage::decoded(e.id.clone(), source, message, pos))
 }
 
 /// Applies an app-state change: a full value, or an RFC 7386 merge patch.

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 // foldhash, seeded per process: call ids come from input.
 use hashbrown::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -16,15 +16,25 @@ use super::{
     ActiveCompaction, Context, ContextMessage, Messages, Source, active, apply_state,
     merge_settings, message_from, message_of, summary_message,
 };
+use crate::backend::LineAt;
 use crate::error::{Invalid, ReadError};
 use crate::id::EntryId;
 use crate::kind::EntryKind;
-use crate::record::{Compaction, Entry, EntryBody};
+use crate::record::{Compaction, Entry, EntryBody, Message};
 use crate::tree::{BranchFold, Tree, Walk};
 
 /// Reads decoded entries by node number (the session reads them from its log).
 pub(crate) trait EntrySource {
     fn entry(&self, node: u32) -> Result<Entry, ReadError>;
+
+    /// The `seq` of node `node`'s record and where its line is, when the
+    /// log reads lines cheaply by position: a message entry is then kept so
+    /// and decoded when first read ([`ContextMessage::message`]). `None`:
+    /// decode it now.
+    fn line_at(&self, node: u32) -> Option<(u64, LineAt)> {
+        let _ = node;
+        None
+    }
 }
 
 /// Snapshots of the app state are kept every this many `app_state` entries on
@@ -103,8 +113,10 @@ pub(crate) struct Projector {
     compactions: Vec<u32>,
     /// Start of the kept range of the active compaction (0 without one).
     kept_from: u32,
-    /// Tool calls in the context, by call id.
-    calls: HashMap<String, Call>,
+    /// Tool calls in the context, by call id: a function of the messages,
+    /// computed when first needed ([`Projector::calls`]; an open leaves the
+    /// messages unread), then kept up to date.
+    calls: OnceLock<HashMap<String, Call>>,
 }
 
 impl Projector {
@@ -118,7 +130,7 @@ impl Projector {
             settings_marks: Vec::new(),
             compactions: Vec::new(),
             kept_from: 0,
-            calls: HashMap::new(),
+            calls: OnceLock::from(HashMap::new()),
         }
     }
 
@@ -228,8 +240,26 @@ impl Projector {
     }
 
     /// Whether a tool call is in the context: `Some(answered)`, or `None`.
-    pub fn call_state(&self, call_id: &str) -> Option<bool> {
-        self.calls.get(call_id).map(|c| c.answered.is_some())
+    ///
+    /// # Errors
+    ///
+    /// [`ReadError`] when a message not read yet cannot be read.
+    pub fn call_state(&self, call_id: &str) -> Result<Option<bool>, ReadError> {
+        Ok(self.calls()?.get(call_id).map(|c| c.answered.is_some()))
+    }
+
+    /// The tool calls in the context, read from its messages the first time.
+    fn calls(&self) -> Result<&HashMap<String, Call>, ReadError> {
+        if let Some(calls) = self.calls.get() {
+            return Ok(calls);
+        }
+        let mut calls = HashMap::new();
+        for m in self.ctx.messages() {
+            if m.source == Source::Message {
+                Self::track_calls(&mut calls, m.pos, m.message()?);
+            }
+        }
+        Ok(self.calls.get_or_init(|| calls))
     }
 
     pub fn set_labels(&mut self, labels: BTreeMap<String, EntryId>) {
@@ -421,10 +451,12 @@ impl Projector {
             // Positions rise along the list: keep the prefix before `keep`.
             let kept = messages.iter().take_while(|m| m.pos < keep32).count();
             messages.truncate(kept);
-            self.calls.retain(|_, c| c.pos < keep32);
-            for c in self.calls.values_mut() {
-                if c.answered.is_some_and(|a| a >= keep32) {
-                    c.answered = None;
+            if let Some(calls) = self.calls.get_mut() {
+                calls.retain(|_, c| c.pos < keep32);
+                for c in calls.values_mut() {
+                    if c.answered.is_some_and(|a| a >= keep32) {
+                        c.answered = None;
+                    }
                 }
             }
         }
@@ -472,12 +504,9 @@ impl Projector {
     /// Recomputes the messages from the active compaction's kept range (or the root).
     fn rebuild_messages(&mut self, tree: &Tree, src: &dyn EntrySource) -> Result<(), ReadError> {
         let mut messages = Messages::new();
-        let mut calls = HashMap::new();
-        let (compaction, start) = self.each_message(tree, src, &mut |m| {
-            Self::track_calls(&mut calls, &m);
-            messages.push(m);
-        })?;
-        self.calls = calls;
+        let (compaction, start) = self.each_message(tree, src, &mut |m| messages.push(m))?;
+        // Found from the new messages when next needed.
+        self.calls = OnceLock::new();
         self.kept_from = start;
         let ctx = Arc::make_mut(&mut self.ctx);
         ctx.messages = messages;
@@ -487,8 +516,10 @@ impl Projector {
 
     /// Hands the context's messages to `each` in order, from the active
     /// compaction's kept range (or the root), reading each record (checked
-    /// as every read is) when its turn comes; returns the compaction in
-    /// force and the start of its kept range.
+    /// as every read is) when its turn comes — except message entries where
+    /// `src` says where their lines are: those are handed over unread, to
+    /// be read when first asked for; returns the compaction in force and
+    /// the start of its kept range.
     pub fn each_message(
         &self,
         tree: &Tree,
@@ -519,8 +550,13 @@ impl Projector {
                 Some(i) => self.path[i as usize],
                 None => above[(pos - start) as usize],
             };
-            if matches!(
-                tree.node(node).kind,
+            let kind = tree.node(node).kind;
+            if kind == Some(EntryKind::Message)
+                && let Some((seq, at)) = src.line_at(node)
+            {
+                each(ContextMessage::deferred(tree.entry_id(node), pos, seq, at));
+            } else if matches!(
+                kind,
                 Some(EntryKind::Message) | Some(EntryKind::Checkout) | Some(EntryKind::Custom)
             ) && let Some(m) = message_from(src.entry(node)?, pos)
             {
@@ -530,22 +566,20 @@ impl Projector {
         Ok((compaction, start))
     }
 
-    fn track_calls(calls: &mut HashMap<String, Call>, m: &ContextMessage) {
-        if m.source != Source::Message {
-            return;
-        }
-        for (call_id, _, _) in m.message.tool_calls() {
+    /// Notes the calls and results of message entry `m` at `pos`.
+    fn track_calls(calls: &mut HashMap<String, Call>, pos: u32, m: &Message) {
+        for (call_id, _, _) in m.tool_calls() {
             calls.insert(
                 call_id.to_owned(),
                 Call {
-                    pos: m.pos,
+                    pos,
                     answered: None,
                 },
             );
         }
-        for call_id in m.message.tool_results() {
+        for call_id in m.tool_results() {
             if let Some(c) = calls.get_mut(call_id) {
-                c.answered = Some(m.pos);
+                c.answered = Some(pos);
             }
         }
     }
@@ -565,13 +599,10 @@ impl Projector {
         let body = match body {
             EntryBody::Message(m) => {
                 // Moved, not cloned: appending at the leaf copies no content.
-                let m = ContextMessage {
-                    entry: id,
-                    source: Source::Message,
-                    message: Arc::new(m),
-                    pos,
-                };
-                Self::track_calls(&mut self.calls, &m);
+                if let Some(calls) = self.calls.get_mut() {
+                    Self::track_calls(calls, pos, &m);
+                }
+                let m = ContextMessage::decoded(id, Source::Message, m, pos);
                 Arc::make_mut(&mut self.ctx).messages.push(m);
                 return Ok(());
             }
@@ -598,7 +629,9 @@ impl Projector {
                 };
                 if fk >= self.kept_from {
                     self.kept_from = fk;
-                    self.calls.retain(|_, call| call.pos >= fk);
+                    if let Some(calls) = self.calls.get_mut() {
+                        calls.retain(|_, call| call.pos >= fk);
+                    }
                     let ctx = Arc::make_mut(&mut self.ctx);
                     ctx.messages = std::iter::once(summary_message(&entry.id, pos, c))
                         .chain(
@@ -619,8 +652,8 @@ impl Projector {
             | EntryBody::Label(_)
             | EntryBody::SessionInfo(_)
             | EntryBody::Ignored(_) => {
+                // A checkout summary or custom message: no calls in it.
                 if let Some(m) = message_of(entry, pos) {
-                    Self::track_calls(&mut self.calls, &m);
                     Arc::make_mut(&mut self.ctx).messages.push(m);
                 }
             }
@@ -637,16 +670,21 @@ impl Projector {
     ) -> Result<(), CheckError> {
         match &entry.body {
             EntryBody::Message(m) => {
+                if m.tool_calls().next().is_none() && m.tool_results().next().is_none() {
+                    // Nothing to check against the calls: none are read.
+                    return Ok(());
+                }
+                let calls = self.calls()?;
                 let mut seen_calls = Vec::new();
                 for (call_id, _, _) in m.tool_calls() {
-                    if self.calls.contains_key(call_id) || seen_calls.contains(&call_id) {
+                    if calls.contains_key(call_id) || seen_calls.contains(&call_id) {
                         return Err(Invalid::CallIdReused(call_id.to_owned()).into());
                     }
                     seen_calls.push(call_id);
                 }
                 let mut answered = Vec::new();
                 for call_id in m.tool_results() {
-                    match self.calls.get(call_id) {
+                    match calls.get(call_id) {
                         None if !seen_calls.contains(&call_id) => {
                             return Err(Invalid::NoSuchCall(call_id.to_owned()).into());
                         }
@@ -693,7 +731,7 @@ impl Projector {
                 .as_ref()
                 .map_or_else(|| "(nothing)".to_owned(), ToString::to_string)
         };
-        for (call_id, call) in &self.calls {
+        for (call_id, call) in self.calls()? {
             let split = call.pos < fk && call.answered.is_none_or(|a| a >= fk);
             if split {
                 return Err(Invalid::SplitsToolCall {
@@ -758,4 +796,13 @@ pub(crate) enum CheckError {
     Invalid(#[from] Invalid),
     #[error(transparent)]
     Read(#[from] ReadError),
+}
+
+impl From<CheckError> for crate::error::AppendError {
+    fn from(e: CheckError) -> Self {
+        match e {
+            CheckError::Invalid(i) => i.into(),
+            CheckError::Read(r) => r.into(),
+        }
+    }
 }

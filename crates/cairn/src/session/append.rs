@@ -454,7 +454,7 @@ mod tests {
             .context()
             .messages()
             .iter()
-            .map(|m| m.message().plain_text())
+            .map(|m| m.message().unwrap().plain_text())
             .collect();
         assert_eq!(texts, ["a", "c"]);
     }

@@ -180,6 +180,18 @@ impl EntrySource for Reader<'_> {
             Body::Header(_) | Body::Op(_) => Err(ReadError::NoSuchRecord(seq)),
         }
     }
+
+    /// Only for entries the persisted index covers: those lines were
+    /// decoded when the index was written, and an open through it need not
+    /// read them; a line the open parses has its payload decoded there, as
+    /// `docs/FORMAT.md` §7 says.
+    fn line_at(&self, node: u32) -> Option<(u64, crate::backend::LineAt)> {
+        if node >= self.tree.base_len() {
+            return None;
+        }
+        let seq = self.tree.node(node).seq;
+        self.log.line_at(seq).map(|at| (seq, at))
+    }
 }
 
 fn read_record(log: &dyn Log, seq: u64) -> Result<Record, ReadError> {
@@ -306,7 +318,10 @@ impl Session {
         *lock(&self.durability) = d;
     }
 
-    /// The current context. O(1): a shared snapshot that later appends do not change.
+    /// The current context. O(1): a shared snapshot that later appends do
+    /// not change. On the file backend the messages the open did not read
+    /// are read when first asked for ([`crate::ContextMessage::message`]),
+    /// so reading one can fail if the file changed underneath.
     pub fn context(&self) -> Arc<Context> {
         lock(&self.inner).proj.context()
     }
@@ -622,14 +637,20 @@ impl Session {
     }
 
     /// The name and arguments of an unanswered tool call in the context.
-    pub(crate) fn find_call(&self, call_id: &str) -> Option<(String, Value)> {
+    ///
+    /// # Errors
+    ///
+    /// [`ReadError`] when a message read on the way cannot be read.
+    pub(crate) fn find_call(&self, call_id: &str) -> Result<Option<(String, Value)>, ReadError> {
         let ctx = self.context();
-        ctx.messages().iter().rev().find_map(|m| {
-            m.message()
-                .tool_calls()
-                .find(|(id, _, _)| *id == call_id)
-                .map(|(_, name, args)| (name.to_owned(), args.clone()))
-        })
+        for m in ctx.messages().iter().rev() {
+            if let Some((_, name, args)) =
+                m.message()?.tool_calls().find(|(id, _, _)| *id == call_id)
+            {
+                return Ok(Some((name.to_owned(), args.clone())));
+            }
+        }
+        Ok(None)
     }
 
     /// Saves the persisted index (`docs/FORMAT.md`, "Index") now, covering

@@ -20,7 +20,7 @@ use crate::projection::{ActiveCompaction, Context, ContextMessage};
 /// no message; [`ContextStream::each_message`] then reads each one from the
 /// log (its checksum checked, as every read is), hands it over and drops
 /// it. Otherwise the session opens as [`Session::open`] does and the
-/// messages come from its context. Either way the messages, compaction,
+/// messages come from its context (those it kept unread are read in turn). Either way the messages, compaction,
 /// leaf, app state, settings and labels are those of
 /// [`Session::context`].
 ///
@@ -86,8 +86,9 @@ impl ContextStream {
         self.ctx.labels()
     }
 
-    /// Hands each message of the context to `each`, in order; returns the
-    /// compaction in force.
+    /// Hands each message of the context to `each`, in order, read and
+    /// checked (its [`ContextMessage::message`] is `Ok`); returns the
+    /// compaction in force. Stops at the first message that cannot be read.
     ///
     /// # Errors
     ///
@@ -99,6 +100,7 @@ impl ContextStream {
     ) -> Result<Option<ActiveCompaction>, ReadError> {
         if !self.deferred {
             for m in self.ctx.messages().iter() {
+                m.message()?;
                 each(m);
             }
             return Ok(self.ctx.compaction().cloned());
@@ -108,9 +110,19 @@ impl ContextStream {
             log: &*self.session.log,
             tree: &inner.tree,
         };
-        let (compaction, _) = inner
-            .proj
-            .each_message(&inner.tree, &reader, &mut |m| each(&m))?;
-        Ok(compaction)
+        let mut failed = None;
+        let (compaction, _) = inner.proj.each_message(&inner.tree, &reader, &mut |m| {
+            if failed.is_none() {
+                // Read now, handed over, then dropped with its message.
+                match m.message() {
+                    Ok(_) => each(&m),
+                    Err(e) => failed = Some(e),
+                }
+            }
+        })?;
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(compaction),
+        }
     }
 }

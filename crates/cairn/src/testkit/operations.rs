@@ -120,7 +120,7 @@ fn sessions_at_every_stop(f: &dyn Fixture) -> Vec<(Stop, crate::id::SessionId, V
                 .create(NewSession::default())
                 .or_fail(format_args!("{name}: create"));
             script(&name, &s, stop);
-            let verdict = s.verdict();
+            let verdict = s.verdict().or_fail("the verdict");
             assert_eq!(
                 verdict.name(),
                 stop.verdict(),
@@ -145,7 +145,11 @@ pub fn operation_records_and_verdicts_survive_reopen(f: &dyn Fixture) {
             .or_fail(format_args!("{name}: create"));
         let id = s.id().clone();
         script(&name, &s, stop);
-        let (verdict, ops, phase) = (s.verdict(), s.op_records(), s.phase());
+        let (verdict, ops, phase) = (
+            s.verdict().or_fail("the verdict"),
+            s.op_records(),
+            s.phase(),
+        );
         assert_eq!(
             verdict.name(),
             stop.verdict(),
@@ -176,7 +180,7 @@ pub fn operation_records_and_verdicts_survive_reopen(f: &dyn Fixture) {
                 .open(&id, access)
                 .or_fail(format_args!("{name}: reopen ({stop:?}, {access:?})"));
             assert_eq!(
-                again.verdict(),
+                again.verdict().or_fail("the verdict"),
                 verdict,
                 "{name}: the verdict survives ({stop:?})"
             );
@@ -226,8 +230,9 @@ pub fn recovery_resolves_and_is_deterministic(f: &dyn Fixture) {
             let mut calls = Vec::new();
             let mut results = Vec::new();
             for m in ctx.messages() {
-                calls.extend(m.message().tool_calls().map(|(c, _, _)| c.to_owned()));
-                results.extend(m.message().tool_results().map(str::to_owned));
+                let m = m.message().or_fail("read a message");
+                calls.extend(m.tool_calls().map(|(c, _, _)| c.to_owned()));
+                results.extend(m.tool_results().map(str::to_owned));
             }
             calls.sort();
             results.sort();
@@ -248,7 +253,7 @@ pub fn recovery_resolves_and_is_deterministic(f: &dyn Fixture) {
                 .open(&id, Access::Read)
                 .or_fail(format_args!("{name}: reopen after recovery"));
             assert_eq!(
-                again.verdict(),
+                again.verdict().or_fail("the verdict"),
                 report.after,
                 "{name}: the same verdict ({stop:?})"
             );

@@ -253,7 +253,7 @@ pub fn compaction_and_app_state_are_restored_on_reopen(f: &dyn Fixture) {
         let texts: Vec<String> = ctx
             .messages()
             .iter()
-            .map(|m| m.message().plain_text())
+            .map(|m| m.message().or_fail("read a message").plain_text())
             .collect();
         assert_eq!(
             texts.len(),

@@ -21,6 +21,7 @@ use crate::store::Store;
 use crate::view::ViewBuilder;
 
 use super::Rng;
+use super::util::OrFail;
 
 /// The tools of the histories: `read` is read-only, `put` idempotent, `bash`
 /// a side effect.
@@ -83,7 +84,7 @@ pub fn assert_no_unanswered_call_reaches_a_provider(s: &Session, what: &str) {
     if let Err(e) = ViewBuilder::new(Some("system".into())).build(None, &s.context()) {
         panic!("{what}: {e} (verdict {:?})", s.verdict());
     }
-    match s.verdict() {
+    match s.verdict().or_fail("the verdict") {
         Verdict::Finished { .. } | Verdict::Ready { .. } | Verdict::ProviderInterrupted { .. } => {}
         other => panic!("{what}: recovery left the verdict {other:?}"),
     }
@@ -146,7 +147,8 @@ impl History {
 
     /// An unanswered call of the branch, if any.
     fn open_call(&mut self) -> Option<String> {
-        let open = crate::journal::unanswered_calls(&self.session.context());
+        let open = crate::journal::unanswered_calls(&self.session.context())
+            .or_fail("the unanswered calls");
         if open.is_empty() {
             return None;
         }
@@ -238,6 +240,7 @@ impl History {
                 .map(drop);
         };
         let call = crate::journal::unanswered_calls(&self.session.context())
+            .or_fail("the unanswered calls")
             .into_iter()
             .next();
         match (pick, call) {

@@ -243,7 +243,7 @@ pub fn every_record_kind_round_trips_byte_for_byte(f: &dyn Fixture) {
         s.title(),
         s.nodes(),
         s.op_records(),
-        s.verdict(),
+        s.verdict().or_fail("the verdict"),
     );
     let decoded: Vec<_> = (0..s.len())
         .map(|seq| s.record(seq).or_fail("decode a record"))
@@ -284,7 +284,7 @@ pub fn every_record_kind_round_trips_byte_for_byte(f: &dyn Fixture) {
             again.title(),
             again.nodes(),
             again.op_records(),
-            again.verdict(),
+            again.verdict().or_fail("the verdict"),
         );
         assert_eq!(after, before, "{name}: the session reopens as it was");
         assert_eq!(again.title().as_deref(), Some("renamed ✓"));

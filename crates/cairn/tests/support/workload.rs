@@ -816,16 +816,19 @@ pub fn check_verdict(s: &Session) -> Result<(), String> {
         }
     }
     // Only calls still on the branch without a result are pending.
-    let open = cairn::unanswered_calls(&s.context());
+    let open = cairn::unanswered_calls(&s.context()).unwrap();
     let expected = results
         .iter()
         .any(|(c, r)| !ids.contains(r) && open.iter().any(|o| &o.call_id == c));
-    let actual = matches!(s.verdict(), Verdict::IndeterminateTool { .. });
+    let actual = matches!(
+        s.verdict().expect("the verdict"),
+        Verdict::IndeterminateTool { .. }
+    );
     if expected != actual {
         return Err(format!(
             "{}: a dispatched call without its result is {expected} in the records, but the verdict is {:?}",
             s.location(),
-            s.verdict().name()
+            s.verdict().expect("the verdict").name()
         ));
     }
     Ok(())

@@ -7,7 +7,7 @@ use std::io;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
-use super::super::Log;
+use super::super::{LineAt, LineReader, Log};
 use super::lock::{remember_unsynced, write_lock_note};
 use super::scan::read_exact_at;
 use crate::error::{AppendError, Damage, ReadError};
@@ -20,6 +20,9 @@ use crate::vfs::{Vfs, VfsFile, write_atomic};
 pub(super) struct FileLog {
     location: String,
     file: Arc<dyn VfsFile>,
+    /// Reads lines by position (shared with the contexts that keep
+    /// messages to read later; holds no lock).
+    lines: Arc<Lines>,
     lock: Option<Arc<dyn VfsFile>>,
     /// Where every line is; the end of the last is `end`.
     index: RwLock<Index>,
@@ -30,6 +33,39 @@ pub(super) struct FileLog {
     synced_end: std::sync::atomic::AtomicU64,
     /// Where a writer saves the session's persisted index.
     index_file: Option<(Arc<dyn Vfs>, PathBuf)>,
+}
+
+/// The session file read by position: [`LineReader`].
+#[derive(Debug)]
+struct Lines {
+    location: String,
+    file: Arc<dyn VfsFile>,
+}
+
+impl LineReader for Lines {
+    fn location(&self) -> &str {
+        &self.location
+    }
+
+    fn read_at(&self, seq: u64, offset: u64, len: u64) -> Result<Vec<u8>, ReadError> {
+        let len = usize::try_from(len).map_err(|_| ReadError::NoSuchRecord(seq))?;
+        let mut buf = vec![0u8; len];
+        read_exact_at(&*self.file, &mut buf, offset).map_err(|source| ReadError::Io {
+            location: self.location.clone(),
+            source,
+        })?;
+        frame::check(&buf).map_err(|d| {
+            ReadError::Damaged(Box::new(Damage {
+                location: self.location.clone(),
+                line: seq + 1,
+                offset,
+                problem: format!(
+                    "{d} (it verified when the session was opened: the file changed underneath)"
+                ),
+            }))
+        })?;
+        Ok(buf)
+    }
 }
 
 #[derive(Debug)]
@@ -78,6 +114,10 @@ impl FileLog {
         end: u64,
     ) -> FileLog {
         FileLog {
+            lines: Arc::new(Lines {
+                location: location.clone(),
+                file: Arc::clone(&file),
+            }),
             location,
             file,
             lock,
@@ -94,6 +134,25 @@ impl FileLog {
             self.index_file = Some((vfs, path));
         }
         self
+    }
+
+    /// Where line `seq` begins and ends: `NoSuchRecord` past the end,
+    /// `Damaged` when the persisted index's length block for it is damaged.
+    fn span(&self, seq: u64) -> Result<(u64, u64), ReadError> {
+        let span = self
+            .index
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .span(seq)
+            .ok_or(ReadError::NoSuchRecord(seq))?;
+        span.map_err(|why| {
+            ReadError::Damaged(Box::new(Damage {
+                location: format!("{} (its persisted index)", self.location),
+                line: seq + 1,
+                offset: 0,
+                problem: format!("the index {why}"),
+            }))
+        })
     }
 
     fn check_writable(&self) -> Result<(), AppendError> {
@@ -156,36 +215,8 @@ impl Log for FileLog {
     }
 
     fn read(&self, seq: u64) -> Result<Vec<u8>, ReadError> {
-        let span = self
-            .index
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .span(seq)
-            .ok_or(ReadError::NoSuchRecord(seq))?;
-        let (start, end) = span.map_err(|why| {
-            ReadError::Damaged(Box::new(Damage {
-                location: format!("{} (its persisted index)", self.location),
-                line: seq + 1,
-                offset: 0,
-                problem: format!("the index {why}"),
-            }))
-        })?;
-        let mut buf = vec![0u8; (end - start) as usize];
-        read_exact_at(&*self.file, &mut buf, start).map_err(|source| ReadError::Io {
-            location: self.location.clone(),
-            source,
-        })?;
-        frame::check(&buf).map_err(|d| {
-            ReadError::Damaged(Box::new(Damage {
-                location: self.location.clone(),
-                line: seq + 1,
-                offset: start,
-                problem: format!(
-                    "{d} (it verified when the session was opened: the file changed underneath)"
-                ),
-            }))
-        })?;
-        Ok(buf)
+        let (start, end) = self.span(seq)?;
+        self.lines.read_at(seq, start, end - start)
     }
 
     fn append(&self, lines: &[Vec<u8>]) -> Result<(), AppendError> {
@@ -237,6 +268,17 @@ impl Log for FileLog {
             Some(Ok((at, _))) => at,
             Some(Err(_)) | None => 0,
         }
+    }
+
+    fn line_at(&self, seq: u64) -> Option<LineAt> {
+        // A damaged length block: no place to keep; reading the record
+        // (`read`) reports the damage.
+        let (start, end) = self.span(seq).ok()?;
+        Some(LineAt {
+            reader: Arc::clone(&self.lines) as Arc<dyn LineReader>,
+            offset: start,
+            len: end - start,
+        })
     }
 
     fn poisoned(&self) -> Option<String> {
