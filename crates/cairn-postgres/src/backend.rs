@@ -27,6 +27,7 @@ use crate::schema;
 #[derive(Debug)]
 pub(crate) struct Sql {
     pub append: String,
+    pub append_one: String,
     pub read_ahead: String,
     pub scan: String,
     pub scan_from: String,
@@ -48,6 +49,11 @@ impl Sql {
             append: format!(
                 "SELECT {s}.append($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14,
                                    $15, $16, $17, $18)"
+            ),
+            // The same for a single record, with plain parameters (migration 3).
+            append_one: format!(
+                "SELECT {s}.append_one($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13,
+                                       $14, $15, $16, $17, $18)"
             ),
             // Records $2 ≤ seq < $3, stopping after the one that reaches $4
             // bytes (at least one).
@@ -605,12 +611,16 @@ impl Backend for PostgresBackend {
             if let Some(held) = held.filter(Lease::holds) {
                 return Err(in_use(id, &held).into());
             }
-            tx.query_typed(
-                &format!("DELETE FROM {schema}.sessions WHERE sid = $1"),
-                &[(&sid, Type::INT8)],
-            )
-            .map_err(&err)
-            .map(drop)
+            // Its records first: no foreign key removes them (migration 3).
+            // The row is locked, so no append of it runs meanwhile; its
+            // persisted index goes with the row (`ON DELETE CASCADE`).
+            for sql in [
+                format!("DELETE FROM {schema}.records WHERE session = $1"),
+                format!("DELETE FROM {schema}.sessions WHERE sid = $1"),
+            ] {
+                tx.query_typed(&sql, &[(&sid, Type::INT8)]).map_err(&err)?;
+            }
+            Ok(())
         })
     }
 

@@ -1,6 +1,7 @@
 //! One session's rows in the database, for the log handle every SQL backend
 //! shares ([`cairn_sql::SqlLog`]): range reads, and the append — one call
-//! of the schema's `append` function (migration 2), so one round trip and
+//! of the schema's `append_one` function for a single record (migration 3)
+//! or `append` for several (migration 2), so one round trip and
 //! one transaction: fence and summary update of the `sessions` row, then
 //! the records, inserted only if the fence passed. It is durable when it
 //! returns (`synchronous_commit = on`).
@@ -16,7 +17,7 @@ use std::time::Duration;
 
 use cairn_sql::summary::{self, count, uncount};
 use cairn_sql::{Batch, Db, Fence, Poisoner, SqlLog};
-use postgres::types::Type;
+use postgres::types::{ToSql, Type};
 
 use crate::backend::Shared;
 use crate::error::io;
@@ -106,18 +107,11 @@ impl PgRows {
         }
     }
 
-    /// The append call. Nothing of it is visible unless it commits.
+    /// The append call: `append_one` for a single record, else `append`
+    /// with one array per column. Nothing of it is visible unless it
+    /// commits.
     fn transact(&self, b: Batch<'_>) -> Result<bool, postgres::Error> {
         let (token, summary) = (b.token, b.summary);
-        let mut cols = Columns::default();
-        for r in b.rows {
-            cols.seq.push(count(r.seq));
-            cols.kind.push(r.kind);
-            cols.id.push(r.id);
-            cols.parent.push(r.parent);
-            cols.crc.push(r.crc);
-            cols.payload.push(r.payload);
-        }
         let before = count(b.before);
         let lease = self.shared.url.lease.as_secs_f64();
         let phase = summary::phase_json(summary.fold.op.phase());
@@ -127,30 +121,54 @@ impl PgRows {
             count(summary.fold.records),
             count(summary.bytes),
         );
+        let fence: [(&(dyn ToSql + Sync), Type); 12] = [
+            (&self.sid, Type::INT8),
+            (&token, Type::INT8),
+            (&before, Type::INT8),
+            (&lease, Type::FLOAT8),
+            (&summary.fold.updated, Type::TEXT),
+            (&summary.fold.title, Type::TEXT),
+            (&summary.fold.first_message, Type::TEXT),
+            (&phase, Type::TEXT),
+            (&op_state, Type::TEXT),
+            (&entries, Type::INT8),
+            (&records, Type::INT8),
+            (&bytes, Type::INT8),
+        ];
         let mut conn = self.shared.pool.get()?;
-        let result = conn.query_typed_one(
-            &self.shared.sql.append,
-            &[
-                (&self.sid, Type::INT8),
-                (&token, Type::INT8),
-                (&before, Type::INT8),
-                (&lease, Type::FLOAT8),
-                (&summary.fold.updated, Type::TEXT),
-                (&summary.fold.title, Type::TEXT),
-                (&summary.fold.first_message, Type::TEXT),
-                (&phase, Type::TEXT),
-                (&op_state, Type::TEXT),
-                (&entries, Type::INT8),
-                (&records, Type::INT8),
-                (&bytes, Type::INT8),
+        let result = if let [r] = b.rows {
+            let seq = count(r.seq);
+            let one: [(&(dyn ToSql + Sync), Type); 6] = [
+                (&seq, Type::INT8),
+                (&r.kind, Type::TEXT),
+                (&r.id, Type::TEXT),
+                (&r.parent, Type::TEXT),
+                (&r.crc, Type::INT8),
+                (&r.payload, Type::BYTEA),
+            ];
+            let params: Vec<_> = fence.iter().chain(&one).cloned().collect();
+            conn.query_typed_one(&self.shared.sql.append_one, &params)
+        } else {
+            let mut cols = Columns::default();
+            for r in b.rows {
+                cols.seq.push(count(r.seq));
+                cols.kind.push(r.kind);
+                cols.id.push(r.id);
+                cols.parent.push(r.parent);
+                cols.crc.push(r.crc);
+                cols.payload.push(r.payload);
+            }
+            let many: [(&(dyn ToSql + Sync), Type); 6] = [
                 (&cols.seq, Type::INT8_ARRAY),
                 (&cols.kind, Type::TEXT_ARRAY),
                 (&cols.id, Type::TEXT_ARRAY),
                 (&cols.parent, Type::TEXT_ARRAY),
                 (&cols.crc, Type::INT8_ARRAY),
                 (&cols.payload, Type::BYTEA_ARRAY),
-            ],
-        );
+            ];
+            let params: Vec<_> = fence.iter().chain(&many).cloned().collect();
+            conn.query_typed_one(&self.shared.sql.append, &params)
+        };
         match result {
             Ok(row) => row.try_get(0),
             Err(e) => {

@@ -464,3 +464,73 @@ fn a_long_session_is_reopened_from_its_index_and_a_stale_index_is_replaced() {
         .get(0);
     assert_eq!(left, 0, "the index went with its session");
 }
+
+/// Rows of `table` whose session key is `sid`.
+fn rows_of(scratch: &Scratch, table: &str, sid: i64) -> i64 {
+    let s = &scratch.schema;
+    scratch
+        .raw()
+        .query_one(
+            &format!("SELECT count(*) FROM {s}.{table} WHERE session = $1"),
+            &[&sid],
+        )
+        .unwrap()
+        .get(0)
+}
+
+fn sid_of(scratch: &Scratch, id: &cairn::SessionId) -> i64 {
+    let s = &scratch.schema;
+    scratch
+        .raw()
+        .query_one(
+            &format!("SELECT sid FROM {s}.sessions WHERE id = $1"),
+            &[&id.as_str()],
+        )
+        .unwrap()
+        .get(0)
+}
+
+#[test]
+fn removing_a_session_deletes_its_records_and_index_and_leaves_other_sessions_whole() {
+    let Some((scratch, store, b)) = store("remove", "") else {
+        return;
+    };
+    let gone = long_session(&store, 1100);
+    let kept = long_session(&store, 3);
+    let (gone_sid, kept_sid) = (sid_of(&scratch, &gone), sid_of(&scratch, &kept));
+    assert_eq!(rows_of(&scratch, "records", gone_sid), 1101);
+    assert_eq!(
+        rows_of(&scratch, "indexes", gone_sid),
+        1,
+        "its index was saved"
+    );
+    let kept_lines = records(&*b, &kept);
+    b.remove(&gone).unwrap();
+    assert_eq!(rows_of(&scratch, "records", gone_sid), 0);
+    assert_eq!(rows_of(&scratch, "indexes", gone_sid), 0);
+    assert!(matches!(
+        store.open(&gone, Access::Read).map(drop),
+        Err(OpenError::NotFound { .. })
+    ));
+    assert_eq!(rows_of(&scratch, "records", kept_sid), 4);
+    assert_eq!(records(&*b, &kept), kept_lines);
+}
+
+#[test]
+fn an_append_to_a_session_removed_under_its_writer_is_refused_and_stores_nothing() {
+    let Some((scratch, store, b)) = store("removed", "") else {
+        return;
+    };
+    let s = store.create(NewSession::default()).unwrap();
+    s.append(user("before")).unwrap();
+    let id = s.id().clone();
+    let sid = sid_of(&scratch, &id);
+    // An operator breaks the lease and removes the session while its
+    // writer still runs: no foreign key stands between the writer's next
+    // append and the records table, only the fence.
+    b.break_lease(&id, Takeover::Force).unwrap();
+    b.remove(&id).unwrap();
+    let text = cairn::with_causes(&s.append(user("after")).unwrap_err());
+    assert!(text.contains("lease"), "{text}");
+    assert_eq!(rows_of(&scratch, "records", sid), 0);
+}

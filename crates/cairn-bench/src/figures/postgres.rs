@@ -147,7 +147,7 @@ fn append_figure(
             s.sqlite_rounds,
             mean_line(&fixture::encode_chain(&workload::bodies(1, "c", 50), 1))
         ))
-        .note("cairn-postgres sends one statement per append (one round trip, one transaction), a call of the schema's PL/pgSQL append function: the fenced UPDATE of the session's row (lease token, expiry, summary columns) and the INSERT of the line with kind/id/parent/crc/writer (its primary key and one secondary index, on entry id)")
+        .note("cairn-postgres sends one statement per append (one round trip, one transaction), a call of the schema's PL/pgSQL append_one function: the fenced UPDATE of the session's row (lease token, expiry, summary columns) and the INSERT of the line with kind/id/parent/crc/writer (its primary key and one secondary index, on entry id; no foreign key)")
         .note(vs_raw),
     ])
 }
