@@ -402,11 +402,17 @@ pub fn apply_with(
         Flush::FileSystem => Some(FileSystem::open(&plan.root)?),
         Flush::Auto | Flush::EachFile => None,
     };
-    parallel::each(&writes, |(change, dest, to)| {
-        write_one(dest, to, blobs, fs.as_ref())?;
+    let numbered: Vec<_> = writes.iter().enumerate().collect();
+    let written = parallel::each(&numbered, |&(i, (change, dest, to))| {
+        let mtime_ns = write_one(dest, to, blobs, fs.as_ref())?;
         step("written", &change.path);
-        Ok(())
+        Ok((i, mtime_ns))
     })?;
+    // The mtime of each file written (a rename leaves it as it is).
+    let mut mtimes = vec![None; writes.len()];
+    for (i, mtime_ns) in written {
+        mtimes[i] = mtime_ns;
+    }
     // 2. All of them durable (data and size; the names are made durable by
     // the directories' fsyncs after the renames): one syncfs of the working
     // directory's file system, or an fdatasync of each.
@@ -460,14 +466,20 @@ pub fn apply_with(
         step("deleted", &change.path);
         files.insert(change.path.clone(), None);
     }
-    let renamed = parallel::each(&writes, |(change, dest, to)| {
+    let renames: Vec<_> = writes.iter().zip(mtimes).collect();
+    let renamed = parallel::each(&renames, |&((change, dest, to), written_at)| {
         let tmp = temp_name(dest);
         std::fs::rename(&tmp, dest).map_err(io_err("rename into place", dest))?;
         step("renamed", &change.path);
-        let meta = std::fs::symlink_metadata(dest).map_err(io_err("read", dest))?;
-        let mtime_ns = match crate::scan::disk_of(&meta) {
-            Disk::Entry(s) => s.mtime_ns,
-            Disk::Absent | Disk::Other => to.mtime_ns,
+        let mtime_ns = match written_at {
+            Some(m) => m,
+            None => {
+                let meta = std::fs::symlink_metadata(dest).map_err(io_err("read", dest))?;
+                match crate::scan::disk_of(&meta) {
+                    Disk::Entry(s) => s.mtime_ns,
+                    Disk::Absent | Disk::Other => to.mtime_ns,
+                }
+            }
         };
         let state = FileState {
             mtime_ns,
@@ -529,44 +541,64 @@ fn temp_name(dest: &Path) -> PathBuf {
 
 /// Writes `to` under the temporary name beside `dest` (made durable
 /// before it is renamed: by the caller, or here when `fs` is to sync them
-/// all but the file is on another file system).
+/// all but the file is on another file system). The file's mtime (`None`
+/// for a symlink).
 fn write_one(
     dest: &Path,
     to: &FileState,
     blobs: &BlobStore,
     fs: Option<&FileSystem>,
-) -> Result<(), WorkspaceError> {
+) -> Result<Option<i64>, WorkspaceError> {
     let tmp = temp_name(dest);
-    // A killed restore's leftover (never anyone else's: the name is ours).
-    match std::fs::remove_file(&tmp) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(io_err("remove", &tmp)(e)),
-    }
     if let Some(link) = &to.link {
-        std::os::unix::fs::symlink(link, &tmp).map_err(io_err("create the symlink", &tmp))?;
-        return Ok(());
+        retry_over_leftover(&tmp, || std::os::unix::fs::symlink(link, &tmp))
+            .map_err(io_err("create the symlink", &tmp))?;
+        return Ok(None);
     }
     let bytes = match &to.text {
         Some(text) => text.as_bytes().to_vec(),
         None => blobs.get(to.sha256.as_deref().unwrap_or_default())?,
     };
-    let mut f = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(io_err("create", &tmp))?;
+    let mut f = retry_over_leftover(&tmp, || {
+        OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)
+    })
+    .map_err(io_err("create", &tmp))?;
     f.write_all(&bytes).map_err(io_err("write", &tmp))?;
     f.set_permissions(std::fs::Permissions::from_mode(to.mode))
         .map_err(io_err("set the mode of", &tmp))?;
-    if let Some(fs) = fs {
-        let dev = f.metadata().map_err(io_err("read", &tmp))?.dev();
-        if !fs.holds(dev) {
-            f.sync_data().map_err(io_err("sync", &tmp))?;
-        }
+    let meta = f.metadata().map_err(io_err("read", &tmp))?;
+    if fs.is_some_and(|fs| !fs.holds(meta.dev())) {
+        f.sync_data().map_err(io_err("sync", &tmp))?;
     }
-    Ok(())
+    Ok(Some(
+        meta.mtime()
+            .saturating_mul(1_000_000_000)
+            .saturating_add(meta.mtime_nsec()),
+    ))
+}
+
+/// `create` (which makes `tmp` and fails if it exists); when a killed
+/// restore left `tmp` behind (never anyone else's file: the name is ours),
+/// removes it and creates again.
+fn retry_over_leftover<T>(
+    tmp: &Path,
+    create: impl Fn() -> std::io::Result<T>,
+) -> std::io::Result<T> {
+    match create() {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            match std::fs::remove_file(tmp) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+            create()
+        }
+        other => other,
+    }
 }
 
 /// The whole rewind: plans the restore to `target`, refuses on conflicts

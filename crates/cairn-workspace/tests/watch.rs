@@ -8,6 +8,7 @@
 // Test helpers panic on a failed step; that is how a test fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::SystemTime;
 
@@ -449,6 +450,18 @@ fn many_files_back_and_forth(flush: Option<Flush>) {
         let f = s.work.join(format!("d{}/f{i}.txt", i % 4));
         let text = std::fs::read_to_string(f).unwrap();
         assert!(text.starts_with(&format!("file {i}, rewritten")), "{text}");
+    }
+    // The restore record holds each file's mtime as the disk has it (so
+    // the next plan can trust the stat once the tick has passed).
+    let records = cairn_workspace::read_all(&s.session).unwrap();
+    let last = &records.last().unwrap().1;
+    for i in 0..150 {
+        let rel = format!("d{}/f{i}.txt", i % 4);
+        let meta = std::fs::metadata(s.work.join(&rel)).unwrap();
+        let on_disk = meta.mtime() * 1_000_000_000 + meta.mtime_nsec();
+        let state = last.files[&rel].as_ref().unwrap();
+        assert_eq!(state.mtime_ns, on_disk, "{rel}");
+        assert!(state.recent, "{rel}");
     }
     let leftovers = std::fs::read_dir(s.work.join("d0"))
         .unwrap()
