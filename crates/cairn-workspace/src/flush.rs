@@ -23,24 +23,26 @@ use std::path::Path;
 
 use crate::{WorkspaceError, io_err};
 
-/// Other processes' dirty data a `syncfs` may wait for, besides the
-/// restore's own: 64 MiB, a fraction of a second of write-back on any disk
-/// that a restore of many files could beat with per-file syncs.
+/// Other processes' dirty data a `syncfs` may wait for besides the
+/// restore's own: 64 MiB, well under a second of write-back on most disks.
+/// With more, the `fdatasync` of each file, which waits for the restore's
+/// own data alone, is the safer bet.
 pub(crate) const OTHERS_DIRTY_MAX: u64 = 64 << 20;
 
 /// How a restore makes the files it wrote durable before renaming them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Flush {
-    /// [`Flush::FileSystem`] when the system holds little dirty data,
-    /// else [`Flush::EachFile`] ([`Flush::choose`]).
+    /// [`Flush::FileSystem`] on Linux 5.8 or later while the system holds
+    /// little dirty data (`Dirty` + `Writeback` of `/proc/meminfo` at most
+    /// the restore's bytes + 64 MiB), else [`Flush::EachFile`].
     #[default]
     Auto,
     /// An `fdatasync` of each file (from a few threads at once): waits for
     /// nothing but the restore's own data.
     EachFile,
     /// One `syncfs(2)` of the working directory's file system (a file that
-    /// lands on another file system is synced by itself): one journal
+    /// lands on another file system is synced by itself): one write-back,
     /// commit and device flush for all the files, but it also waits for
     /// everything else dirty on that file system.
     FileSystem,
