@@ -20,14 +20,17 @@
 //! [`History`] folds those records into the workspace state at any entry;
 //! [`plan`] compares it with the last recorded state and the disk (a file
 //! changed outside the agent is a [`Conflict`], never overwritten silently)
-//! and [`apply`] writes each file under a temporary name, syncs and renames
-//! it (many at once, from a few threads), then records the restore. [`checkout_files`] is the whole rewind: the
+//! and [`apply`] writes each file under a temporary name, makes them all
+//! durable ([`Flush`]: one `syncfs` while little else is dirty, else an
+//! `fdatasync` of each) and renames each (many at once, from a few
+//! threads), then records the restore. [`checkout_files`] is the whole rewind: the
 //! conversation's checkout and the files'. [`diff`] compares two entries.
 //!
 //! Every path is confined to the working directory: records naming `..`,
 //! absolute paths or `.git` are refused, and a restore never writes through
 //! a symlink. The user's `.git` is never read or written; git is not needed.
 
+mod flush;
 mod history;
 mod parallel;
 mod path;
@@ -37,6 +40,7 @@ mod scan;
 mod tracker;
 mod watch;
 
+pub use flush::Flush;
 pub use history::History;
 pub use record::{FileState, KIND, Manifest, Phase, Scope, WorkspaceRecord, read_all, same};
 pub use restore::{

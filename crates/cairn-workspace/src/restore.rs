@@ -12,12 +12,13 @@
 use std::collections::BTreeSet;
 use std::fs::OpenOptions;
 use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use cairn::{EntryId, Session};
 use cairn_stores::BlobStore;
 
+use crate::flush::{FileSystem, Flush};
 use crate::history::History;
 use crate::record::{FileState, Manifest, Phase, Scope, WorkspaceRecord, same};
 use crate::scan::{Disk, Limits, Snapshotter, TEMP_SUFFIX};
@@ -179,14 +180,27 @@ pub fn plan(
         conflicts: Vec::new(),
         unrestorable: Vec::new(),
     };
-    for change in differences(&last, &wanted) {
-        if change.to.as_ref().is_some_and(|t| !t.restorable()) {
-            plan.unrestorable.push(change.path);
-            continue;
-        }
+    let (changes, unrestorable): (Vec<Change>, Vec<Change>) = differences(&last, &wanted)
+        .into_iter()
+        .partition(|c| c.to.as_ref().is_none_or(FileState::restorable));
+    plan.unrestorable = unrestorable.into_iter().map(|c| c.path).collect();
+    // The disk at each path, looked at from a few threads: a file the last
+    // snapshot or restore wrote within a timestamp tick is read and hashed.
+    let numbered: Vec<(usize, &Change)> = changes.iter().enumerate().collect();
+    let mut seen = parallel::each(&numbered, |&(i, change)| {
         let disk = match snap.stat(&change.path)? {
+            Disk::Entry(stat) => {
+                Disk::Entry(snap.observe(&change.path, stat, change.from.as_ref())?)
+            }
+            other => other,
+        };
+        Ok((i, disk))
+    })?;
+    seen.sort_unstable_by_key(|(i, _)| *i);
+    for (change, (_, seen)) in changes.into_iter().zip(seen) {
+        let disk = match seen {
             Disk::Absent => None,
-            Disk::Entry(stat) => Some(snap.observe(&change.path, stat, change.from.as_ref())?),
+            Disk::Entry(state) => Some(state),
             Disk::Other => {
                 plan.conflicts.push(Conflict {
                     path: change.path.clone(),
@@ -295,20 +309,21 @@ pub fn apply(
     plan: &Plan,
     force: bool,
 ) -> Result<RestoreReport, WorkspaceError> {
-    apply_with(session, blobs, plan, force, &mut |_, _| {})
+    apply_with(session, blobs, plan, force, Flush::Auto, &mut |_, _| {})
 }
 
-/// [`apply`], calling `hook(event, path)` after each step (`written`: a
-/// temporary file written, before any is renamed; `kept`: the content of
-/// a file changed outside the agent durable in the blob store, before
-/// anything replaces it; `renamed`; `deleted`; `recorded`): the crash
-/// tests' seam.
+/// [`apply`] with the given [`Flush`] (`apply` uses [`Flush::Auto`]),
+/// calling `hook(event, path)` after each step (`written`: a temporary
+/// file written, before any is renamed; `kept`: the content of a file
+/// changed outside the agent durable in the blob store, before anything
+/// replaces it; `renamed`; `deleted`; `recorded`): the crash tests' seam.
 #[doc(hidden)]
 pub fn apply_with(
     session: &Session,
     blobs: &BlobStore,
     plan: &Plan,
     force: bool,
+    flush: Flush,
     hook: &mut (dyn FnMut(&str, &str) + Send),
 ) -> Result<RestoreReport, WorkspaceError> {
     if !plan.conflicts.is_empty() && !force {
@@ -380,22 +395,40 @@ pub fn apply_with(
         .iter()
         .filter_map(|(c, dest)| Some((*c, *dest, c.to.as_ref().filter(|t| !t.dir)?)))
         .collect();
-    parallel::each(&writes, |(change, dest, to)| {
-        write_one(dest, to, blobs)?;
+    // The file system opened before anything is written, so its syncfs
+    // reports any write-back error from here on (flush.rs).
+    let bytes = writes.iter().map(|(_, _, to)| to.size).sum();
+    let fs = match flush.resolve(bytes) {
+        Flush::FileSystem => Some(FileSystem::open(&plan.root)?),
+        Flush::Auto | Flush::EachFile => None,
+    };
+    let numbered: Vec<_> = writes.iter().enumerate().collect();
+    let written = parallel::each(&numbered, |&(i, (change, dest, to))| {
+        let mtime_ns = write_one(dest, to, blobs, fs.as_ref())?;
         step("written", &change.path);
-        Ok(())
+        Ok((i, mtime_ns))
     })?;
-    // 2. All of them durable: an fdatasync of each (data and size; the
-    // name is made durable by the directory's fsync after the rename).
-    parallel::each(&writes, |(_, dest, to)| {
-        if to.link.is_some() {
-            return Ok(());
-        }
-        let tmp = temp_name(dest);
-        std::fs::File::open(&tmp)
-            .and_then(|f| f.sync_data())
-            .map_err(io_err("sync", &tmp))
-    })?;
+    // The mtime of each file written (a rename leaves it as it is).
+    let mut mtimes = vec![None; writes.len()];
+    for (i, mtime_ns) in written {
+        mtimes[i] = mtime_ns;
+    }
+    // 2. All of them durable (data and size; the names are made durable by
+    // the directories' fsyncs after the renames): one syncfs of the working
+    // directory's file system, or an fdatasync of each.
+    if let Some(fs) = &fs {
+        fs.sync(&plan.root)?;
+    } else {
+        parallel::each(&writes, |(_, dest, to)| {
+            if to.link.is_some() {
+                return Ok(());
+            }
+            let tmp = temp_name(dest);
+            std::fs::File::open(&tmp)
+                .and_then(|f| f.sync_data())
+                .map_err(io_err("sync", &tmp))
+        })?;
+    }
     // 3. What goes away removed (files, then directories deepest first),
     // then each new content renamed over its path (atomic: before or
     // after).
@@ -433,14 +466,20 @@ pub fn apply_with(
         step("deleted", &change.path);
         files.insert(change.path.clone(), None);
     }
-    let renamed = parallel::each(&writes, |(change, dest, to)| {
+    let renames: Vec<_> = writes.iter().zip(mtimes).collect();
+    let renamed = parallel::each(&renames, |&((change, dest, to), written_at)| {
         let tmp = temp_name(dest);
         std::fs::rename(&tmp, dest).map_err(io_err("rename into place", dest))?;
         step("renamed", &change.path);
-        let meta = std::fs::symlink_metadata(dest).map_err(io_err("read", dest))?;
-        let mtime_ns = match crate::scan::disk_of(&meta) {
-            Disk::Entry(s) => s.mtime_ns,
-            Disk::Absent | Disk::Other => to.mtime_ns,
+        let mtime_ns = match written_at {
+            Some(m) => m,
+            None => {
+                let meta = std::fs::symlink_metadata(dest).map_err(io_err("read", dest))?;
+                match crate::scan::disk_of(&meta) {
+                    Disk::Entry(s) => s.mtime_ns,
+                    Disk::Absent | Disk::Other => to.mtime_ns,
+                }
+            }
         };
         let state = FileState {
             mtime_ns,
@@ -501,33 +540,65 @@ fn temp_name(dest: &Path) -> PathBuf {
 }
 
 /// Writes `to` under the temporary name beside `dest` (made durable
-/// before it is renamed).
-fn write_one(dest: &Path, to: &FileState, blobs: &BlobStore) -> Result<(), WorkspaceError> {
+/// before it is renamed: by the caller, or here when `fs` is to sync them
+/// all but the file is on another file system). The file's mtime (`None`
+/// for a symlink).
+fn write_one(
+    dest: &Path,
+    to: &FileState,
+    blobs: &BlobStore,
+    fs: Option<&FileSystem>,
+) -> Result<Option<i64>, WorkspaceError> {
     let tmp = temp_name(dest);
-    // A killed restore's leftover (never anyone else's: the name is ours).
-    match std::fs::remove_file(&tmp) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(io_err("remove", &tmp)(e)),
-    }
     if let Some(link) = &to.link {
-        std::os::unix::fs::symlink(link, &tmp).map_err(io_err("create the symlink", &tmp))?;
-        return Ok(());
+        retry_over_leftover(&tmp, || std::os::unix::fs::symlink(link, &tmp))
+            .map_err(io_err("create the symlink", &tmp))?;
+        return Ok(None);
     }
     let bytes = match &to.text {
         Some(text) => text.as_bytes().to_vec(),
         None => blobs.get(to.sha256.as_deref().unwrap_or_default())?,
     };
-    let mut f = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(io_err("create", &tmp))?;
+    let mut f = retry_over_leftover(&tmp, || {
+        OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)
+    })
+    .map_err(io_err("create", &tmp))?;
     f.write_all(&bytes).map_err(io_err("write", &tmp))?;
     f.set_permissions(std::fs::Permissions::from_mode(to.mode))
         .map_err(io_err("set the mode of", &tmp))?;
-    Ok(())
+    let meta = f.metadata().map_err(io_err("read", &tmp))?;
+    if fs.is_some_and(|fs| !fs.holds(meta.dev())) {
+        f.sync_data().map_err(io_err("sync", &tmp))?;
+    }
+    Ok(Some(
+        meta.mtime()
+            .saturating_mul(1_000_000_000)
+            .saturating_add(meta.mtime_nsec()),
+    ))
+}
+
+/// `create` (which makes `tmp` and fails if it exists); when a killed
+/// restore left `tmp` behind (never anyone else's file: the name is ours),
+/// removes it and creates again.
+fn retry_over_leftover<T>(
+    tmp: &Path,
+    create: impl Fn() -> std::io::Result<T>,
+) -> std::io::Result<T> {
+    match create() {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            match std::fs::remove_file(tmp) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+            create()
+        }
+        other => other,
+    }
 }
 
 /// The whole rewind: plans the restore to `target`, refuses on conflicts

@@ -28,8 +28,8 @@ pub(crate) const TEMP_SUFFIX: &str = ".cairn-restore";
 
 /// Up to this many blobs of a snapshot are synced one by one; more are
 /// synced at once with one `syncfs`, which on a busy file system also waits
-/// for everyone else's dirty data. (A restore syncs each of its files, from
-/// several threads: `restore.rs`.)
+/// for everyone else's dirty data. (A restore picks between the two by how
+/// much else is dirty: `flush.rs`.)
 pub(crate) const SYNC_EACH_UP_TO: usize = 64;
 
 /// Bounds of a snapshot.

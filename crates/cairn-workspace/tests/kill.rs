@@ -2,7 +2,8 @@
 //! torn, and running the restore again completes it. The restore runs in a
 //! child process (this test binary again) that kills itself with SIGKILL
 //! right after its N-th step; the parent checks the files, then restores
-//! again.
+//! again. Both ways of making the files durable before the renames are
+//! killed so: an `fdatasync` of each, and one `syncfs`.
 
 // Test helpers panic on a failed step; that is how a test fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -14,7 +15,7 @@ use cairn::testkit::child::rerun_ignored;
 use cairn::{Access, Store};
 use cairn_stores::BlobStore;
 use cairn_workspace::{
-    Limits, Phase, Snapshotter, Touches, Workspace, checkout_files, plan, read_all,
+    Flush, Limits, Phase, Snapshotter, Touches, Workspace, checkout_files, plan, read_all,
 };
 
 const OLD: &str = "old content, long enough that a torn write would show\n";
@@ -79,21 +80,23 @@ fn first_entry(home: &Path) -> (Store, cairn::Session, cairn::EntryId) {
 }
 
 #[test]
-#[ignore = "run as a child process by a_restore_killed_at_every_step_completes_when_run_again"]
+#[ignore = "run as a child process by the tests a_restore_syncing_*_killed_at_every_step_completes_when_run_again"]
 fn child_restores_until_killed() {
-    let (Ok(home), Ok(kill_at)) = (
+    let (Ok(home), Ok(kill_at), Ok(flush)) = (
         std::env::var("CAIRN_WS_HOME"),
         std::env::var("CAIRN_WS_KILL_AT"),
+        std::env::var("CAIRN_WS_FLUSH"),
     ) else {
         return;
     };
     let kill_at: usize = kill_at.parse().unwrap();
+    let flush = flush_named(&flush);
     let (_store, session, first) = first_entry(Path::new(&home));
     let blobs = BlobStore::new(Path::new(&home).join("blobs"));
     let p = plan(&session, &blobs, Some(&first)).unwrap();
     session.checkout(Some(&first), None).unwrap();
     let mut step = 0;
-    cairn_workspace::apply_with(&session, &blobs, &p, false, &mut |_, _| {
+    cairn_workspace::apply_with(&session, &blobs, &p, false, flush, &mut |_, _| {
         step += 1;
         if step == kill_at {
             let me = std::process::id().to_string();
@@ -109,14 +112,32 @@ fn child_restores_until_killed() {
     .unwrap();
 }
 
+fn flush_named(name: &str) -> Flush {
+    match name {
+        "each-file" => Flush::EachFile,
+        "file-system" => Flush::FileSystem,
+        other => panic!("no flush {other:?}"),
+    }
+}
+
 #[test]
-fn a_restore_killed_at_every_step_completes_when_run_again() {
+fn a_restore_syncing_each_file_killed_at_every_step_completes_when_run_again() {
+    killed_at_every_step("each-file");
+}
+
+#[test]
+fn a_restore_syncing_the_file_system_killed_at_every_step_completes_when_run_again() {
+    killed_at_every_step("file-system");
+}
+
+fn killed_at_every_step(flush: &str) {
     for kill_at in 1..=STEPS {
         let dir = tempfile::tempdir().unwrap();
         let fx = fixture(dir.path());
         let status = rerun_ignored("child_restores_until_killed")
             .env("CAIRN_WS_HOME", &fx.home)
             .env("CAIRN_WS_KILL_AT", kill_at.to_string())
+            .env("CAIRN_WS_FLUSH", flush)
             .status()
             .unwrap();
         assert!(

@@ -8,13 +8,14 @@
 // Test helpers panic on a failed step; that is how a test fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::SystemTime;
 
 use cairn::testkit::build::user;
 use cairn::{Session, Store};
 use cairn_stores::BlobStore;
-use cairn_workspace::{Limits, Manifest, Snapshotter, Touches, Workspace, plan};
+use cairn_workspace::{Flush, Limits, Manifest, Snapshotter, Touches, Workspace, plan};
 
 struct Setup {
     _dir: tempfile::TempDir,
@@ -293,9 +294,16 @@ fn regression_a_forced_restore_made_the_overwritten_content_durable_only_after_o
     let p = plan(&s.session, &s.blobs, start.as_ref()).unwrap();
     assert_eq!(conflicts(&p), vec!["d0/f0.txt"]);
     let mut events: Vec<(String, String)> = Vec::new();
-    cairn_workspace::apply_with(&s.session, &s.blobs, &p, true, &mut |e, path| {
-        events.push((e.to_owned(), path.to_owned()));
-    })
+    cairn_workspace::apply_with(
+        &s.session,
+        &s.blobs,
+        &p,
+        true,
+        cairn_workspace::Flush::Auto,
+        &mut |e, path| {
+            events.push((e.to_owned(), path.to_owned()));
+        },
+    )
     .unwrap();
     let at = |event: &str| {
         events
@@ -385,9 +393,40 @@ fn regression_a_working_directory_named_through_a_symlink_missed_changes_at_its_
 }
 
 /// A restore of many files (written, synced and renamed from several
-/// threads at once) brings every file back whole, both ways.
+/// threads at once) brings every file back whole, both ways: through
+/// `checkout_files` (the flush it picks), and with each flush forced — one
+/// `syncfs`, and the fallback when other processes hold much dirty data,
+/// an `fdatasync` of each file.
 #[test]
 fn a_restore_of_many_files_from_several_threads_brings_every_file_back() {
+    many_files_back_and_forth(None);
+}
+
+#[test]
+fn a_restore_of_many_files_syncing_the_file_system_once_brings_every_file_back() {
+    many_files_back_and_forth(Some(Flush::FileSystem));
+}
+
+#[test]
+fn a_restore_of_many_files_syncing_each_file_brings_every_file_back() {
+    many_files_back_and_forth(Some(Flush::EachFile));
+}
+
+/// Restores to `to` with `flush` (`None`: `checkout_files`).
+fn restore(s: &Setup, to: Option<&cairn::EntryId>, flush: Option<Flush>) -> usize {
+    let Some(flush) = flush else {
+        let report = cairn_workspace::checkout_files(&s.session, &s.blobs, to, None, false);
+        return report.unwrap().restored.len();
+    };
+    let p = plan(&s.session, &s.blobs, to).unwrap();
+    s.session.checkout(to, None).unwrap();
+    let report =
+        cairn_workspace::apply_with(&s.session, &s.blobs, &p, false, flush, &mut |_, _| {})
+            .unwrap();
+    report.restored.len()
+}
+
+fn many_files_back_and_forth(flush: Option<Flush>) {
     let s = setup(150);
     let (start, changed) = around(&s, |work| {
         for i in 0..150 {
@@ -401,17 +440,35 @@ fn a_restore_of_many_files_from_several_threads_brings_every_file_back() {
     });
     assert_eq!(changed.len(), 150);
     let rewritten = s.session.leaf().unwrap();
-    let report =
-        cairn_workspace::checkout_files(&s.session, &s.blobs, start.as_ref(), None, false).unwrap();
-    assert_eq!(report.restored.len(), 150);
+    assert_eq!(restore(&s, start.as_ref(), flush), 150);
     for i in 0..150 {
         let f = s.work.join(format!("d{}/f{i}.txt", i % 4));
         assert_eq!(std::fs::read_to_string(f).unwrap(), format!("file {i}\n"));
     }
-    cairn_workspace::checkout_files(&s.session, &s.blobs, Some(&rewritten), None, false).unwrap();
+    assert_eq!(restore(&s, Some(&rewritten), flush), 150);
     for i in 0..150 {
         let f = s.work.join(format!("d{}/f{i}.txt", i % 4));
         let text = std::fs::read_to_string(f).unwrap();
         assert!(text.starts_with(&format!("file {i}, rewritten")), "{text}");
     }
+    // The restore record holds each file's mtime as the disk has it (so
+    // the next plan can trust the stat once the tick has passed).
+    let records = cairn_workspace::read_all(&s.session).unwrap();
+    let last = &records.last().unwrap().1;
+    for i in 0..150 {
+        let rel = format!("d{}/f{i}.txt", i % 4);
+        let meta = std::fs::metadata(s.work.join(&rel)).unwrap();
+        let on_disk = meta.mtime() * 1_000_000_000 + meta.mtime_nsec();
+        let state = last.files[&rel].as_ref().unwrap();
+        assert_eq!(state.mtime_ns, on_disk, "{rel}");
+        assert!(state.recent, "{rel}");
+    }
+    let leftovers = std::fs::read_dir(s.work.join("d0"))
+        .unwrap()
+        .filter(|e| {
+            let name = e.as_ref().unwrap().file_name();
+            name.to_string_lossy().ends_with(".cairn-restore")
+        })
+        .count();
+    assert_eq!(leftovers, 0);
 }
