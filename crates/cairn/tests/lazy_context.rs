@@ -263,3 +263,42 @@ fn contexts_compare_by_their_decoded_messages() {
     );
     assert_eq!(*a, folded, "as the rule folds it");
 }
+
+#[test]
+fn the_model_view_of_a_context_with_a_message_damaged_since_the_open_is_refused() {
+    let f = Fixture::ten();
+    let s = f.open(Access::Read);
+    f.damage(7);
+    match cairn::view::ViewBuilder::new(None).build(None, &s.context()) {
+        Err(cairn::view::ViewError::Read(ReadError::Damaged(d))) => assert_eq!(d.line, 8, "{d:?}"),
+        other => panic!("expected the damage, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_context_stream_hands_over_messages_read_and_stops_at_damage() {
+    let f = Fixture::ten();
+    // The stream's open through the index reads no message either.
+    let stream = Store::open_dir(f.home.path())
+        .open_context_stream(&f.id)
+        .expect("open");
+    f.damage(6);
+    let mut texts = Vec::new();
+    let got = stream.each_message(&mut |m| {
+        texts.push(m.message().expect("handed over read").plain_text());
+    });
+    assert!(
+        matches!(got, Err(ReadError::Damaged(ref d)) if d.line == 7),
+        "{got:?}"
+    );
+    assert_eq!(
+        texts,
+        [
+            "message 0",
+            "message 1",
+            "message 2",
+            "message 3",
+            "message 4"
+        ]
+    );
+}

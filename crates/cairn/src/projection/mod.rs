@@ -39,8 +39,11 @@ pub(crate) use projector::{CheckError, EntrySource, Projector, Saved};
 /// decoded the first time [`ContextMessage::message`] is called (then kept).
 /// So taking the context and counting its messages reads none of them, and
 /// reading a message can fail: the file changed or was damaged since the
-/// open. Backends that cannot read a line cheaply by position (the SQL
-/// ones, memory) decode every message at open. Two contexts are equal when
+/// open. Only the entries a persisted index covers are kept so; lines the
+/// open parsed are decoded there. Backends that cannot read a line cheaply
+/// by position (the SQL ones, memory) decode every message at open. A
+/// snapshot holding such messages keeps the session file open (its handle,
+/// not the writer lock) for as long as it lives. Two contexts are equal when
 /// their messages decode to equal messages (and their other fields are
 /// equal).
 ///
