@@ -203,6 +203,24 @@ pub fn open_context(home: &Path, id: &SessionId) -> Result<(Session, usize)> {
     Ok((session, n))
 }
 
+/// [`open_context`], then every message of the context read (the file
+/// backend reads each when first asked for): what figures 15 and 21 compare
+/// with the SQL backends, which decode the messages at open.
+pub fn open_context_read(home: &Path, id: &SessionId) -> Result<(Session, usize)> {
+    let (session, n) = open_context(home, id)?;
+    read_every_message(&session)?;
+    Ok((session, n))
+}
+
+/// Reads every message of `session`'s context.
+pub fn read_every_message(session: &Session) -> Result<()> {
+    for m in session.context().messages() {
+        m.message()
+            .with_context(|| format!("reading a message of session {}", session.id()))?;
+    }
+    Ok(())
+}
+
 /// Reads a file in 1 MiB chunks and counts its newlines with memchr.
 pub fn count_lines(path: &Path) -> Result<u64> {
     let mut f = File::open(path).with_context(|| format!("opening {}", path.display()))?;

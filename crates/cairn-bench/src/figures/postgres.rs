@@ -32,7 +32,7 @@ use postgres::types::Type;
 
 use super::Bench;
 use super::append::{mean_line, new_session_in, rounds_note};
-use super::open::open_context;
+use super::open::open_context_read as open_context;
 use super::sqlite::{append_chunk, show, split_lines, sqlite_open_context};
 use crate::config::issue;
 use crate::fixture::{self, Plan};
@@ -263,7 +263,7 @@ fn open_figure(b: &Bench, backend: &Arc<PostgresBackend>, store: &Store) -> Resu
         format!("open + context, Postgres vs file backend, {} entries", thousands(w.entries)),
         Unit::Millis,
         best(pg_ms),
-        "the file backend's open + context of the same records",
+        "the file backend's open + context of the same records, every message read on both sides",
         best(file_ms),
         Some(Target::AtMost(1.5)),
     )

@@ -35,7 +35,7 @@ use rusqlite::{Connection, TransactionBehavior, params};
 
 use super::Bench;
 use super::append::{mean_line, new_session_in, rounds_note};
-use super::open::open_context;
+use super::open::{open_context_read as open_context, read_every_message};
 use crate::config::issue;
 use crate::fixture::{self, Plan};
 use crate::measure::{best, median, timed};
@@ -252,7 +252,7 @@ fn open_figures(
             format!("open + context, SQLite vs file backend, {n} entries"),
             Unit::Millis,
             sqlite,
-            "the file backend's open + context of the same records",
+            "the file backend's open + context of the same records, every message read on both sides",
             file,
             Some(Target::AtMost(1.25)),
         )
@@ -294,9 +294,10 @@ pub(super) fn append_chunk(session: &Session, bodies: Vec<EntryBody>) -> Result<
     Ok(t)
 }
 
-/// Opens a session of `store` (any backend) and takes its context: the
-/// session (dropped by the caller after its clock stops: dropping a writer
-/// releases its lease, another transaction) and the number of messages.
+/// Opens a session of `store` (any backend) and takes its context, every
+/// message read (as the file side, `open_context_read`, does): the session
+/// (dropped by the caller after its clock stops: dropping a writer releases
+/// its lease, another transaction) and the number of messages.
 pub(super) fn sqlite_open_context(
     store: &Store,
     id: &SessionId,
@@ -306,6 +307,7 @@ pub(super) fn sqlite_open_context(
         .open(id, access)
         .with_context(|| format!("opening session {id} in {}", store.backend().describe()))?;
     let n = session.context().messages().len();
+    read_every_message(&session)?;
     Ok((session, n))
 }
 
