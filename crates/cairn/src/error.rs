@@ -385,6 +385,17 @@ pub enum LookupError {
         /// The entry the id or label names.
         other: String,
     },
+    /// A block of the session's persisted index failed its check after
+    /// the open, so the lookup could not see every entry.
+    #[error(
+        "cannot resolve {query:?}: {problem}; open the session again (its index is rebuilt from the log)"
+    )]
+    IndexDamaged {
+        /// What was asked for.
+        query: String,
+        /// What the index check found.
+        problem: String,
+    },
     /// The records needed to number the steps could not be read.
     #[error("cannot number the steps to resolve {query:?}: {problem}; run `cairn fsck`")]
     Unreadable {

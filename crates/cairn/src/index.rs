@@ -399,8 +399,10 @@ impl Table {
         self.entries
     }
 
-    /// The first problem found in a block read after the open, if any:
-    /// from then on the table answers as if it held nothing.
+    /// The first problem found in a block read after the open, if any
+    /// (shared by every section of the index, line lengths included): from
+    /// then on no block is read (those read before still answer), and the
+    /// session fails every read and append that goes through the tree.
     pub fn damage(&self) -> Option<&str> {
         self.rows.damage.get().map(String::as_str)
     }
@@ -586,7 +588,9 @@ pub(crate) fn encode(src: &Source<'_>) -> Option<Vec<u8>> {
     for first in (0..records).step_by(LEN_BLOCK as usize) {
         let from = lens.len();
         for w in src.offsets[first..=(first + LEN_BLOCK as usize).min(records)].windows(2) {
-            lens.extend_from_slice(&u32::try_from(w[1] - w[0]).ok()?.to_le_bytes());
+            // A line is never empty: offsets that do not rise are not a log's.
+            let len = w[1].checked_sub(w[0]).filter(|&l| l > 0)?;
+            lens.extend_from_slice(&u32::try_from(len).ok()?.to_le_bytes());
         }
         len_dir.push((src.offsets[first], crc32c::crc32c(&lens[from..])));
     }

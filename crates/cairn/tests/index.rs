@@ -629,6 +629,19 @@ fn a_damaged_row_block_read_late_fails_that_read_and_never_shows_a_wrong_record(
         Ok(_) => panic!("a move through a damaged index block was accepted"),
     }
     assert_eq!(s.len(), want.records);
+    // Lookups that miss because of the block say so, never "no such entry".
+    assert!(
+        s.entry(&first).is_err(),
+        "an entry in the damaged block was reported absent"
+    );
+    assert!(
+        matches!(
+            s.resolve(first.as_str()),
+            Err(cairn::LookupError::IndexDamaged { .. })
+        ),
+        "{:?}",
+        s.resolve(first.as_str())
+    );
     drop(s);
     // The damaged index was removed when the damage was found: the next
     // open reads the log (and writes a good index).
@@ -636,6 +649,54 @@ fn a_damaged_row_block_read_late_fails_that_read_and_never_shows_a_wrong_record(
     let s = f.open(Access::Write).expect("open");
     s.checkout(Some(&first), None).expect("checkout");
     assert_eq!(s.context().messages().len(), 1);
+}
+
+#[test]
+fn regression_a_damaged_row_block_under_the_kept_range_made_a_context_stream_drop_the_kept_messages()
+ {
+    // A compaction keeping entries far above it: a stream's open restores
+    // at the leaf without reading them, and the kept range's start is
+    // first looked up (through row block 0) when the messages are handed
+    // over. A block that fails its check there must fail the stream, not
+    // make it hand over the summary alone.
+    let home = tempfile::tempdir().expect("tempdir");
+    let store = Store::open_dir(home.path());
+    let s = store.create(NewSession::default()).expect("create");
+    s.set_durability(Durability::Buffered);
+    let mut ids = Vec::new();
+    for i in 0..LONG {
+        ids.push(s.append(user(&format!("question {i}"))).expect("append").id);
+    }
+    s.append(EntryBody::Compaction(Compaction {
+        summary: "so far".into(),
+        first_kept: ids[100].clone(),
+        tokens_before: None,
+    }))
+    .expect("compact");
+    s.sync().expect("sync");
+    let id = s.id().clone();
+    drop(s);
+    let f = Fixture { home, id };
+    drop(f.open(Access::Write).expect("index"));
+    let (texts, _) = streamed(&f);
+    assert_eq!(texts.len(), 1 + LONG - 100, "summary and the kept messages");
+
+    let mut idx = fs::read(f.index()).expect("read");
+    let rows_at = {
+        let l = Layout::of(&idx);
+        l.blocks_at + l.records * 4
+    };
+    idx[rows_at + 2] ^= 0x01;
+    fs::write(f.index(), &idx).expect("write");
+    let stream = f.store().open_context_stream(&f.id).expect("open");
+    let mut handed = 0;
+    match stream.each_message(&mut |_| handed += 1) {
+        Err(e) => {
+            let text = cairn::with_causes(&e);
+            assert!(text.contains("persisted index"), "{text}");
+        }
+        Ok(_) => panic!("the stream handed over {handed} messages past a damaged index block"),
+    }
 }
 
 /// The messages a context stream hands over, as `View::texts` shows them,

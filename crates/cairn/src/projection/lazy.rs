@@ -52,8 +52,9 @@ impl Deferred {
                 line: self.seq + 1,
                 offset: self.at.offset,
                 problem: format!(
-                    "{problem} (this message was read only when the context first asked for it; \
-                     its line verified when the session was opened: the file changed underneath)"
+                    "{problem} (this message was read only when the context first asked for it: \
+                     the open took the session's structure from its persisted index and did \
+                     not read this line; `cairn fsck` checks every line)"
                 ),
             }))
         };

@@ -35,6 +35,13 @@ pub(crate) trait EntrySource {
         let _ = node;
         None
     }
+
+    /// Whether the entries' structure (the tree) still answers truly: an
+    /// error once a block of the persisted index failed its check after the
+    /// open, since a lookup through it then answers without that block.
+    fn check(&self) -> Result<(), ReadError> {
+        Ok(())
+    }
 }
 
 /// Snapshots of the app state are kept every this many `app_state` entries on
@@ -563,6 +570,10 @@ impl Projector {
                 each(m);
             }
         }
+        // The walk above (the kept range's start, the path above the part
+        // held) may have met a block that failed its check: the messages
+        // handed over would then be too few, not an answer.
+        src.check()?;
         Ok((compaction, start))
     }
 

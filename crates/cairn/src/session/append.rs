@@ -160,6 +160,9 @@ impl Session {
                 CheckError::Invalid(i) => AppendError::from(i),
                 CheckError::Read(r) => r.into(),
             })?;
+        // The checks and the move read the tree: a block of the persisted
+        // index that failed on the way made them answer without it.
+        inner.tree.check_damage(self.log.location())?;
         let seq = self.write_line(inner, ts, |line, seq, ts| {
             frame::encode_entry_into(line, seq, ts, &entry, extra);
         })?;

@@ -186,11 +186,16 @@ impl EntrySource for Reader<'_> {
     /// read them; a line the open parses has its payload decoded there, as
     /// `docs/FORMAT.md` §7 says.
     fn line_at(&self, node: u32) -> Option<(u64, crate::backend::LineAt)> {
-        if node >= self.tree.base_len() {
+        // A damaged tree: read now (`entry`), which reports it.
+        if node >= self.tree.base_len() || self.tree.damage().is_some() {
             return None;
         }
         let seq = self.tree.node(node).seq;
         self.log.line_at(seq).map(|at| (seq, at))
+    }
+
+    fn check(&self) -> Result<(), ReadError> {
+        self.tree.check_damage(self.log.location())
     }
 }
 
@@ -366,7 +371,10 @@ impl Session {
         inner.tree.last().map(|n| inner.tree.entry_id(n))
     }
 
-    /// The branch: entry ids from the root to the leaf.
+    /// The branch: entry ids from the root to the leaf. Once a block of the
+    /// persisted index failed its check after the open (every read and
+    /// append of the handle then fails), the walk answers without that
+    /// block's entries.
     pub fn branch(&self) -> Vec<EntryId> {
         let inner = lock(&self.inner);
         // The projector may hold only the end of its branch: walk it whole.
@@ -460,7 +468,8 @@ impl Session {
     ///
     /// # Errors
     ///
-    /// [`LookupError::NotFound`] or [`LookupError::Ambiguous`] (listing candidates).
+    /// [`LookupError::NotFound`] or [`LookupError::Ambiguous`] (listing candidates);
+    /// [`LookupError::IndexDamaged`] once a block of the persisted index failed its check.
     pub fn resolve(&self, query: &str) -> Result<EntryId, LookupError> {
         let inner = lock(&self.inner);
         if let Some(n) = inner.tree.get_str(query) {
@@ -469,8 +478,16 @@ impl Session {
         if let Some(id) = inner.wide.labels.get(query) {
             return Ok(id.clone());
         }
-        let n = inner.tree.resolve_prefix(query)?;
-        Ok(inner.tree.entry_id(n))
+        let found = inner.tree.resolve_prefix(query);
+        // A prefix matched (or not) without the entries of a block that
+        // failed its check: no answer rather than a wrong one.
+        if let Some(why) = inner.tree.damage() {
+            return Err(LookupError::IndexDamaged {
+                query: query.to_owned(),
+                problem: format!("the persisted index {why}"),
+            });
+        }
+        Ok(inner.tree.entry_id(found?))
     }
 
     /// Reads and decodes record `seq`.
@@ -528,6 +545,8 @@ impl Session {
     pub fn entry(&self, id: &EntryId) -> Result<Option<Entry>, ReadError> {
         let inner = lock(&self.inner);
         let Some(n) = inner.tree.get(id) else {
+            // Not found may mean not found in a block that failed its check.
+            inner.tree.check_damage(self.log.location())?;
             return Ok(None);
         };
         Reader {

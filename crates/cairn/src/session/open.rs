@@ -406,6 +406,11 @@ pub(super) fn save_index(
         .map_err(|e| crate::error::with_causes(&e))?;
     let mut offsets: Vec<u64> = (0..records).map(|seq| log.offset(seq)).collect();
     offsets.push(log.byte_len());
+    // A block of the index in use that failed its check (the tree's rows,
+    // or the line lengths the offsets came from) gives nothing to save.
+    if let Some(why) = tree.damage() {
+        return Err(format!("the persisted index in use {why}"));
+    }
     let checkpoint = index::Checkpoint {
         labels: wide.labels.clone(),
         title: wide.title.clone(),

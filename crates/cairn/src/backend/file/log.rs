@@ -60,7 +60,9 @@ impl LineReader for Lines {
                 line: seq + 1,
                 offset,
                 problem: format!(
-                    "{d} (it verified when the session was opened: the file changed underneath)"
+                    "{d} (the line was checked when it was written, and again when an open \
+                     parsed it; it is damaged on disk or was changed since: `cairn fsck` checks \
+                     every line)"
                 ),
             }))
         })?;
