@@ -611,15 +611,16 @@ impl Backend for PostgresBackend {
             if let Some(held) = held.filter(Lease::holds) {
                 return Err(in_use(id, &held).into());
             }
-            // Its records first: no foreign key removes them (migration 3).
-            // The row is locked, so no append of it runs meanwhile; its
-            // persisted index goes with the row (`ON DELETE CASCADE`).
-            for sql in [
-                format!("DELETE FROM {schema}.records WHERE session = $1"),
-                format!("DELETE FROM {schema}.sessions WHERE sid = $1"),
-            ] {
-                tx.query_typed(&sql, &[(&sid, Type::INT8)]).map_err(&err)?;
-            }
+            // The row alone: the trigger of migration 3 deletes its records
+            // in this statement (one place that does it, for cairn and for
+            // anyone else deleting a row), and its persisted index goes with
+            // it (`ON DELETE CASCADE`). The row is locked, so no append of
+            // it runs meanwhile.
+            tx.query_typed(
+                &format!("DELETE FROM {schema}.sessions WHERE sid = $1"),
+                &[(&sid, Type::INT8)],
+            )
+            .map_err(&err)?;
             Ok(())
         })
     }

@@ -105,13 +105,24 @@ const MIGRATIONS: &[&str] = &[
     // 3: less server work per append. The foreign key of `records.session`
     // goes: its check ran one more query inside every append, and the
     // append's fence already finds and locks the session's row before any
-    // record is inserted (no row, no insert); removing a session deletes
-    // its records explicitly, in the transaction that deletes its row.
+    // record is inserted (no row, no insert). What its `ON DELETE CASCADE`
+    // did, a row trigger on `sessions` does: deleting a session's row
+    // deletes its records in the same statement, whoever deletes it (a
+    // version-2 process still running deletes the row alone and counts on
+    // the cascade). It fires on deletes only, so an append pays nothing.
     // `append_one` is the append of a single record (what one
     // `Session::append` writes) with plain parameters: no arrays to build,
     // send, parse and unnest. `append` stays for batches.
     r#"
     ALTER TABLE {s}.records DROP CONSTRAINT records_session_fkey;
+    CREATE FUNCTION {s}.remove_records() RETURNS trigger LANGUAGE plpgsql AS $fn$
+    BEGIN
+        DELETE FROM {s}.records WHERE session = OLD.sid;
+        RETURN NULL;
+    END
+    $fn$;
+    CREATE TRIGGER sessions_remove_records AFTER DELETE ON {s}.sessions
+        FOR EACH ROW EXECUTE FUNCTION {s}.remove_records();
     CREATE FUNCTION {s}.append_one(
         p_sid bigint, p_token bigint, p_before bigint, p_lease float8,
         p_updated text, p_title text, p_first_message text, p_phase text, p_op_state text,
@@ -371,5 +382,50 @@ mod tests {
             .unwrap()
             .get(0);
         assert_eq!(left, 0, "removing the sessions removed their records");
+    }
+
+    #[test]
+    fn a_session_deleted_by_a_version_2_process_leaves_no_records() {
+        let Some(scratch) = Scratch::new("v2delete") else {
+            return;
+        };
+        let backend = Arc::new(PostgresBackend::open(&scratch.url).unwrap());
+        assert_eq!(backend.schema_version().unwrap(), 3);
+        let store = Store::with_backend(backend.clone());
+        let mut ids = Vec::new();
+        for n in 0..2 {
+            let s = store.create(NewSession::default()).unwrap();
+            for i in 0..3 {
+                s.append(EntryBody::Message(Message::text(
+                    Role::User,
+                    format!("{n}.{i}"),
+                )))
+                .unwrap();
+            }
+            ids.push(s.id().clone());
+        }
+        let (gone, kept) = (ids[0].to_string(), &ids[1]);
+        let kept_lines = backend.stored_lines(kept).unwrap();
+        // A version-2 cairn still running removes a session by deleting its
+        // row alone, counting on the foreign key's cascade for its records.
+        let mut raw = scratch.raw();
+        let o = &scratch.schema;
+        let deleted = raw
+            .execute(&format!("DELETE FROM {o}.sessions WHERE id = $1"), &[&gone])
+            .unwrap();
+        assert_eq!(deleted, 1);
+        let count = |raw: &mut Client, filter: &str| -> i64 {
+            raw.query_one(&format!("SELECT count(*) FROM {o}.records {filter}"), &[])
+                .unwrap()
+                .get(0)
+        };
+        let orphans = count(
+            &mut raw,
+            &format!("WHERE session NOT IN (SELECT sid FROM {o}.sessions)"),
+        );
+        assert_eq!(orphans, 0, "the deleted session's records are gone");
+        // The other session's header and three messages are all that is left.
+        assert_eq!(count(&mut raw, ""), 4);
+        assert_eq!(backend.stored_lines(kept).unwrap(), kept_lines);
     }
 }

@@ -3,13 +3,14 @@
 //! or one `syncfs(2)` of the working directory's file system, and the rule
 //! that picks between them.
 //!
-//! Both leave the same thing on disk; they differ in what they wait for.
-//! `fdatasync` of 1,000 new files asks the file system for many journal
-//! commits and device flushes (overlapped from a few threads, still many);
-//! one `syncfs` writes them all out and commits and flushes once, but it
-//! also writes out every other process's dirty data on that file system,
-//! which after a large build can be gigabytes. So `syncfs` is used only when
-//! there is little of that to wait for (see [`Flush::choose`]).
+//! Where the file system implements `syncfs` fully, both leave the same
+//! thing on disk; they differ in what they wait for. `fdatasync` of 1,000
+//! new files asks the file system for many journal commits and device
+//! flushes (overlapped from a few threads, still many); one `syncfs` writes
+//! them all out and commits and flushes once, but it also writes out every
+//! other process's dirty data on that file system, which after a large
+//! build can be gigabytes. So `syncfs` is used only when there is little of
+//! that to wait for (see [`Flush::choose`]).
 //!
 //! `syncfs` is trusted only where it reports write-back errors: since Linux
 //! 5.8 it returns an error when a write-back on that file system failed
@@ -17,25 +18,54 @@
 //! error sequence is sampled at `open`). The restore opens that descriptor
 //! before it writes anything, so a failed write-back of one of its files
 //! fails the restore before anything is renamed.
+//!
+//! And only on a local file system known to persist everything at
+//! `syncfs` ([`SYNCFS_PERSISTS`], by `statfs`'s `f_type`): on FUSE (but
+//! virtiofs), CIFS, 9p and other network file systems `syncfs` does not ask
+//! the server to persist anything while `fdatasync` does, and overlayfs
+//! before about 5.11 may not report its upper layer's write-back errors.
+//!
+//! `syncfs` and `/proc` are Linux's: elsewhere a restore always syncs each
+//! file.
 
+#[cfg(target_os = "linux")]
 use std::fs::File;
 use std::path::Path;
 
-use crate::{WorkspaceError, io_err};
+use crate::WorkspaceError;
+#[cfg(target_os = "linux")]
+use crate::io_err;
 
 /// Other processes' dirty data a `syncfs` may wait for besides the
 /// restore's own: 64 MiB, well under a second of write-back on most disks.
 /// With more, the `fdatasync` of each file, which waits for the restore's
 /// own data alone, is the safer bet.
+#[cfg(target_os = "linux")]
 pub(crate) const OTHERS_DIRTY_MAX: u64 = 64 << 20;
+
+/// The file systems (`statfs`'s `f_type`) whose `syncfs` writes out, commits
+/// and flushes to the device everything `fdatasync` would, and reports
+/// write-back errors: ext2/3/4, XFS, btrfs, tmpfs (nothing to persist) and
+/// f2fs. Any other — overlayfs, FUSE, network file systems, or one not
+/// known here — gets an `fdatasync` of each file.
+#[cfg(target_os = "linux")]
+pub(crate) const SYNCFS_PERSISTS: &[(u32, &str)] = &[
+    (0xEF53, "ext2/3/4"),
+    (0x5846_5342, "xfs"),
+    (0x9123_683E, "btrfs"),
+    (0x0102_1994, "tmpfs"),
+    (0xF2F5_2010, "f2fs"),
+];
 
 /// How a restore makes the files it wrote durable before renaming them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Flush {
-    /// [`Flush::FileSystem`] on Linux 5.8 or later while the system holds
+    /// [`Flush::FileSystem`] on Linux 5.8 or later, when the working
+    /// directory is on a local file system whose `syncfs` persists
+    /// everything (ext2/3/4, XFS, btrfs, tmpfs, f2fs) and the system holds
     /// little dirty data (`Dirty` + `Writeback` of `/proc/meminfo` at most
-    /// the restore's bytes + 64 MiB), else [`Flush::EachFile`].
+    /// the restore's bytes + 64 MiB); else [`Flush::EachFile`].
     #[default]
     Auto,
     /// An `fdatasync` of each file (from a few threads at once): waits for
@@ -44,31 +74,58 @@ pub enum Flush {
     /// One `syncfs(2)` of the working directory's file system (a file that
     /// lands on another file system is synced by itself): one write-back,
     /// commit and device flush for all the files, but it also waits for
-    /// everything else dirty on that file system.
+    /// everything else dirty on that file system. Asked for explicitly it
+    /// is used on any file system, so ask for it only on one whose
+    /// `syncfs` persists data (not FUSE, CIFS, 9p or NFS). Linux only:
+    /// elsewhere it is [`Flush::EachFile`].
     FileSystem,
 }
 
 impl Flush {
-    /// The flush a restore writing `bytes` uses: [`Flush::FileSystem`]
-    /// when the kernel's `syncfs` reports write-back errors (Linux 5.8 or
-    /// later) and the dirty data and data under write-back of the whole
-    /// system (`/proc/meminfo`'s `Dirty` + `Writeback`) are at most
-    /// `bytes` + [`OTHERS_DIRTY_MAX`]; otherwise, or when either cannot be
-    /// read, [`Flush::EachFile`]. `EachFile` and `FileSystem` stay as they
-    /// are.
-    pub(crate) fn resolve(self, bytes: u64) -> Flush {
-        match self {
-            Flush::Auto => Flush::choose(kernel_release().as_deref(), dirty_bytes(), bytes),
-            Flush::EachFile | Flush::FileSystem => self,
+    /// The flush a restore writing `bytes` under `root` uses. `Auto`:
+    /// [`Flush::FileSystem`] when `root`'s file system is one of
+    /// [`SYNCFS_PERSISTS`], the kernel's `syncfs` reports write-back errors
+    /// (Linux 5.8 or later) and the dirty data and data under write-back of
+    /// the whole system (`/proc/meminfo`'s `Dirty` + `Writeback`) are at
+    /// most `bytes` + [`OTHERS_DIRTY_MAX`]; otherwise, or when any of them
+    /// cannot be read, [`Flush::EachFile`]. `EachFile` and `FileSystem`
+    /// stay as they are. Not on Linux: always `EachFile`.
+    pub(crate) fn resolve(self, root: &Path, bytes: u64) -> Flush {
+        #[cfg(target_os = "linux")]
+        {
+            match self {
+                Flush::Auto => Flush::choose(
+                    fs_type(root),
+                    kernel_release().as_deref(),
+                    dirty_bytes(),
+                    bytes,
+                ),
+                Flush::EachFile | Flush::FileSystem => self,
+            }
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = (self, root, bytes);
+            Flush::EachFile
         }
     }
 
-    /// The rule of [`Flush::resolve`], given the kernel release (`uname
-    /// -r`), the system's dirty bytes and the bytes the restore writes.
-    pub(crate) fn choose(release: Option<&str>, dirty: Option<u64>, bytes: u64) -> Flush {
+    /// The rule of `Auto` in [`Flush::resolve`], given the `f_type` of the
+    /// working directory's file system, the kernel release (`uname -r`),
+    /// the system's dirty bytes and the bytes the restore writes.
+    #[cfg(target_os = "linux")]
+    pub(crate) fn choose(
+        fs_type: Option<u32>,
+        release: Option<&str>,
+        dirty: Option<u64>,
+        bytes: u64,
+    ) -> Flush {
+        let persists = fs_type.is_some_and(|t| SYNCFS_PERSISTS.iter().any(|&(m, _)| m == t));
         let reports_errors = release.and_then(version_of).is_some_and(|v| v >= (5, 8));
         match dirty {
-            Some(d) if reports_errors && d <= bytes.saturating_add(OTHERS_DIRTY_MAX) => {
+            Some(d)
+                if persists && reports_errors && d <= bytes.saturating_add(OTHERS_DIRTY_MAX) =>
+            {
                 Flush::FileSystem
             }
             _ => Flush::EachFile,
@@ -76,7 +133,18 @@ impl Flush {
     }
 }
 
+/// `statfs(root)`'s `f_type` (its magic number: 32 bits on every file
+/// system, whatever the width of the field).
+#[cfg(target_os = "linux")]
+fn fs_type(root: &Path) -> Option<u32> {
+    // The low 32 bits: on 32-bit targets the field is signed and a magic
+    // such as btrfs's reads negative.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    rustix::fs::statfs(root).ok().map(|s| s.f_type as u32)
+}
+
 /// `(major, minor)` of a kernel release such as `6.18.44-fc-v669`.
+#[cfg(target_os = "linux")]
 fn version_of(release: &str) -> Option<(u32, u32)> {
     let mut parts = release.split(['.', '-']);
     let major = parts.next()?.parse().ok()?;
@@ -84,15 +152,18 @@ fn version_of(release: &str) -> Option<(u32, u32)> {
     Some((major, minor))
 }
 
+#[cfg(target_os = "linux")]
 fn kernel_release() -> Option<String> {
     std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()
 }
 
 /// `Dirty` + `Writeback` of `/proc/meminfo`, in bytes.
+#[cfg(target_os = "linux")]
 fn dirty_bytes() -> Option<u64> {
     dirty_of(&std::fs::read_to_string("/proc/meminfo").ok()?)
 }
 
+#[cfg(target_os = "linux")]
 fn dirty_of(meminfo: &str) -> Option<u64> {
     let field = |name: &str| -> Option<u64> {
         let value = meminfo.lines().find_map(|l| l.strip_prefix(name))?;
@@ -104,12 +175,26 @@ fn dirty_of(meminfo: &str) -> Option<u64> {
 
 /// The working directory's file system, opened before the restore writes
 /// anything (so its `syncfs` reports every write-back error from then on).
+#[cfg(target_os = "linux")]
 pub(crate) struct FileSystem {
     root: File,
     dev: u64,
 }
 
+#[cfg(target_os = "linux")]
 impl FileSystem {
+    /// `root`'s file system, opened when `flush` (resolved) is
+    /// [`Flush::FileSystem`]; `None` when each file is synced by itself.
+    pub(crate) fn open_for(
+        flush: Flush,
+        root: &Path,
+    ) -> Result<Option<FileSystem>, WorkspaceError> {
+        match flush {
+            Flush::FileSystem => FileSystem::open(root).map(Some),
+            Flush::Auto | Flush::EachFile => Ok(None),
+        }
+    }
+
     /// Opens `root`.
     pub(crate) fn open(root: &Path) -> Result<FileSystem, WorkspaceError> {
         use std::os::unix::fs::MetadataExt;
@@ -131,34 +216,110 @@ impl FileSystem {
     }
 }
 
-#[cfg(test)]
+/// No `syncfs` here: [`Flush::resolve`] never chooses it, so there is no
+/// value of this type.
+#[cfg(not(target_os = "linux"))]
+pub(crate) enum FileSystem {}
+
+#[cfg(not(target_os = "linux"))]
+impl FileSystem {
+    /// Always `None`: each file is synced by itself.
+    pub(crate) fn open_for(
+        flush: Flush,
+        root: &Path,
+    ) -> Result<Option<FileSystem>, WorkspaceError> {
+        let _ = (flush, root);
+        Ok(None)
+    }
+
+    pub(crate) fn holds(&self, _dev: u64) -> bool {
+        match *self {}
+    }
+
+    pub(crate) fn sync(&self, _root: &Path) -> Result<(), WorkspaceError> {
+        match *self {}
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::*;
+
+    const EXT4: Option<u32> = Some(0xEF53);
 
     #[test]
     fn syncfs_only_on_a_kernel_that_reports_its_errors_and_with_little_else_dirty() {
         let mib = 1 << 20;
         let new = Some("6.18.44-fc-v669");
-        assert_eq!(Flush::choose(new, Some(0), 4 * mib), Flush::FileSystem);
         assert_eq!(
-            Flush::choose(new, Some(68 * mib), 4 * mib),
+            Flush::choose(EXT4, new, Some(0), 4 * mib),
             Flush::FileSystem
         );
         assert_eq!(
-            Flush::choose(new, Some(68 * mib + 1), 4 * mib),
-            Flush::EachFile
+            Flush::choose(EXT4, new, Some(68 * mib), 4 * mib),
+            Flush::FileSystem
         );
-        assert_eq!(Flush::choose(new, None, 4 * mib), Flush::EachFile);
-        assert_eq!(Flush::choose(Some("5.8.0"), Some(0), 0), Flush::FileSystem);
-        assert_eq!(Flush::choose(Some("5.7.19"), Some(0), 0), Flush::EachFile);
         assert_eq!(
-            Flush::choose(Some("4.19.0-18-amd64"), Some(0), 0),
+            Flush::choose(EXT4, new, Some(68 * mib + 1), 4 * mib),
             Flush::EachFile
         );
-        assert_eq!(Flush::choose(Some("garbage"), Some(0), 0), Flush::EachFile);
-        assert_eq!(Flush::choose(None, Some(0), 0), Flush::EachFile);
-        assert_eq!(Flush::EachFile.resolve(0), Flush::EachFile);
-        assert_eq!(Flush::FileSystem.resolve(u64::MAX), Flush::FileSystem);
+        assert_eq!(Flush::choose(EXT4, new, None, 4 * mib), Flush::EachFile);
+        assert_eq!(
+            Flush::choose(EXT4, Some("5.8.0"), Some(0), 0),
+            Flush::FileSystem
+        );
+        assert_eq!(
+            Flush::choose(EXT4, Some("5.7.19"), Some(0), 0),
+            Flush::EachFile
+        );
+        assert_eq!(
+            Flush::choose(EXT4, Some("4.19.0-18-amd64"), Some(0), 0),
+            Flush::EachFile
+        );
+        assert_eq!(
+            Flush::choose(EXT4, Some("garbage"), Some(0), 0),
+            Flush::EachFile
+        );
+        assert_eq!(Flush::choose(EXT4, None, Some(0), 0), Flush::EachFile);
+        let root = Path::new("/");
+        assert_eq!(Flush::EachFile.resolve(root, 0), Flush::EachFile);
+        assert_eq!(Flush::FileSystem.resolve(root, u64::MAX), Flush::FileSystem);
+    }
+
+    #[test]
+    fn syncfs_only_on_a_local_file_system_that_persists_at_syncfs() {
+        let new = Some("6.18.44-fc-v669");
+        for (magic, name) in SYNCFS_PERSISTS {
+            assert_eq!(
+                Flush::choose(Some(*magic), new, Some(0), 0),
+                Flush::FileSystem,
+                "{name}"
+            );
+        }
+        // overlayfs, FUSE, NFS, CIFS (SMB2), 9p, virtiofs's FUSE magic, an
+        // unknown one, and statfs failing.
+        for other in [
+            Some(0x794C_7630),
+            Some(0x6573_5546),
+            Some(0x6969),
+            Some(0xFE53_4D42),
+            Some(0x0102_1997),
+            Some(0x1234_5678),
+            None,
+        ] {
+            assert_eq!(
+                Flush::choose(other, new, Some(0), 0),
+                Flush::EachFile,
+                "{other:x?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_file_system_magic_is_read_from_statfs() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(fs_type(dir.path()).is_some());
+        assert_eq!(fs_type(&dir.path().join("missing")), None);
     }
 
     #[test]

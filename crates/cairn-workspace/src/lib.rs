@@ -21,8 +21,8 @@
 //! [`plan`] compares it with the last recorded state and the disk (a file
 //! changed outside the agent is a [`Conflict`], never overwritten silently)
 //! and [`apply`] writes each file under a temporary name, makes them all
-//! durable ([`Flush`]: one `syncfs` while little else is dirty, else an
-//! `fdatasync` of each) and renames each (many at once, from a few
+//! durable ([`Flush`]: one `syncfs` of a local file system while little
+//! else is dirty, else an `fdatasync` of each) and renames each (many at once, from a few
 //! threads), then records the restore. [`checkout_files`] is the whole rewind: the
 //! conversation's checkout and the files'. [`diff`] compares two entries.
 //!

@@ -398,10 +398,7 @@ pub fn apply_with(
     // The file system opened before anything is written, so its syncfs
     // reports any write-back error from here on (flush.rs).
     let bytes = writes.iter().map(|(_, _, to)| to.size).sum();
-    let fs = match flush.resolve(bytes) {
-        Flush::FileSystem => Some(FileSystem::open(&plan.root)?),
-        Flush::Auto | Flush::EachFile => None,
-    };
+    let fs = FileSystem::open_for(flush.resolve(&plan.root, bytes), &plan.root)?;
     let numbered: Vec<_> = writes.iter().enumerate().collect();
     let written = parallel::each(&numbered, |&(i, (change, dest, to))| {
         let mtime_ns = write_one(dest, to, blobs, fs.as_ref())?;

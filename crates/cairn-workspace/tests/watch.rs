@@ -69,12 +69,16 @@ fn names(m: &Manifest) -> Vec<(&str, bool)> {
 }
 
 /// What a fresh tracker's full scan finds that the records do not say:
-/// nothing, when the watched snapshots missed nothing.
+/// nothing, when the watched snapshots missed nothing (Linux: the tests of
+/// the watcher).
+#[cfg(target_os = "linux")]
 fn missed(s: &Setup) -> Manifest {
     let mut fresh = workspace(s);
     before(&mut fresh, s)
 }
 
+// The watcher is inotify's: elsewhere every snapshot is a full scan.
+#[cfg(target_os = "linux")]
 #[test]
 fn changes_outside_the_agent_and_by_the_command_are_both_caught_without_a_full_scan() {
     let s = setup(40);
@@ -138,6 +142,8 @@ fn changes_outside_the_agent_and_by_the_command_are_both_caught_without_a_full_s
     assert_eq!(names(&missed(&s)), vec![]);
 }
 
+// The watcher is inotify's: elsewhere every snapshot is a full scan.
+#[cfg(target_os = "linux")]
 #[test]
 fn an_overflowed_event_queue_falls_back_to_a_full_scan() {
     let s = setup(8);
@@ -259,6 +265,8 @@ fn a_directory_holding_a_file_no_snapshot_recorded_is_a_conflict() {
     assert!(s.work.join("out/x.log").exists());
 }
 
+// The watcher is inotify's: elsewhere every snapshot is a full scan.
+#[cfg(target_os = "linux")]
 #[test]
 fn regression_a_file_written_through_a_hard_link_outside_the_tree_is_caught() {
     // inotify reports a write to the watch of the directory the writer
@@ -351,6 +359,8 @@ fn regression_a_directory_a_file_replaced_could_not_be_restored() {
     );
 }
 
+// The watcher is inotify's: elsewhere every snapshot is a full scan.
+#[cfg(target_os = "linux")]
 #[test]
 fn regression_a_change_to_the_git_exclude_file_falls_back_to_a_full_scan() {
     // `.git/info/exclude` decides what a scan reaches as a `.gitignore`
