@@ -223,16 +223,21 @@ impl BlobStore {
     }
 
     /// Makes every blob stored unsynced durable: one `syncfs` of the blob
-    /// directory's file system (data and names), or, where that fails, a
-    /// sync of every blob and directory.
+    /// directory's file system (data and names) where that persists data
+    /// ([`crate::syncfs::persists_at`]: a local file system such as ext4 or
+    /// XFS, Linux 5.8 or later), else, or where it fails, a sync of every
+    /// blob and directory.
     ///
     /// # Errors
     ///
     /// [`BlobError::Io`].
     pub fn sync(&self) -> Result<(), BlobError> {
-        let synced =
-            File::open(&self.dir).and_then(|d| rustix::fs::syncfs(&d).map_err(io::Error::from));
-        if synced.is_ok() {
+        #[cfg(target_os = "linux")]
+        if crate::syncfs::persists_at(&self.dir)
+            && File::open(&self.dir)
+                .and_then(|d| rustix::fs::syncfs(&d).map_err(io::Error::from))
+                .is_ok()
+        {
             return Ok(());
         }
         for (_, path) in self.stored()? {

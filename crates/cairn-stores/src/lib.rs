@@ -15,6 +15,7 @@
 
 pub mod blobs;
 mod copy;
+pub mod syncfs;
 
 pub use blobs::{BlobError, BlobRef, BlobStore, GcReport};
 pub use copy::{Copied, CopyError, CopyOutcome, CopyReport, copy_session, copy_store};

@@ -20,7 +20,7 @@
 //! fails the restore before anything is renamed.
 //!
 //! And only on a local file system known to persist everything at
-//! `syncfs` ([`SYNCFS_PERSISTS`], by `statfs`'s `f_type`): on FUSE (but
+//! `syncfs` ([`cairn_stores::syncfs::PERSISTS`], by `statfs`'s `f_type`): on FUSE (but
 //! virtiofs), CIFS, 9p and other network file systems `syncfs` does not ask
 //! the server to persist anything while `fdatasync` does, and overlayfs
 //! before about 5.11 may not report its upper layer's write-back errors.
@@ -42,20 +42,6 @@ use crate::io_err;
 /// own data alone, is the safer bet.
 #[cfg(target_os = "linux")]
 pub(crate) const OTHERS_DIRTY_MAX: u64 = 64 << 20;
-
-/// The file systems (`statfs`'s `f_type`) whose `syncfs` writes out, commits
-/// and flushes to the device everything `fdatasync` would, and reports
-/// write-back errors: ext2/3/4, XFS, btrfs, tmpfs (nothing to persist) and
-/// f2fs. Any other — overlayfs, FUSE, network file systems, or one not
-/// known here — gets an `fdatasync` of each file.
-#[cfg(target_os = "linux")]
-pub(crate) const SYNCFS_PERSISTS: &[(u32, &str)] = &[
-    (0xEF53, "ext2/3/4"),
-    (0x5846_5342, "xfs"),
-    (0x9123_683E, "btrfs"),
-    (0x0102_1994, "tmpfs"),
-    (0xF2F5_2010, "f2fs"),
-];
 
 /// How a restore makes the files it wrote durable before renaming them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -84,7 +70,7 @@ pub enum Flush {
 impl Flush {
     /// The flush a restore writing `bytes` under `root` uses. `Auto`:
     /// [`Flush::FileSystem`] when `root`'s file system is one of
-    /// [`SYNCFS_PERSISTS`], the kernel's `syncfs` reports write-back errors
+    /// [`cairn_stores::syncfs::PERSISTS`], the kernel's `syncfs` reports write-back errors
     /// (Linux 5.8 or later) and the dirty data and data under write-back of
     /// the whole system (`/proc/meminfo`'s `Dirty` + `Writeback`) are at
     /// most `bytes` + [`OTHERS_DIRTY_MAX`]; otherwise, or when any of them
@@ -95,8 +81,8 @@ impl Flush {
         {
             match self {
                 Flush::Auto => Flush::choose(
-                    fs_type(root),
-                    kernel_release().as_deref(),
+                    cairn_stores::syncfs::fs_type(root),
+                    cairn_stores::syncfs::kernel_release().as_deref(),
                     dirty_bytes(),
                     bytes,
                 ),
@@ -120,41 +106,16 @@ impl Flush {
         dirty: Option<u64>,
         bytes: u64,
     ) -> Flush {
-        let persists = fs_type.is_some_and(|t| SYNCFS_PERSISTS.iter().any(|&(m, _)| m == t));
-        let reports_errors = release.and_then(version_of).is_some_and(|v| v >= (5, 8));
         match dirty {
             Some(d)
-                if persists && reports_errors && d <= bytes.saturating_add(OTHERS_DIRTY_MAX) =>
+                if cairn_stores::syncfs::persists(fs_type, release)
+                    && d <= bytes.saturating_add(OTHERS_DIRTY_MAX) =>
             {
                 Flush::FileSystem
             }
             _ => Flush::EachFile,
         }
     }
-}
-
-/// `statfs(root)`'s `f_type` (its magic number: 32 bits on every file
-/// system, whatever the width of the field).
-#[cfg(target_os = "linux")]
-fn fs_type(root: &Path) -> Option<u32> {
-    // The low 32 bits: on 32-bit targets the field is signed and a magic
-    // such as btrfs's reads negative.
-    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-    rustix::fs::statfs(root).ok().map(|s| s.f_type as u32)
-}
-
-/// `(major, minor)` of a kernel release such as `6.18.44-fc-v669`.
-#[cfg(target_os = "linux")]
-fn version_of(release: &str) -> Option<(u32, u32)> {
-    let mut parts = release.split(['.', '-']);
-    let major = parts.next()?.parse().ok()?;
-    let minor = parts.next()?.parse().ok()?;
-    Some((major, minor))
-}
-
-#[cfg(target_os = "linux")]
-fn kernel_release() -> Option<String> {
-    std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()
 }
 
 /// `Dirty` + `Writeback` of `/proc/meminfo`, in bytes.
@@ -289,7 +250,7 @@ mod tests {
     #[test]
     fn syncfs_only_on_a_local_file_system_that_persists_at_syncfs() {
         let new = Some("6.18.44-fc-v669");
-        for (magic, name) in SYNCFS_PERSISTS {
+        for (magic, name) in cairn_stores::syncfs::PERSISTS {
             assert_eq!(
                 Flush::choose(Some(*magic), new, Some(0), 0),
                 Flush::FileSystem,
@@ -316,13 +277,6 @@ mod tests {
     }
 
     #[test]
-    fn a_file_system_magic_is_read_from_statfs() {
-        let dir = tempfile::tempdir().unwrap();
-        assert!(fs_type(dir.path()).is_some());
-        assert_eq!(fs_type(&dir.path().join("missing")), None);
-    }
-
-    #[test]
     fn dirty_bytes_are_dirty_plus_writeback_of_meminfo() {
         let meminfo = "MemTotal:       24684084 kB\nDirty:            137596 kB\nWriteback:            32 kB\nWritebackTmp:          0 kB\n";
         assert_eq!(dirty_of(meminfo), Some((137_596 + 32) * 1024));
@@ -330,6 +284,6 @@ mod tests {
         assert_eq!(dirty_of("Dirty: x kB\nWriteback: 0 kB\n"), None);
         // The real one parses here (Linux).
         assert!(dirty_bytes().is_some());
-        assert!(kernel_release().as_deref().and_then(version_of).is_some());
+        assert!(cairn_stores::syncfs::kernel_release().is_some());
     }
 }

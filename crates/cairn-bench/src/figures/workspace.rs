@@ -282,7 +282,7 @@ fn restore(b: &Bench) -> Result<Figure> {
         best(cp_sync_ms)
     ))
     .note(format!(
-        "plan (an lstat of each file, a hash where its stat cannot be trusted); from up to 16 threads at once: every file read from its zstd blob and verified and written to a temporary name; all made durable at once (one syncfs of the file system while little else is dirty, else an fdatasync of each); then each renamed; the directories synced; the restore recorded and synced; cp -r does not sync; best of {RESTORE_ROUNDS}"
+        "plan (an lstat of each file, a hash where its stat cannot be trusted); from up to 16 threads at once: every file read from its zstd blob and verified and written to a temporary name; all made durable at once (one syncfs of the file system when it is a local one whose syncfs persists data and little else is dirty, else an fdatasync of each); then each renamed; the directories synced; the restore recorded and synced; cp -r does not sync; best of {RESTORE_ROUNDS}"
     )))
 }
 
