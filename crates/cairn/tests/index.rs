@@ -681,21 +681,39 @@ fn regression_a_damaged_row_block_under_the_kept_range_made_a_context_stream_dro
     let (texts, _) = streamed(&f);
     assert_eq!(texts.len(), 1 + LONG - 100, "summary and the kept messages");
 
-    let mut idx = fs::read(f.index()).expect("read");
-    let rows_at = {
-        let l = Layout::of(&idx);
-        l.blocks_at + l.records * 4
-    };
-    idx[rows_at + 2] ^= 0x01;
-    fs::write(f.index(), &idx).expect("write");
-    let stream = f.store().open_context_stream(&f.id).expect("open");
-    let mut handed = 0;
-    match stream.each_message(&mut |_| handed += 1) {
-        Err(e) => {
-            let text = cairn::with_causes(&e);
-            assert!(text.contains("persisted index"), "{text}");
+    let good = fs::read(f.index()).expect("read");
+    let l = Layout::of(&good);
+    let rows_at = l.blocks_at + l.records * 4;
+    // Every id has the same length here, so row block k starts at k times
+    // (256 rows of 16 bytes and their ids).
+    let entries = LONG + 1;
+    let id_len = (l.slots_at - rows_at - entries * 16) / entries;
+    assert_eq!(
+        rows_at + entries * (16 + id_len),
+        l.slots_at,
+        "ids of one length"
+    );
+    // Block 0 holds the kept range's first entry (its lookup fails); block 1
+    // lies between it and the compaction (the walk up to it is cut short).
+    for block in [0, 1] {
+        let mut idx = good.clone();
+        idx[rows_at + block * 256 * (16 + id_len) + 2] ^= 0x01;
+        fs::write(f.index(), &idx).expect("write");
+        let stream = f.store().open_context_stream(&f.id).expect("open");
+        let mut handed = 0;
+        match stream.each_message(&mut |_| handed += 1) {
+            Err(e) => {
+                let text = cairn::with_causes(&e);
+                assert!(text.contains("persisted index"), "block {block}: {text}");
+                assert_eq!(
+                    handed, 0,
+                    "block {block}: messages handed over before the error"
+                );
+            }
+            Ok(_) => panic!(
+                "block {block}: the stream handed over {handed} messages past a damaged index block"
+            ),
         }
-        Ok(_) => panic!("the stream handed over {handed} messages past a damaged index block"),
     }
 }
 

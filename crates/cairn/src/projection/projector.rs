@@ -534,6 +534,7 @@ impl Projector {
         each: &mut dyn FnMut(ContextMessage),
     ) -> Result<(Option<ActiveCompaction>, u32), ReadError> {
         let mut compaction = None;
+        let mut summary = None;
         let start = match self.compactions.last() {
             None => 0,
             Some(&cpos) => {
@@ -543,7 +544,7 @@ impl Projector {
                     return Err(ReadError::NoSuchRecord(tree.node(node).seq));
                 };
                 compaction = Some(active(&entry.id, c));
-                each(summary_message(&entry.id, cpos, c));
+                summary = Some(summary_message(&entry.id, cpos, c));
                 c.first_kept
                     .as_ref()
                     .and_then(|k| tree.get(k))
@@ -552,10 +553,19 @@ impl Projector {
             }
         };
         let above = self.above(tree, start);
+        // The kept range's start and the path above the part held were
+        // found through the tree: a block that failed its check on the way
+        // makes them wrong, so nothing is handed over.
+        src.check()?;
+        if let Some(m) = summary {
+            each(m);
+        }
         for pos in start..self.end() {
             let node = match pos.checked_sub(self.from) {
                 Some(i) => self.path[i as usize],
-                None => above[(pos - start) as usize],
+                None => *above
+                    .get((pos - start) as usize)
+                    .ok_or(ReadError::NoSuchRecord(u64::from(pos)))?,
             };
             let kind = tree.node(node).kind;
             if kind == Some(EntryKind::Message)
@@ -570,9 +580,8 @@ impl Projector {
                 each(m);
             }
         }
-        // The walk above (the kept range's start, the path above the part
-        // held) may have met a block that failed its check: the messages
-        // handed over would then be too few, not an answer.
+        // Reading the entries above may have met a block that failed its
+        // check since.
         src.check()?;
         Ok((compaction, start))
     }
