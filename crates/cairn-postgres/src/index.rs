@@ -3,9 +3,15 @@
 //! per session, written through a healthy writer's handle (`PgRows`'s
 //! `Db::save_index`, in `log.rs`), checked against the rows at every open
 //! (`cairn_sql::stale_prefix`), removed with its session (`ON DELETE
-//! CASCADE`). Deleting one is always safe.
+//! CASCADE`) or when a block of it is found damaged
+//! (`cairn_sql::LoadedIndex`). Deleting one is always safe.
 
-use cairn::{Access, IndexStore, IndexedOpen, IndexedPrefix, OpenError, SessionId, Visitor};
+use std::sync::Arc;
+
+use cairn::{
+    Access, IndexBytes, IndexStore, IndexedOpen, IndexedPrefix, OpenError, SessionId, Visitor,
+};
+use cairn_sql::LoadedIndex;
 use postgres::types::Type;
 
 use crate::backend::PostgresBackend;
@@ -27,6 +33,28 @@ impl IndexStore for PostgresBackend {
             .ok()
             .flatten()
             .and_then(|r| r.try_get(0).ok())
+    }
+
+    /// The row's bytes, and its removal when a block of it is found
+    /// damaged.
+    fn open_index(&self, id: &SessionId) -> Option<Arc<dyn IndexBytes>> {
+        let bytes = self.load_index(id)?;
+        let (shared, id) = (Arc::clone(&self.shared), id.clone());
+        Some(Arc::new(LoadedIndex::new(bytes, move || {
+            let schema = &shared.url.schema;
+            shared
+                .pool
+                .run(|c| {
+                    c.execute_typed(
+                        &format!(
+                            "DELETE FROM {schema}.indexes
+                              WHERE session = (SELECT sid FROM {schema}.sessions WHERE id = $1)"
+                        ),
+                        &[(&id.as_str(), Type::TEXT)],
+                    )
+                })
+                .is_ok_and(|n| n > 0)
+        })))
     }
 
     fn open_indexed(

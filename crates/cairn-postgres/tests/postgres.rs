@@ -465,6 +465,64 @@ fn a_long_session_is_reopened_from_its_index_and_a_stale_index_is_replaced() {
     assert_eq!(left, 0, "the index went with its session");
 }
 
+#[test]
+fn an_index_row_found_damaged_after_the_open_is_removed_and_the_next_open_rebuilds_it() {
+    let Some((scratch, store, _b)) = store("index_late", "") else {
+        return;
+    };
+    let s = store.create(NewSession::default()).unwrap();
+    let mut first = None;
+    let mut kept = None;
+    for i in 0..1100 {
+        let id = s.append(user(&format!("m{i}"))).unwrap().id;
+        if i == 0 {
+            first = id;
+        } else if i == 1090 {
+            kept = id;
+        }
+    }
+    s.append(cairn::EntryBody::Compaction(cairn::Compaction {
+        summary: "so far".into(),
+        first_kept: kept,
+        tokens_before: None,
+    }))
+    .unwrap();
+    let id = s.id().clone();
+    drop(s);
+    let first = first.unwrap();
+    let sch = &scratch.schema;
+    let mut raw = scratch.raw();
+    // Flip a byte of the first row block: an open that walks only from the
+    // leaf back to the compaction never reads it.
+    let mut idx: Vec<u8> = raw
+        .query_one(&format!("SELECT bytes FROM {sch}.indexes"), &[])
+        .unwrap()
+        .get(0);
+    let u32_at = |at: usize| u32::from_le_bytes(idx[at..at + 4].try_into().unwrap()) as usize;
+    let head = 16 + 1 + idx[16] as usize;
+    let rows_at = 16 + u32_at(12) + u32_at(head) * 4;
+    idx[rows_at + 2] ^= 0x01;
+    raw.execute(&format!("UPDATE {sch}.indexes SET bytes = $1"), &[&idx])
+        .unwrap();
+
+    let s = store.open(&id, Access::Write).unwrap();
+    let note = s.open_report().index.clone().unwrap_or_default();
+    assert!(note.starts_with("index used"), "{note}");
+    assert!(
+        s.checkout(Some(&first), None).is_err(),
+        "a move through the damaged block"
+    );
+    let rows: i64 = raw
+        .query_one(&format!("SELECT count(*) FROM {sch}.indexes"), &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(rows, 0, "the damaged index row was removed");
+    drop(s);
+    let s = store.open(&id, Access::Write).unwrap();
+    s.checkout(Some(&first), None).unwrap();
+    assert_eq!(s.context().messages().len(), 1);
+}
+
 /// Rows of `table` whose session key is `sid`.
 fn rows_of(scratch: &Scratch, table: &str, sid: i64) -> i64 {
     let s = &scratch.schema;

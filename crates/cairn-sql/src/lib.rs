@@ -13,10 +13,12 @@
 //! It knows no SQL dialect and links no database driver.
 
 mod holder;
+mod index;
 mod log;
 mod scan;
 pub mod summary;
 
 pub use holder::{Holder, Liveness};
+pub use index::LoadedIndex;
 pub use log::{Batch, Db, Fence, NewRow, Poisoner, READ_AHEAD_BYTES, SqlLog, Writer};
 pub use scan::{KEEP_BYTES, Scan, Scanned, damaged, opened_whole, scan_from, stale_prefix};
