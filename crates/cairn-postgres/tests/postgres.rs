@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cairn::testkit::build::{calls, user};
+use cairn::testkit::indexed;
 use cairn::{Access, AppendError, Backend, EffectClass, NewSession, OpenError, Session, Store};
 use cairn_postgres::scratch::Scratch;
 use cairn_postgres::{PgError, PostgresBackend, SCHEMA_VERSION, Takeover};
@@ -470,26 +471,8 @@ fn an_index_row_found_damaged_after_the_open_is_removed_and_the_next_open_rebuil
     let Some((scratch, store, _b)) = store("index_late", "") else {
         return;
     };
-    let s = store.create(NewSession::default()).unwrap();
-    let mut first = None;
-    let mut kept = None;
-    for i in 0..1100 {
-        let id = s.append(user(&format!("m{i}"))).unwrap().id;
-        if i == 0 {
-            first = id;
-        } else if i == 1090 {
-            kept = id;
-        }
-    }
-    s.append(cairn::EntryBody::Compaction(cairn::Compaction {
-        summary: "so far".into(),
-        first_kept: kept,
-        tokens_before: None,
-    }))
-    .unwrap();
-    let id = s.id().clone();
-    drop(s);
-    let first = first.unwrap();
+    let (id, ids) = indexed::compacted_session(&store, 1100, 1090);
+    let first = ids[0].clone();
     let sch = &scratch.schema;
     let mut raw = scratch.raw();
     // Flip a byte of the first row block: an open that walks only from the
@@ -498,10 +481,8 @@ fn an_index_row_found_damaged_after_the_open_is_removed_and_the_next_open_rebuil
         .query_one(&format!("SELECT bytes FROM {sch}.indexes"), &[])
         .unwrap()
         .get(0);
-    let u32_at = |at: usize| u32::from_le_bytes(idx[at..at + 4].try_into().unwrap()) as usize;
-    let head = 16 + 1 + idx[16] as usize;
-    let rows_at = 16 + u32_at(12) + u32_at(head) * 4;
-    idx[rows_at + 2] ^= 0x01;
+    let at = indexed::row_block_at(&idx, 0) + 2;
+    idx[at] ^= 0x01;
     raw.execute(&format!("UPDATE {sch}.indexes SET bytes = $1"), &[&idx])
         .unwrap();
 

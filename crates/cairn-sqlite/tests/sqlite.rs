@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use cairn::Backend;
 use cairn::testkit::build::user;
+use cairn::testkit::indexed;
 use cairn::{
     Access, AppendError, EntryBody, Message, NewEntry, NewSession, OpenError, Outcome, Parent,
     Role, SessionId, Status, Store, StoreError,
@@ -489,26 +490,8 @@ fn a_stale_index_is_reported_and_replaced() {
 #[test]
 fn an_index_row_found_damaged_after_the_open_is_removed_and_the_next_open_rebuilds_it() {
     let (_dir, b, store) = setup();
-    let s = store.create(NewSession::default()).unwrap();
-    let mut first = None;
-    let mut kept = None;
-    for i in 0..1100 {
-        let id = s.append(user(&format!("m{i}"))).unwrap().id;
-        if i == 0 {
-            first = id;
-        } else if i == 1090 {
-            kept = id;
-        }
-    }
-    s.append(cairn::EntryBody::Compaction(cairn::Compaction {
-        summary: "so far".into(),
-        first_kept: kept,
-        tokens_before: None,
-    }))
-    .unwrap();
-    let id = s.id().clone();
-    drop(s);
-    let first = first.unwrap();
+    let (id, ids) = indexed::compacted_session(&store, 1100, 1090);
+    let first = ids[0].clone();
     let (note, _) = index_note(&store, &id, Access::Write);
     assert!(note.starts_with("index used"), "{note}");
     // Flip a byte of the first row block: an open that walks only from the
@@ -517,10 +500,8 @@ fn an_index_row_found_damaged_after_the_open_is_removed_and_the_next_open_rebuil
     let mut idx: Vec<u8> = c
         .query_row("SELECT bytes FROM indexes", [], |r| r.get(0))
         .unwrap();
-    let u32_at = |at: usize| u32::from_le_bytes(idx[at..at + 4].try_into().unwrap()) as usize;
-    let head = 16 + 1 + idx[16] as usize;
-    let rows_at = 16 + u32_at(12) + u32_at(head) * 4;
-    idx[rows_at + 2] ^= 0x01;
+    let at = indexed::row_block_at(&idx, 0) + 2;
+    idx[at] ^= 0x01;
     c.execute("UPDATE indexes SET bytes = ?1", [&idx]).unwrap();
 
     let s = store.open(&id, Access::Write).unwrap();

@@ -10,6 +10,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use cairn::testkit::build::{assistant, user};
+use cairn::testkit::indexed;
 use cairn::{
     Access, AppStateChange, Compaction, Durability, EntryBody, NewSession, OpenError, Session,
     SessionId, Store,
@@ -586,33 +587,15 @@ fn a_damaged_row_block_read_late_fails_that_read_and_never_shows_a_wrong_record(
     // Messages only, then a compaction near the end: the open walks from
     // the leaf back to the compaction and never reads the first row block.
     let home = tempfile::tempdir().expect("tempdir");
-    let store = Store::open_dir(home.path());
-    let s = store.create(NewSession::default()).expect("create");
-    s.set_durability(Durability::Buffered);
-    let mut ids = Vec::new();
-    for i in 0..LONG {
-        ids.push(s.append(user(&format!("question {i}"))).expect("append").id);
-    }
-    s.append(EntryBody::Compaction(Compaction {
-        summary: "so far".into(),
-        first_kept: ids[LONG - 10].clone(),
-        tokens_before: None,
-    }))
-    .expect("compact");
-    s.sync().expect("sync");
-    let id = s.id().clone();
-    drop(s);
+    let (id, ids) = indexed::compacted_session(&Store::open_dir(home.path()), LONG, LONG - 10);
     let f = Fixture { home, id };
     drop(f.open(Access::Write).expect("index"));
     let want = f.reference();
-    let first = ids[0].clone().expect("id");
+    let first = ids[0].clone();
 
     let mut idx = fs::read(f.index()).expect("read");
-    let rows_at = {
-        let l = Layout::of(&idx);
-        l.blocks_at + l.records * 4
-    };
-    idx[rows_at + 2] ^= 0x01;
+    let at = indexed::row_block_at(&idx, 0) + 2;
+    idx[at] ^= 0x01;
     fs::write(f.index(), &idx).expect("write");
     let s = open_saying(&f, Access::Write, "index used");
     assert_eq!(View::of_context(&s), View::of_context_of(&want));
@@ -660,44 +643,18 @@ fn regression_a_damaged_row_block_under_the_kept_range_made_a_context_stream_dro
     // over. A block that fails its check there must fail the stream, not
     // make it hand over the summary alone.
     let home = tempfile::tempdir().expect("tempdir");
-    let store = Store::open_dir(home.path());
-    let s = store.create(NewSession::default()).expect("create");
-    s.set_durability(Durability::Buffered);
-    let mut ids = Vec::new();
-    for i in 0..LONG {
-        ids.push(s.append(user(&format!("question {i}"))).expect("append").id);
-    }
-    s.append(EntryBody::Compaction(Compaction {
-        summary: "so far".into(),
-        first_kept: ids[100].clone(),
-        tokens_before: None,
-    }))
-    .expect("compact");
-    s.sync().expect("sync");
-    let id = s.id().clone();
-    drop(s);
+    let (id, _) = indexed::compacted_session(&Store::open_dir(home.path()), LONG, 100);
     let f = Fixture { home, id };
     drop(f.open(Access::Write).expect("index"));
     let (texts, _) = streamed(&f);
     assert_eq!(texts.len(), 1 + LONG - 100, "summary and the kept messages");
 
     let good = fs::read(f.index()).expect("read");
-    let l = Layout::of(&good);
-    let rows_at = l.blocks_at + l.records * 4;
-    // Every id has the same length here, so row block k starts at k times
-    // (256 rows of 16 bytes and their ids).
-    let entries = LONG + 1;
-    let id_len = (l.slots_at - rows_at - entries * 16) / entries;
-    assert_eq!(
-        rows_at + entries * (16 + id_len),
-        l.slots_at,
-        "ids of one length"
-    );
     // Block 0 holds the kept range's first entry (its lookup fails); block 1
     // lies between it and the compaction (the walk up to it is cut short).
     for block in [0, 1] {
         let mut idx = good.clone();
-        idx[rows_at + block * 256 * (16 + id_len) + 2] ^= 0x01;
+        idx[indexed::row_block_at(&good, block) + 2] ^= 0x01;
         fs::write(f.index(), &idx).expect("write");
         let stream = f.store().open_context_stream(&f.id).expect("open");
         let mut handed = 0;

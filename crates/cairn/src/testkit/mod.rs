@@ -41,6 +41,7 @@ pub mod child;
 mod damage;
 mod durability;
 mod fixtures;
+pub mod indexed;
 mod listing;
 mod locking;
 mod operations;
