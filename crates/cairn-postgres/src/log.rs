@@ -6,6 +6,12 @@
 //! the records, inserted only if the fence passed. It is durable when it
 //! returns (`synchronous_commit = on`).
 //!
+//! A reader that goes on reading sequentially past the open's rows (an
+//! open from the persisted index reads the context's records this way) has
+//! its next read-ahead window fetched on another pooled connection while it
+//! decodes the last one, so the server's scan and the transfer overlap the
+//! client's work (two cores: the reader's and the server's).
+//!
 //! A writer also runs a heartbeat thread that renews its lease every third
 //! of the lease while it is idle; when a renewal finds the lease gone, the
 //! handle is poisoned at once.
@@ -13,10 +19,11 @@
 use std::io;
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 use cairn_sql::summary::{self, count, uncount};
-use cairn_sql::{Batch, Db, Fence, Poisoner, SqlLog};
+use cairn_sql::{Batch, Db, Fence, Poisoner, READ_AHEAD_MAX, SqlLog};
 use postgres::types::{ToSql, Type};
 
 use crate::backend::Shared;
@@ -32,6 +39,54 @@ pub(crate) struct PgRows {
     shared: Arc<Shared>,
     /// Dropping it stops the heartbeat thread.
     heartbeat: Mutex<Option<Sender<()>>>,
+    /// The read-ahead being fetched in the background, if any.
+    ahead: Mutex<Option<Ahead>>,
+}
+
+/// A read-ahead fetched on another connection while the reader decodes the
+/// last one: the rows of [`Db::fetch`] for `range` (`from`, `to`,
+/// `max_bytes`).
+#[derive(Debug)]
+struct Ahead {
+    range: (u64, u64, u64),
+    rows: JoinHandle<io::Result<Rows>>,
+}
+
+/// Records read: `(seq, line)`, in `seq` order.
+type Rows = Vec<(u64, Vec<u8>)>;
+
+/// The smallest read-ahead after which the next one is fetched in the
+/// background: a reader has then read this many records in a row already
+/// (its misses ask for 16, 32, 64, … records), so the next window is likely
+/// wanted, and a reader that stops wastes one window of at most twice this.
+const PREFETCH_AFTER: u64 = 128;
+
+/// Records `from ≤ seq < to` of session `sid`, stopping after the one that
+/// reaches `max_bytes` (at least one).
+fn fetch_rows(
+    shared: &Shared,
+    sid: i64,
+    (from, to, max_bytes): (u64, u64, u64),
+) -> io::Result<Rows> {
+    let (from, to, max) = (count(from), count(to), count(max_bytes));
+    let rows = shared
+        .pool
+        .run(|c| {
+            c.query_typed(
+                &shared.sql.read_ahead,
+                &[
+                    (&sid, Type::INT8),
+                    (&from, Type::INT8),
+                    (&to, Type::INT8),
+                    (&max, Type::INT8),
+                ],
+            )
+        })
+        .map_err(io)?;
+    rows.iter()
+        .map(|r| Ok((uncount(r.try_get(0)?), r.try_get(1)?)))
+        .collect::<Result<_, postgres::Error>>()
+        .map_err(io)
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -55,6 +110,38 @@ impl PgRows {
             sid,
             shared,
             heartbeat: Mutex::new(None),
+            ahead: Mutex::new(None),
+        }
+    }
+
+    /// After `rows` of a read-ahead of `range`: when the reader reads on
+    /// sequentially and the session may hold more, fetches on another
+    /// connection what its next miss will ask for (`SqlLog`'s: the records
+    /// after these, twice as many up to [`READ_AHEAD_MAX`]), so the server's
+    /// scan and the rows' transfer overlap the reader's decoding of these.
+    /// Records never change once written, so rows read ahead stay true.
+    fn read_ahead_after(&self, (from, to, max_bytes): (u64, u64, u64), rows: &[(u64, Vec<u8>)]) {
+        let asked = to.saturating_sub(from);
+        let Some(&(last, _)) = rows.last() else {
+            return;
+        };
+        let bytes: u64 = rows.iter().map(|(_, l)| l.len() as u64).sum();
+        let more = rows.len() as u64 >= asked || bytes >= max_bytes;
+        if asked < PREFETCH_AFTER || !more {
+            return;
+        }
+        let next = last + 1;
+        let range = (
+            next,
+            next.saturating_add(asked.saturating_mul(2).min(READ_AHEAD_MAX as u64)),
+            max_bytes,
+        );
+        let (shared, sid) = (Arc::clone(&self.shared), self.sid);
+        let spawned = std::thread::Builder::new()
+            .name("cairn-pg-read-ahead".into())
+            .spawn(move || fetch_rows(&shared, sid, range));
+        if let Ok(rows) = spawned {
+            *lock(&self.ahead) = Some(Ahead { range, rows });
         }
     }
 
@@ -212,30 +299,25 @@ impl PgRows {
 }
 
 impl Db for PgRows {
+    /// The rows from a read-ahead fetched in the background when it is the
+    /// one asked for, else from a query now; then, while a reader goes on
+    /// sequentially, the next read-ahead is fetched in the background.
     fn fetch(&self, from: u64, to: u64, max_bytes: u64) -> io::Result<Vec<(u64, Vec<u8>)>> {
-        let (from, to, max) = (count(from), count(to), count(max_bytes));
-        let rows = self
-            .shared
-            .pool
-            .run(|c| {
-                c.query_typed(
-                    &self.shared.sql.read_ahead,
-                    &[
-                        (&self.sid, Type::INT8),
-                        (&from, Type::INT8),
-                        (&to, Type::INT8),
-                        (&max, Type::INT8),
-                    ],
-                )
-            })
-            .map_err(io)?;
-        rows.iter()
-            .map(|r| Ok((uncount(r.try_get(0)?), r.try_get(1)?)))
-            .collect::<Result<_, postgres::Error>>()
-            .map_err(io)
+        let range = (from, to, max_bytes);
+        let ahead = lock(&self.ahead).take();
+        let rows = match ahead.filter(|a| a.range == range).map(|a| a.rows.join()) {
+            Some(Ok(Ok(rows))) => rows,
+            // A failed background read is read again here, for its error.
+            _ => fetch_rows(&self.shared, self.sid, range)?,
+        };
+        self.read_ahead_after(range, &rows);
+        Ok(rows)
     }
 
     fn append(&self, batch: Batch<'_>) -> io::Result<Fence> {
+        // The reads of the open are over: a read-ahead still on its way is
+        // not waited for, and its rows go when it ends.
+        drop(lock(&self.ahead).take());
         match self.transact(batch) {
             Ok(true) => Ok(Fence::Passed),
             Ok(false) => Ok(Fence::Refused(

@@ -20,5 +20,7 @@ pub mod summary;
 
 pub use holder::{Holder, Liveness};
 pub use index::LoadedIndex;
-pub use log::{Batch, Db, Fence, NewRow, Poisoner, READ_AHEAD_BYTES, SqlLog, Writer};
+pub use log::{
+    Batch, Db, Fence, NewRow, Poisoner, READ_AHEAD_BYTES, READ_AHEAD_MAX, SqlLog, Writer,
+};
 pub use scan::{KEEP_BYTES, Scan, Scanned, damaged, opened_whole, scan_from, stale_prefix};

@@ -30,8 +30,9 @@ use crate::summary::{self, Summary};
 
 /// The first read-ahead of a miss that does not continue the window.
 const READ_AHEAD_MIN: usize = 16;
-/// The largest read-ahead, in records.
-const READ_AHEAD_MAX: usize = 1024;
+/// The largest read-ahead, in records (a sequential reader's misses ask
+/// for twice the last one's records, up to this).
+pub const READ_AHEAD_MAX: usize = 1024;
 /// A read-ahead stops after the record that reaches this many bytes.
 pub const READ_AHEAD_BYTES: u64 = 4 << 20;
 
