@@ -35,6 +35,7 @@ mod history;
 mod parallel;
 mod path;
 mod record;
+mod release;
 mod restore;
 mod scan;
 mod tracker;

@@ -1,7 +1,8 @@
 //! Restoring the workspace to its state at an entry: the plan (what to
 //! create, restore and delete), the conflict check against the last
 //! snapshot and the disk, the writes (every file under a temporary name,
-//! all synced at once, then each renamed over its path; the directories
+//! all synced at once, then each renamed over its path, the files it
+//! replaces freed beside the later steps (`release.rs`); the directories
 //! synced), and the record of the restore.
 //!
 //! A restore killed at any point leaves every file either as it was or as
@@ -21,6 +22,7 @@ use cairn_stores::BlobStore;
 use crate::flush::{FileSystem, Flush};
 use crate::history::History;
 use crate::record::{FileState, Manifest, Phase, Scope, WorkspaceRecord, same};
+use crate::release::Releaser;
 use crate::scan::{Disk, Limits, Snapshotter, TEMP_SUFFIX};
 use crate::{WorkspaceError, io_err, parallel, path};
 
@@ -438,12 +440,18 @@ pub fn apply_with(
     let (dir_removals, file_removals): (Vec<_>, Vec<_>) = removals
         .into_iter()
         .partition(|(c, _)| c.from.as_ref().is_some_and(|f| f.dir));
+    // The files renamed over or removed are freed beside the next steps
+    // (release.rs), all before this returns.
+    let replaced = writes.iter().filter(|(c, _, _)| c.from.is_some()).count();
+    let releaser = Releaser::start(file_removals.len() + replaced);
     let removed = parallel::each(&file_removals, |(change, dest)| {
+        let held = releaser.hold(dest);
         match std::fs::remove_file(dest) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(io_err("remove", dest)(e)),
         }
+        releaser.release(held);
         step("deleted", &change.path);
         Ok(change.path.clone())
     })?;
@@ -466,7 +474,9 @@ pub fn apply_with(
     let renames: Vec<_> = writes.iter().zip(mtimes).collect();
     let renamed = parallel::each(&renames, |&((change, dest, to), written_at)| {
         let tmp = temp_name(dest);
+        let held = change.from.as_ref().and_then(|_| releaser.hold(dest));
         std::fs::rename(&tmp, dest).map_err(io_err("rename into place", dest))?;
+        releaser.release(held);
         step("renamed", &change.path);
         let mtime_ns = match written_at {
             Some(m) => m,
@@ -523,6 +533,7 @@ pub fn apply_with(
     record.append(session)?;
     session.sync().map_err(WorkspaceError::Append)?;
     step("recorded", "");
+    releaser.finish();
     Ok(report)
 }
 
