@@ -415,24 +415,25 @@ mod tests {
         let now = dir.path().join("now.db");
         let backend = Arc::new(crate::SqliteBackend::open(&now).unwrap());
         let store = Store::with_backend(backend.clone());
-        let long = store.create(NewSession::default()).unwrap();
+        let s = store.create(NewSession::default()).unwrap();
         for i in 0..1100 {
-            long.append(user(&format!("m{i}"))).unwrap();
+            s.append(user(&format!("m{i}"))).unwrap();
         }
-        let long = long.id().clone();
+        let long = s.id().clone();
+        drop(s);
         drop(store.open(&long, Access::Write).unwrap());
         let gone = store.create(NewSession::default()).unwrap().id().clone();
-        let short = store.create(NewSession::default()).unwrap();
-        let first = short.append(user("first")).unwrap().id.unwrap();
-        short.append(user("second")).unwrap();
-        short
-            .append_entry(cairn::NewEntry {
-                id: None,
-                parent: cairn::Parent::Entry(first.clone()),
-                body: user("branch"),
-            })
-            .unwrap();
-        let short = short.id().clone();
+        let s = store.create(NewSession::default()).unwrap();
+        let first = s.append(user("first")).unwrap().id.unwrap();
+        s.append(user("second")).unwrap();
+        s.append_entry(cairn::NewEntry {
+            id: None,
+            parent: cairn::Parent::Entry(first.clone()),
+            body: user("branch"),
+        })
+        .unwrap();
+        let short = s.id().clone();
+        drop(s);
         store.remove(&gone).unwrap();
 
         // The same rows in a database of schema version 2, as version 2
