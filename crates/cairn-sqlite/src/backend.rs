@@ -252,9 +252,18 @@ impl SqliteBackend {
 
 /// Record `seq` of session `sid`, if there is one.
 fn last_row(conn: &Connection, sid: i64, seq: u64) -> rusqlite::Result<Option<Vec<u8>>> {
-    conn.prepare_cached("SELECT payload FROM records WHERE session = ?1 AND seq = ?2")?
-        .query_row(params![sid, count(seq)], |r| r.get(0))
+    if seq >= schema::SEQ_LIMIT {
+        return Ok(None);
+    }
+    conn.prepare_cached("SELECT payload FROM records WHERE key = ?1")?
+        .query_row([schema::key(sid, seq)], |r| r.get(0))
         .optional()
+}
+
+/// The bounds of every key of session `sid`'s records.
+pub(crate) fn whole(sid: i64) -> [i64; 2] {
+    let (lo, hi) = schema::keys(sid, 0, schema::SEQ_LIMIT);
+    [lo, hi]
 }
 
 pub(crate) fn in_use(id: &SessionId, held: &Lease) -> OpenError {
@@ -275,13 +284,10 @@ fn scan(
 ) -> Result<Scanned, OpenError> {
     let err = open_err("read", location);
     let mut stmt = conn
-        .prepare_cached(
-            "SELECT seq, payload FROM records WHERE session = ?1 AND seq >= ?2 ORDER BY seq",
-        )
+        .prepare_cached("SELECT seq, payload FROM records WHERE key BETWEEN ?1 AND ?2 ORDER BY key")
         .map_err(&err)?;
-    let mut rows = stmt
-        .query(params![sid, count(scan.next_index())])
-        .map_err(&err)?;
+    let (lo, hi) = schema::keys(sid, scan.next_index(), schema::SEQ_LIMIT);
+    let mut rows = stmt.query([lo, hi]).map_err(&err)?;
     while let Some(row) = rows.next().map_err(&err)? {
         let seq: i64 = row.get(0).map_err(&err)?;
         let bytes = row
@@ -338,10 +344,21 @@ impl Backend for SqliteBackend {
                 |r| r.get(0),
             )
             .map_err(&err)?;
+        if !(0..schema::SID_LIMIT).contains(&sid) {
+            return Err(OpenError::Io(IoFailure::new(
+                "create",
+                location.clone(),
+                std::io::Error::other(format!(
+                    "the database holds the most sessions cairn-sqlite can key \
+                     (session keys below {}); this one would be {sid}",
+                    schema::SID_LIMIT
+                )),
+            )));
+        }
         tx.execute(
-            "INSERT INTO records (session, seq, kind, id, parent, crc, payload)
-             VALUES (?1, 0, 'header', NULL, NULL, ?2, ?3)",
-            params![sid, summary::crc_of(header), header],
+            "INSERT INTO records (key, session, seq, kind, id, parent, crc, payload)
+             VALUES (?1, ?2, 0, 'header', NULL, NULL, ?3, ?4)",
+            params![schema::key(sid, 0), sid, summary::crc_of(header), header],
         )
         .map_err(&err)?;
         let token = lease::acquire(&tx, sid).map_err(&err)?;
@@ -371,11 +388,11 @@ impl Backend for SqliteBackend {
         let conn = self.conn();
         let sid = self.existing_sid(&conn, id, &err)?;
         let mut stmt = conn
-            .prepare_cached("SELECT payload FROM records WHERE session = ?1 ORDER BY seq")
+            .prepare_cached("SELECT payload FROM records WHERE key BETWEEN ?1 AND ?2 ORDER BY key")
             .map_err(&err)?;
         // Every payload as stored, text or blob: fsck judges it.
         let rows = stmt
-            .query_map([sid], |r| {
+            .query_map(whole(sid), |r| {
                 Ok(r.get_ref(0)?
                     .as_bytes()
                     .map(<[u8]>::to_vec)
@@ -443,8 +460,12 @@ impl Backend for SqliteBackend {
         if let Some(held) = held.filter(lease::holds) {
             return Err(in_use(id, &held).into());
         }
+        tx.execute(
+            "DELETE FROM records WHERE key BETWEEN ?1 AND ?2",
+            whole(sid),
+        )
+        .map_err(&err)?;
         for sql in [
-            "DELETE FROM records WHERE session = ?1",
             "DELETE FROM indexes WHERE session = ?1",
             "DELETE FROM leases WHERE session = ?1",
             "DELETE FROM sessions WHERE sid = ?1",

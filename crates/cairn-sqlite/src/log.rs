@@ -13,6 +13,7 @@ use rusqlite::{Connection, TransactionBehavior, params};
 
 use crate::error::io;
 use crate::lease;
+use crate::schema::{SEQ_LIMIT, key, keys};
 
 /// An open session of an SQLite database.
 pub(crate) type SqliteLog = SqlLog<SqliteRows>;
@@ -88,11 +89,22 @@ impl SqliteRows {
         }
         {
             let mut insert = tx.prepare_cached(
-                "INSERT INTO records (session, seq, kind, id, parent, crc, payload)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                "INSERT INTO records (key, session, seq, kind, id, parent, crc, payload)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
             )?;
             for r in b.rows {
+                if r.seq >= SEQ_LIMIT {
+                    return Err(rusqlite::Error::ToSqlConversionFailure(
+                        format!(
+                            "record {} is past the {SEQ_LIMIT} records a session of \
+                             cairn-sqlite can hold",
+                            r.seq
+                        )
+                        .into(),
+                    ));
+                }
                 insert.execute(params![
+                    key(self.sid, r.seq),
                     self.sid,
                     count(r.seq),
                     r.kind,
@@ -122,13 +134,11 @@ impl Db for SqliteRows {
         let conn = lock(&self.conn);
         let mut stmt = conn
             .prepare_cached(
-                "SELECT seq, payload FROM records
-                 WHERE session = ?1 AND seq >= ?2 AND seq < ?3 ORDER BY seq",
+                "SELECT seq, payload FROM records WHERE key BETWEEN ?1 AND ?2 ORDER BY key",
             )
             .map_err(io)?;
-        let mut rows = stmt
-            .query(params![self.sid, count(from), count(to)])
-            .map_err(io)?;
+        let (lo, hi) = keys(self.sid, from, to);
+        let mut rows = stmt.query(params![lo, hi]).map_err(io)?;
         let (mut out, mut bytes) = (Vec::new(), 0u64);
         while bytes < max_bytes
             && let Some(row) = rows.next().map_err(io)?

@@ -10,7 +10,7 @@ use rusqlite::{OptionalExtension, TransactionBehavior, params};
 
 use cairn_sql::summary::{HeaderInfo, Summary};
 
-use crate::backend::{SqliteBackend, in_use, summary_at};
+use crate::backend::{SqliteBackend, in_use, summary_at, whole};
 use crate::error::store_err;
 use crate::lease::{self, Lease, Takeover};
 
@@ -143,12 +143,13 @@ impl SqliteBackend {
             .ok_or_else(|| self.no_such(id))?;
         let mut stmt = conn
             .prepare_cached(
-                "SELECT id FROM records WHERE session = ?1 AND id IS NOT NULL AND parent IS ?2
-                 ORDER BY seq",
+                "SELECT id FROM records
+                 WHERE key BETWEEN ?1 AND ?2 AND id IS NOT NULL AND parent IS ?3 ORDER BY key",
             )
             .map_err(&err)?;
+        let [lo, hi] = whole(sid);
         let ids = stmt
-            .query_map(params![sid, parent.map(|p| p.as_str())], |r| {
+            .query_map(params![lo, hi, parent.map(|p| p.as_str())], |r| {
                 r.get::<_, String>(0)
             })
             .map_err(&err)?

@@ -87,7 +87,61 @@ const MIGRATIONS: &[&str] = &[
         bytes   BLOB    NOT NULL
     );
     ",
+    // 3: one page fewer per append. `records` is keyed by one integer,
+    // its rowid (`session << 32 | seq`: see `key`), instead of a
+    // `(session, seq)` primary key kept in an index of its own. Every row
+    // is copied as it was, then the old table (and its indexes) dropped.
+    "
+    CREATE TABLE records_v3 (
+        key     INTEGER PRIMARY KEY,
+        session INTEGER NOT NULL REFERENCES sessions (sid),
+        seq     INTEGER NOT NULL,
+        kind    TEXT    NOT NULL,
+        id      TEXT,
+        parent  TEXT,
+        crc     INTEGER NOT NULL,
+        payload BLOB    NOT NULL,
+        CHECK (session BETWEEN 0 AND 2147483647 AND seq BETWEEN 0 AND 4294967295
+               AND key = (session << 32) | seq)
+    );
+    INSERT INTO records_v3 (key, session, seq, kind, id, parent, crc, payload)
+        SELECT (session << 32) | seq, session, seq, kind, id, parent, crc, payload
+        FROM records ORDER BY session, seq;
+    DROP TABLE records;
+    ALTER TABLE records_v3 RENAME TO records;
+    CREATE UNIQUE INDEX records_by_id ON records (session, id) WHERE id IS NOT NULL;
+    ",
 ];
+
+/// The bits of a `records` key that hold the `seq`: a session holds at
+/// most 2^32 records, and a database at most 2^31 sessions (`sid`s from 0
+/// to 2^31 − 1), so that every key is a non-negative `i64`.
+const SEQ_BITS: u32 = 32;
+
+/// The first `seq` a session cannot hold.
+pub(crate) const SEQ_LIMIT: u64 = 1 << SEQ_BITS;
+
+/// The first `sid` a database cannot hold.
+pub(crate) const SID_LIMIT: i64 = 1 << 31;
+
+/// The key of record `seq` of session `sid` in `records`: its rowid, which
+/// orders a session's records by `seq` and keeps them together. `seq` must
+/// be below [`SEQ_LIMIT`] and `sid` below [`SID_LIMIT`] (the table's
+/// `CHECK` refuses any other row).
+pub(crate) fn key(sid: i64, seq: u64) -> i64 {
+    debug_assert!((0..SID_LIMIT).contains(&sid) && seq < SEQ_LIMIT);
+    (sid << SEQ_BITS) | seq as i64
+}
+
+/// The keys of session `sid`'s records `from..to`, as an inclusive range
+/// for `key BETWEEN ?lo AND ?hi` (empty, `lo > hi`, when `from..to` is).
+pub(crate) fn keys(sid: i64, from: u64, to: u64) -> (i64, i64) {
+    let to = to.min(SEQ_LIMIT);
+    if from >= to {
+        return (1, 0);
+    }
+    (key(sid, from), key(sid, to - 1))
+}
 
 /// The schema version this build writes and reads.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -277,7 +331,7 @@ mod tests {
     }
 
     #[test]
-    fn a_version_1_database_migrates_to_version_2_and_keeps_its_rows() {
+    fn a_version_1_database_migrates_to_the_latest_version_and_keeps_its_rows() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("v1.db");
         {
@@ -295,7 +349,10 @@ mod tests {
         }
         let mut conn = connect(&path).unwrap();
         prepare(&mut conn, &path).unwrap();
-        assert_eq!(versions(&conn, &path).unwrap(), (2, APPLICATION_ID));
+        assert_eq!(
+            versions(&conn, &path).unwrap(),
+            (SCHEMA_VERSION, APPLICATION_ID)
+        );
         let dropped: i64 = conn
             .query_row(
                 "SELECT count(*) FROM sqlite_schema WHERE type = 'index'
@@ -313,6 +370,158 @@ mod tests {
             )
             .unwrap();
         assert_eq!(rows, (1, 1));
+        let header: (i64, i64, i64) = conn
+            .query_row("SELECT key, session, seq FROM records", [], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })
+            .unwrap();
+        assert_eq!(header, (1 << 32, 1, 0));
+    }
+
+    /// Every row of `table`, every column, in the order of `order`.
+    fn dump(conn: &Connection, table: &str, order: &str) -> Vec<Vec<rusqlite::types::Value>> {
+        let mut stmt = conn
+            .prepare(&format!("SELECT * FROM {table} ORDER BY {order}"))
+            .unwrap();
+        let n = stmt.column_count();
+        stmt.query_map([], |r| (0..n).map(|i| r.get(i)).collect())
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    }
+
+    /// The columns a version-2 `records` row has, and the type of its payload.
+    const V2_RECORDS: &str = "(SELECT session, seq, kind, id, parent, crc, payload,
+        typeof(payload) FROM records)";
+
+    fn schema_of(conn: &Connection) -> Vec<Vec<rusqlite::types::Value>> {
+        dump(
+            conn,
+            "(SELECT type, name, tbl_name, sql FROM sqlite_schema)",
+            "name",
+        )
+    }
+
+    #[test]
+    fn a_version_2_database_migrates_with_every_row_byte_for_byte_and_reads_the_same() {
+        use cairn::testkit::build::user;
+        use cairn::{Access, Backend, NewSession, Store};
+        use std::sync::Arc;
+
+        let dir = tempfile::tempdir().unwrap();
+        // Sessions written by the backend: a long one (its index saved by
+        // a reopen), a short one with a branch, and a removed one (a gap
+        // in the session keys).
+        let now = dir.path().join("now.db");
+        let backend = Arc::new(crate::SqliteBackend::open(&now).unwrap());
+        let store = Store::with_backend(backend.clone());
+        let s = store.create(NewSession::default()).unwrap();
+        for i in 0..1100 {
+            s.append(user(&format!("m{i}"))).unwrap();
+        }
+        let long = s.id().clone();
+        drop(s);
+        drop(store.open(&long, Access::Write).unwrap());
+        let gone = store.create(NewSession::default()).unwrap().id().clone();
+        let s = store.create(NewSession::default()).unwrap();
+        let first = s.append(user("first")).unwrap().id.unwrap();
+        s.append(user("second")).unwrap();
+        s.append_entry(cairn::NewEntry {
+            id: None,
+            parent: cairn::Parent::Entry(first.clone()),
+            body: user("branch"),
+        })
+        .unwrap();
+        let short = s.id().clone();
+        drop(s);
+        store.remove(&gone).unwrap();
+
+        // The same rows in a database of schema version 2, as version 2
+        // wrote them (every column but the new key is the same).
+        let old = dir.path().join("v2.db");
+        {
+            let conn = connect(&old).unwrap();
+            conn.execute_batch(MIGRATIONS[0]).unwrap();
+            conn.execute_batch(MIGRATIONS[1]).unwrap();
+            conn.pragma_update(None, "user_version", 2).unwrap();
+            conn.pragma_update(None, "application_id", APPLICATION_ID)
+                .unwrap();
+            conn.execute("ATTACH ?1 AS now", [now.to_str().unwrap()])
+                .unwrap();
+            conn.execute_batch(
+                "INSERT INTO sessions SELECT * FROM now.sessions;
+                 INSERT INTO records SELECT session, seq, kind, id, parent, crc, payload
+                     FROM now.records ORDER BY key;
+                 INSERT INTO indexes SELECT * FROM now.indexes;
+                 INSERT INTO leases SELECT * FROM now.leases;",
+            )
+            .unwrap();
+        }
+        let before = connect(&old).unwrap();
+        let order = "1, 2";
+        let tables = [
+            (V2_RECORDS, order),
+            ("sessions", "sid"),
+            ("indexes", "session"),
+            ("leases", "session"),
+        ];
+        let rows: Vec<_> = tables.iter().map(|(t, o)| dump(&before, t, o)).collect();
+        assert_eq!(rows[0].len(), 1100 + 1 + 3 + 1);
+        assert_eq!(rows[2].len(), 1, "the long session's index");
+        drop(before);
+
+        let migrated = Arc::new(crate::SqliteBackend::open(&old).unwrap());
+        let after = connect(&old).unwrap();
+        assert_eq!(
+            versions(&after, &old).unwrap(),
+            (SCHEMA_VERSION, APPLICATION_ID)
+        );
+        for ((t, o), rows) in tables.iter().zip(&rows) {
+            assert!(dump(&after, t, o) == *rows, "the rows of {t} changed");
+        }
+        let keys: i64 = after
+            .query_row(
+                "SELECT count(*) FROM records WHERE key = (session << 32) | seq",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(keys, rows[0].len() as i64);
+        // The schema is a new database's: no (session, seq) index is left.
+        assert_eq!(schema_of(&after), schema_of(&connect(&now).unwrap()));
+        let check: String = after
+            .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(check, "ok");
+
+        // Every session reads the same through both databases.
+        let old_store = Store::with_backend(migrated.clone());
+        for id in [&long, &short] {
+            assert_eq!(
+                migrated.stored_lines(id).unwrap(),
+                backend.stored_lines(id).unwrap()
+            );
+            let (a, b) = (
+                old_store.open(id, Access::Read).unwrap(),
+                store.open(id, Access::Read).unwrap(),
+            );
+            assert_eq!(a.context().messages(), b.context().messages());
+            assert_eq!(
+                migrated.children(id, None).unwrap(),
+                backend.children(id, None).unwrap()
+            );
+        }
+        assert_eq!(migrated.children(&short, Some(&first)).unwrap().len(), 2);
+        assert_eq!(
+            migrated.entry_seq(&short, &first).unwrap(),
+            backend.entry_seq(&short, &first).unwrap()
+        );
+        // And the migrated database takes appends.
+        let s = old_store.open(&short, Access::Write).unwrap();
+        s.append(user("after the migration")).unwrap();
+        drop(s);
+        let s = old_store.open(&short, Access::Read).unwrap();
+        assert_eq!(s.context().messages().len(), 3);
     }
 
     #[test]

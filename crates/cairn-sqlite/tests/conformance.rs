@@ -74,7 +74,8 @@ impl Fixture for SqliteFixture {
             .unwrap();
         let tx = c.transaction().unwrap();
         tx.execute(
-            "INSERT INTO records (session, seq, kind, crc, payload) VALUES (?1, ?2, 'message', 0, ?3)",
+            "INSERT INTO records (key, session, seq, kind, crc, payload)
+             VALUES ((?1 << 32) | ?2, ?1, ?2, 'message', 0, ?3)",
             params![sid, seq, line],
         )
         .unwrap();

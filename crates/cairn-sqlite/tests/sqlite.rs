@@ -107,13 +107,62 @@ fn two_writers_can_never_store_the_same_seq() {
         .query_row("SELECT sid FROM sessions", [], |r| r.get(0))
         .unwrap();
     let dup = c.execute(
-        "INSERT INTO records (session, seq, kind, crc, payload) VALUES (?1, 1, 'message', 0, ?2)",
+        "INSERT INTO records (key, session, seq, kind, crc, payload)
+         VALUES ((?1 << 32) | 1, ?1, 1, 'message', 0, ?2)",
         params![sid, line],
     );
     assert!(
         dup.is_err(),
-        "the primary key (session, seq) refuses a second record 1"
+        "the primary key (session << 32 | seq) refuses a second record 1"
     );
+    // A row whose key is not its (session, seq) is refused too, so the
+    // key cannot be left out to dodge it.
+    // (The last: a seq past 2^32, whose bits `|` the key of session 1 would
+    // not show.)
+    assert_eq!(sid, 1);
+    for (key, seq) in [
+        ("NULL", 1),
+        ("(?1 << 32) | 2", 3),
+        ("(?1 << 32) | 7", (1i64 << 32) | 7),
+    ] {
+        let wrong = c.execute(
+            &format!(
+                "INSERT INTO records (key, session, seq, kind, crc, payload)
+                 VALUES ({key}, ?1, {seq}, 'message', 0, ?2)"
+            ),
+            params![sid, line],
+        );
+        assert!(wrong.is_err(), "key {key}, seq {seq} stored");
+    }
+}
+
+#[test]
+fn a_session_past_the_keys_records_can_hold_is_refused_and_nothing_is_stored() {
+    let (_dir, b, store) = setup();
+    // The last session key a record key has room for (2^31 - 1): the
+    // next session created would get 2^31.
+    raw(&b)
+        .execute_batch(
+            "INSERT INTO sessions VALUES (2147483647, 'x', '{}', 't', 't', NULL, NULL, NULL,
+                 NULL, '\"none\"', '{}', 0, 0, 0, 0)",
+        )
+        .unwrap();
+    let refused = store.create(NewSession::default()).map(drop);
+    match refused {
+        Err(OpenError::Io(e)) => {
+            let why = e.source.to_string();
+            assert!(why.contains("session keys below"), "{why}");
+        }
+        other => panic!("expected an I/O error, got {other:?}"),
+    }
+    let rows: (i64, i64) = raw(&b)
+        .query_row(
+            "SELECT (SELECT count(*) FROM sessions), (SELECT count(*) FROM records)",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!(rows, (1, 0));
 }
 
 // ---------------------------------------------------------------------------
