@@ -91,10 +91,14 @@ const MIGRATIONS: &[&str] = &[
     // its rowid (`session << 32 | seq`: see `key`), instead of a
     // `(session, seq)` primary key kept in an index of its own. Every row
     // is copied as it was, then the old table (and its indexes) dropped.
+    // No foreign key to `sessions`: without an index led by `session`,
+    // its check would read every record of the database at each removal
+    // of a session (`remove` deletes the session's records by key range in
+    // the same transaction; an append's fence needs the session's row).
     "
     CREATE TABLE records_v3 (
         key     INTEGER PRIMARY KEY,
-        session INTEGER NOT NULL REFERENCES sessions (sid),
+        session INTEGER NOT NULL,
         seq     INTEGER NOT NULL,
         kind    TEXT    NOT NULL,
         id      TEXT,
@@ -286,7 +290,15 @@ pub(crate) fn prepare(conn: &mut Connection, path: &Path) -> Result<(), SqliteEr
     }
     tx.pragma_update(None, "application_id", APPLICATION_ID)
         .map_err(sqlite("migrate", path))?;
-    tx.commit().map_err(sqlite("migrate", path))
+    tx.commit().map_err(sqlite("migrate", path))?;
+    if from > 0 && from < 3 {
+        // Migration 3 copied every record through the WAL: give the space
+        // back now rather than keep a WAL the size of the database. Best
+        // effort: a reader holding the WAL only delays it to a later
+        // checkpoint, and the migration is committed either way.
+        let _ = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -376,6 +388,49 @@ mod tests {
             })
             .unwrap();
         assert_eq!(header, (1 << 32, 1, 0));
+    }
+
+    #[test]
+    fn removing_a_session_reads_none_of_the_other_sessions_records() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.db");
+        let mut conn = connect(&path).unwrap();
+        prepare(&mut conn, &path).unwrap();
+        for sid in 1..=3_i64 {
+            conn.execute(
+                "INSERT INTO sessions VALUES (?1, ?2, '{}', 't', 't', NULL, NULL, NULL, NULL,
+                     '\"none\"', '{}', 0, 200, 2000, 0)",
+                rusqlite::params![sid, format!("S{sid}")],
+            )
+            .unwrap();
+            for seq in 0..200_u64 {
+                conn.execute(
+                    "INSERT INTO records (key, session, seq, kind, crc, payload)
+                     VALUES (?1, ?2, ?3, 'entry', 0, x'0a')",
+                    rusqlite::params![key(sid, seq), sid, seq],
+                )
+                .unwrap();
+            }
+        }
+        // What `remove` runs once the session's records are gone.
+        conn.execute(
+            "DELETE FROM records WHERE key BETWEEN ?1 AND ?2",
+            [key(2, 0), key(2, SEQ_LIMIT - 1)],
+        )
+        .unwrap();
+        let mut delete = conn.prepare("DELETE FROM sessions WHERE sid = ?1").unwrap();
+        delete.execute([2_i64]).unwrap();
+        // A foreign key from `records` without an index led by `session`
+        // would step through all 400 remaining records here.
+        assert_eq!(
+            delete.get_status(rusqlite::StatementStatus::FullscanStep),
+            0
+        );
+        drop(delete);
+        let left: i64 = conn
+            .query_row("SELECT count(*) FROM records", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(left, 400);
     }
 
     /// Every row of `table`, every column, in the order of `order`.
