@@ -8,8 +8,8 @@
 //!
 //! A reader that goes on reading sequentially past the open's rows (an
 //! open from the persisted index reads the context's records this way) has
-//! its next read-ahead window fetched on another pooled connection while it
-//! decodes the last one, so the server's scan and the transfer overlap the
+//! its next read-ahead window fetched on an idle pooled connection (never a
+//! new one) while it decodes the last one, so the server's scan and the transfer overlap the
 //! client's work (two cores: the reader's and the server's).
 //!
 //! A writer also runs a heartbeat thread that renews its lease every third
@@ -45,11 +45,11 @@ pub(crate) struct PgRows {
 
 /// A read-ahead fetched on another connection while the reader decodes the
 /// last one: the rows of [`Db::fetch`] for `range` (`from`, `to`,
-/// `max_bytes`).
+/// `max_bytes`), or `None` when no connection was idle.
 #[derive(Debug)]
 struct Ahead {
     range: (u64, u64, u64),
-    rows: JoinHandle<io::Result<Rows>>,
+    rows: JoinHandle<Option<io::Result<Rows>>>,
 }
 
 /// Records read: `(seq, line)`, in `seq` order.
@@ -61,32 +61,62 @@ type Rows = Vec<(u64, Vec<u8>)>;
 /// wanted, and a reader that stops wastes one window of at most twice this.
 const PREFETCH_AFTER: u64 = 128;
 
+/// Whether `rows` answer all of read-ahead `range`: as many records as it
+/// asked for, or enough to reach its byte bound. Rows that do not may have
+/// stopped at the end of the session *as it was then*.
+fn whole((from, to, max_bytes): (u64, u64, u64), rows: &[(u64, Vec<u8>)]) -> bool {
+    let bytes: u64 = rows.iter().map(|(_, l)| l.len() as u64).sum();
+    rows.len() as u64 >= to.saturating_sub(from) || bytes >= max_bytes
+}
+
 /// Records `from ≤ seq < to` of session `sid`, stopping after the one that
-/// reaches `max_bytes` (at least one).
-fn fetch_rows(
+/// reaches `max_bytes` (at least one), read on `c`.
+fn query_rows(
+    c: &mut postgres::Client,
     shared: &Shared,
     sid: i64,
     (from, to, max_bytes): (u64, u64, u64),
-) -> io::Result<Rows> {
+) -> Result<Rows, postgres::Error> {
     let (from, to, max) = (count(from), count(to), count(max_bytes));
-    let rows = shared
+    c.query_typed(
+        &shared.sql.read_ahead,
+        &[
+            (&sid, Type::INT8),
+            (&from, Type::INT8),
+            (&to, Type::INT8),
+            (&max, Type::INT8),
+        ],
+    )?
+    .iter()
+    .map(|r| Ok((uncount(r.try_get(0)?), r.try_get(1)?)))
+    .collect()
+}
+
+/// [`query_rows`] on a pooled connection, retried once on a new one when a
+/// reused one turned out dead.
+fn fetch_rows(shared: &Shared, sid: i64, range: (u64, u64, u64)) -> io::Result<Rows> {
+    shared
         .pool
-        .run(|c| {
-            c.query_typed(
-                &shared.sql.read_ahead,
-                &[
-                    (&sid, Type::INT8),
-                    (&from, Type::INT8),
-                    (&to, Type::INT8),
-                    (&max, Type::INT8),
-                ],
-            )
-        })
-        .map_err(io)?;
-    rows.iter()
-        .map(|r| Ok((uncount(r.try_get(0)?), r.try_get(1)?)))
-        .collect::<Result<_, postgres::Error>>()
+        .run(|c| query_rows(c, shared, sid, range))
         .map_err(io)
+}
+
+/// [`query_rows`] on an idle pooled connection, for a read-ahead in the
+/// background: `None` (nothing read) when no connection is idle, so that a
+/// read-ahead never opens a connection of its own.
+fn fetch_rows_if_idle(
+    shared: &Shared,
+    sid: i64,
+    range: (u64, u64, u64),
+) -> Option<io::Result<Rows>> {
+    let mut conn = shared.pool.idle()?;
+    let rows = query_rows(&mut conn, shared, sid, range);
+    if let Err(e) = &rows
+        && crate::pool::connection_lost(e)
+    {
+        conn.discard();
+    }
+    Some(rows.map_err(io))
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -120,14 +150,13 @@ impl PgRows {
     /// after these, twice as many up to [`READ_AHEAD_MAX`]), so the server's
     /// scan and the rows' transfer overlap the reader's decoding of these.
     /// Records never change once written, so rows read ahead stay true.
-    fn read_ahead_after(&self, (from, to, max_bytes): (u64, u64, u64), rows: &[(u64, Vec<u8>)]) {
+    fn read_ahead_after(&self, range: (u64, u64, u64), rows: &[(u64, Vec<u8>)]) {
+        let (from, to, max_bytes) = range;
         let asked = to.saturating_sub(from);
         let Some(&(last, _)) = rows.last() else {
             return;
         };
-        let bytes: u64 = rows.iter().map(|(_, l)| l.len() as u64).sum();
-        let more = rows.len() as u64 >= asked || bytes >= max_bytes;
-        if asked < PREFETCH_AFTER || !more {
+        if asked < PREFETCH_AFTER || !whole(range, rows) {
             return;
         }
         let next = last + 1;
@@ -139,7 +168,7 @@ impl PgRows {
         let (shared, sid) = (Arc::clone(&self.shared), self.sid);
         let spawned = std::thread::Builder::new()
             .name("cairn-pg-read-ahead".into())
-            .spawn(move || fetch_rows(&shared, sid, range));
+            .spawn(move || fetch_rows_if_idle(&shared, sid, range));
         if let Ok(rows) = spawned {
             *lock(&self.ahead) = Some(Ahead { range, rows });
         }
@@ -300,14 +329,20 @@ impl PgRows {
 
 impl Db for PgRows {
     /// The rows from a read-ahead fetched in the background when it is the
-    /// one asked for, else from a query now; then, while a reader goes on
-    /// sequentially, the next read-ahead is fetched in the background.
+    /// one asked for and answers all of it, else from a query now; then,
+    /// while a reader goes on sequentially, the next read-ahead is fetched
+    /// in the background.
+    ///
+    /// Records never change once written, so rows that answer the whole
+    /// range are the ones a query now would return. Rows that do not may
+    /// have stopped at the session's end when they were read, before an
+    /// append this handle (or another writer) made since: they are read
+    /// again, as is a failed background read (for its error).
     fn fetch(&self, from: u64, to: u64, max_bytes: u64) -> io::Result<Vec<(u64, Vec<u8>)>> {
         let range = (from, to, max_bytes);
         let ahead = lock(&self.ahead).take();
         let rows = match ahead.filter(|a| a.range == range).map(|a| a.rows.join()) {
-            Some(Ok(Ok(rows))) => rows,
-            // A failed background read is read again here, for its error.
+            Some(Ok(Some(Ok(rows)))) if whole(range, &rows) => rows,
             _ => fetch_rows(&self.shared, self.sid, range)?,
         };
         self.read_ahead_after(range, &rows);
@@ -349,5 +384,26 @@ impl Db for PgRows {
                 &[(&self.sid, Type::INT8), (&bytes, Type::BYTEA)],
             )
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rows(seqs: std::ops::Range<u64>, len: usize) -> Rows {
+        seqs.map(|s| (s, vec![b'x'; len])).collect()
+    }
+
+    #[test]
+    fn a_read_ahead_is_trusted_only_when_it_answers_its_whole_range() {
+        // All 128 records asked for.
+        assert!(whole((10, 138, 1 << 20), &rows(10..138, 100)));
+        // Stopped at the byte bound: the rest is for the next window.
+        assert!(whole((10, 138, 1_000), &rows(10..20, 100)));
+        // Stopped short of both: the session ended there when it was read,
+        // and may hold more now (an append since), so it is read again.
+        assert!(!whole((10, 138, 1 << 20), &rows(10..100, 100)));
+        assert!(!whole((10, 138, 1 << 20), &[]));
     }
 }

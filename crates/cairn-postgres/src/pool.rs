@@ -94,6 +94,22 @@ impl Pool {
         })
     }
 
+    /// An idle connection, if one is: never a new one (for work that is
+    /// worth doing only when it costs no connection of its own).
+    pub(crate) fn idle(&self) -> Option<Conn<'_>> {
+        let client = loop {
+            let client = lock(&self.idle).pop()?;
+            if !client.is_closed() {
+                break client;
+            }
+        };
+        Some(Conn {
+            pool: self,
+            client: Some(client),
+            fresh: false,
+        })
+    }
+
     /// A connection known to be alive: a reused one is checked with an
     /// empty query first (one round trip) and replaced if it died while
     /// idle. For the transactions of open, create, claim and remove, which
