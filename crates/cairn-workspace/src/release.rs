@@ -17,11 +17,15 @@
 //! and a restore killed meanwhile has its descriptors closed by the kernel,
 //! which frees the files then.
 //!
-//! At most [`HELD_MAX`] descriptors wait to be closed (a rename waits for
-//! room), so a restore holds a few hundred descriptors at most. Elsewhere
-//! than on Linux nothing is held: each file is freed by its own rename.
+//! At most [`HELD_MAX`] descriptors wait to be closed, and never more than a
+//! quarter of the process's soft limit on open files (a rename waits for
+//! room), so a restore holds a few hundred descriptors at most and leaves
+//! the rest of the process (the directory syncs, the session's own files)
+//! room to open what it needs. Elsewhere than on Linux nothing is held:
+//! each file is freed by its own rename.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
@@ -40,6 +44,8 @@ const FILES_PER_THREAD: usize = 8;
 pub(crate) struct Releaser {
     to_close: Option<SyncSender<OwnedFd>>,
     threads: Vec<JoinHandle<()>>,
+    /// Descriptors the threads have closed.
+    closed: Arc<AtomicUsize>,
 }
 
 impl Releaser {
@@ -51,14 +57,15 @@ impl Releaser {
         } else {
             files.div_ceil(FILES_PER_THREAD).min(THREADS)
         };
-        let (to_close, closing) = sync_channel::<OwnedFd>(HELD_MAX);
+        let (to_close, closing) = sync_channel::<OwnedFd>(held_max());
         let closing = Arc::new(Mutex::new(closing));
+        let closed = Arc::new(AtomicUsize::new(0));
         let threads: Vec<JoinHandle<()>> = (0..wanted)
             .filter_map(|_| {
-                let closing = Arc::clone(&closing);
+                let (closing, closed) = (Arc::clone(&closing), Arc::clone(&closed));
                 std::thread::Builder::new()
                     .name("cairn-release".into())
-                    .spawn(move || close_all(&closing))
+                    .spawn(move || close_all(&closing, &closed))
                     .ok()
             })
             .collect();
@@ -66,6 +73,7 @@ impl Releaser {
             // No thread to close them: nothing is held.
             to_close: (!threads.is_empty()).then_some(to_close),
             threads,
+            closed,
         }
     }
 
@@ -102,9 +110,11 @@ impl Releaser {
         }
     }
 
-    /// Waits until every held file is closed (and so freed).
-    pub(crate) fn finish(mut self) {
+    /// Waits until every held file is closed (and so freed); how many the
+    /// threads closed.
+    pub(crate) fn finish(mut self) -> usize {
         self.wait();
+        self.closed.load(Ordering::Relaxed)
     }
 
     fn wait(&mut self) {
@@ -123,7 +133,19 @@ impl Drop for Releaser {
     }
 }
 
-fn close_all(closing: &Mutex<Receiver<OwnedFd>>) {
+/// How many descriptors may wait to be closed: [`HELD_MAX`], or a quarter
+/// of the soft limit on open files when that is less (at least one).
+fn held_max() -> usize {
+    #[cfg(target_os = "linux")]
+    let soft = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
+    #[cfg(not(target_os = "linux"))]
+    let soft: Option<u64> = None;
+    soft.map_or(HELD_MAX, |n| {
+        usize::try_from(n / 4).map_or(HELD_MAX, |q| q.clamp(1, HELD_MAX))
+    })
+}
+
+fn close_all(closing: &Mutex<Receiver<OwnedFd>>, closed: &AtomicUsize) {
     loop {
         let next = closing
             .lock()
@@ -131,7 +153,10 @@ fn close_all(closing: &Mutex<Receiver<OwnedFd>>) {
             .recv();
         match next {
             // Closed after the lock is released: the others go on receiving.
-            Ok(fd) => drop(fd),
+            Ok(fd) => {
+                drop(fd);
+                closed.fetch_add(1, Ordering::Relaxed);
+            }
             Err(_) => return,
         }
     }
@@ -140,6 +165,12 @@ fn close_all(closing: &Mutex<Receiver<OwnedFd>>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// How many links the file `fd` holds still has.
+    #[cfg(target_os = "linux")]
+    fn links(fd: &OwnedFd) -> u64 {
+        rustix::fs::fstat(fd).unwrap().st_nlink
+    }
 
     #[test]
     fn a_file_held_across_its_rename_is_freed_by_the_time_finish_returns() {
@@ -152,8 +183,12 @@ mod tests {
         assert_eq!(held.is_some(), cfg!(target_os = "linux"));
         std::fs::rename(&new, &old).unwrap();
         assert_eq!(std::fs::read_to_string(&old).unwrap(), "new");
+        // The replaced file has no name left: only the descriptor keeps
+        // it (and its blocks) until a closing thread lets go of it.
+        #[cfg(target_os = "linux")]
+        assert_eq!(links(held.as_ref().unwrap()), 0);
         releaser.release(held);
-        releaser.finish();
+        assert_eq!(releaser.finish(), usize::from(cfg!(target_os = "linux")));
     }
 
     #[test]
@@ -166,17 +201,29 @@ mod tests {
     }
 
     #[test]
-    fn more_files_than_the_queue_holds_are_all_released() {
+    fn more_files_than_the_queue_holds_are_all_closed_by_the_time_finish_returns() {
         let dir = tempfile::tempdir().unwrap();
-        let releaser = Releaser::start(HELD_MAX * 3);
-        for i in 0..HELD_MAX * 3 {
+        let n = HELD_MAX * 3;
+        let releaser = Releaser::start(n);
+        for i in 0..n {
             let p = dir.path().join(format!("f{i}"));
             std::fs::write(&p, "x").unwrap();
             let held = releaser.hold(&p);
+            assert_eq!(held.is_some(), cfg!(target_os = "linux"));
             std::fs::remove_file(&p).unwrap();
             releaser.release(held);
         }
-        releaser.finish();
-        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+        let expected = if cfg!(target_os = "linux") { n } else { 0 };
+        assert_eq!(releaser.finish(), expected);
+    }
+
+    #[test]
+    fn the_descriptors_waiting_stay_within_a_quarter_of_the_open_file_limit() {
+        let held = held_max();
+        assert!((1..=HELD_MAX).contains(&held));
+        #[cfg(target_os = "linux")]
+        if let Some(soft) = rustix::process::getrlimit(rustix::process::Resource::Nofile).current {
+            assert!(held as u64 <= (soft / 4).max(1));
+        }
     }
 }
