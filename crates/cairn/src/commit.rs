@@ -4,7 +4,15 @@
 //! releases the lock, and then waits until a sync that started after its write
 //! has completed. The first waiter to find no sync in flight becomes the
 //! leader and runs one `fdatasync` for everybody written so far; the others
-//! wait for it. Nobody is acknowledged before a sync that covers their record.
+//! park, each with the records it needs durable. Nobody is acknowledged
+//! before a sync that covers their record.
+//!
+//! After its sync the leader wakes only the waiters that sync covered (no
+//! thundering herd through one condition variable: each parked thread is
+//! unparked by name and returns without taking the lock again), and, if
+//! some were written during the sync, hands the next sync directly to the
+//! first of them: no election, and while anybody waits uncovered a leader
+//! exists. A failed sync fails every waiter and poisons the handle.
 //!
 //! Before it syncs, the leader gathers: while other appenders are in flight
 //! (between the start of their append and their write), or fewer appenders
@@ -19,8 +27,9 @@
 //! after the gathering, and nobody is acknowledged before a sync that
 //! started after their write.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::Thread;
 use std::time::{Duration, Instant};
 
 use crate::backend::Log;
@@ -132,14 +141,68 @@ impl CommitStats {
     }
 }
 
+/// Where a waiting appender stands; set by whoever wakes it.
+const WAITING: u8 = 0;
+/// A sync that started after its write has completed.
+const COVERED: u8 = 1;
+/// Handed the leadership: it runs the next sync.
+const LEAD: u8 = 2;
+/// A sync failed; the cause is in [`State::failed`].
+const FAILED: u8 = 3;
+
+/// A thread parked in [`GroupCommit::wait_durable`]: one per thread, kept
+/// from one wait to the next.
+#[derive(Debug)]
+struct Slot {
+    state: AtomicU8,
+    thread: Thread,
+}
+
+impl Slot {
+    /// This thread's slot (a new one while the thread is being torn down).
+    fn mine() -> Arc<Slot> {
+        thread_local! {
+            static SLOT: Arc<Slot> = Arc::new(Slot {
+                state: AtomicU8::new(WAITING),
+                thread: std::thread::current(),
+            });
+        }
+        SLOT.try_with(Arc::clone).unwrap_or_else(|_| {
+            Arc::new(Slot {
+                state: AtomicU8::new(WAITING),
+                thread: std::thread::current(),
+            })
+        })
+    }
+
+    /// Wakes the slot's thread with `state`.
+    fn wake(&self, state: u8) {
+        self.state.store(state, Ordering::Release);
+        self.thread.unpark();
+    }
+}
+
+/// A parked appender: durable once records `< upto` are.
+#[derive(Debug)]
+struct Waiter {
+    upto: u64,
+    slot: Arc<Slot>,
+}
+
 #[derive(Debug, Default)]
 struct State {
     /// Records `< written` have been written.
     written: u64,
     /// Records `< synced` are durable.
     synced: u64,
-    /// A leader is running (or gathering for) a sync.
+    /// A leader is running (or gathering for) a sync, or has been handed
+    /// the next one: whoever arrives now waits.
     syncing: bool,
+    /// The appenders parked for a sync, none of them covered by `synced`.
+    /// While one is here, `syncing` is set: somebody will sync for it.
+    waiters: Vec<Waiter>,
+    /// The leader is waiting on `gather_cv` for appenders to arrive.
+    gathering: bool,
     /// Threads in [`GroupCommit::wait_durable`], the leader included.
     waiting: usize,
     /// How many were waiting when the last sync completed: the appenders
@@ -150,12 +213,27 @@ struct State {
     stats: CommitStats,
 }
 
+impl State {
+    /// Takes the waiters records `< synced` cover, in `out`.
+    fn take_covered(&mut self, out: &mut Vec<Arc<Slot>>) {
+        let synced = self.synced;
+        let before = self.waiters.len();
+        self.waiters.retain(|w| {
+            if w.upto <= synced {
+                out.push(Arc::clone(&w.slot));
+                false
+            } else {
+                true
+            }
+        });
+        self.waiting -= before - self.waiters.len();
+    }
+}
+
 /// Coordinates syncs of one log.
 #[derive(Debug, Default)]
 pub(crate) struct GroupCommit {
     state: Mutex<State>,
-    /// Followers wait here for the sync that covers them.
-    cv: Condvar,
     /// A gathering leader waits here for appenders to arrive.
     gather_cv: Condvar,
     /// Appends started and not yet written (or failed): [`InFlight`] guards.
@@ -195,7 +273,7 @@ impl GroupCommit {
     }
 
     /// Notes an append starting: a leader about to sync waits for it (a
-    /// little) while the guard lives. Drop the guard after [`Self::written`].
+    /// little) while the guard lives. Hand the guard to [`Self::commit`].
     pub fn begin(&self) -> InFlight<'_> {
         self.in_flight.fetch_add(1, Ordering::AcqRel);
         InFlight(&self.in_flight)
@@ -223,6 +301,7 @@ impl GroupCommit {
             return st;
         }
         let deadline = Instant::now() + limit;
+        st.gathering = true;
         while self.in_flight.load(Ordering::Acquire) > 0 || st.waiting < st.expected {
             let now = Instant::now();
             if now >= deadline {
@@ -234,6 +313,7 @@ impl GroupCommit {
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
         }
+        st.gathering = false;
         st
     }
 
@@ -244,18 +324,19 @@ impl GroupCommit {
         self.sync_ns.store(new, Ordering::Relaxed);
     }
 
-    /// Notes that records `< upto` have been written (call after the write returned).
-    pub fn written(&self, upto: u64) {
-        let mut st = self.lock();
-        st.written = st.written.max(upto);
-    }
-
-    /// Notes that records `< upto` are durable (after a sync made under the session lock).
+    /// Notes that records `< upto` are durable (after a sync made under the
+    /// session lock), and releases the waiters that covers.
     pub fn synced(&self, upto: u64) {
-        let mut st = self.lock();
-        st.synced = st.synced.max(upto);
-        st.written = st.written.max(upto);
-        self.cv.notify_all();
+        let mut covered = Vec::new();
+        {
+            let mut st = self.lock();
+            st.synced = st.synced.max(upto);
+            st.written = st.written.max(upto);
+            st.take_covered(&mut covered);
+        }
+        for slot in covered {
+            slot.wake(COVERED);
+        }
     }
 
     /// Records `< durable()` are durable.
@@ -263,58 +344,136 @@ impl GroupCommit {
         self.lock().synced
     }
 
+    /// Ends the group append `flight`, which wrote records up to `upto`
+    /// (the session lock released): returns once they are durable.
+    pub fn commit(
+        &self,
+        log: &dyn Log,
+        upto: u64,
+        flight: InFlight<'_>,
+    ) -> Result<(), AppendError> {
+        self.wait(log, upto, Some(flight))
+    }
+
     /// Returns once records `< upto` are durable, leading a sync if none is
-    /// running. Records `< upto` must have been noted [`Self::written`].
+    /// running. Every record `< upto` must have been written.
     pub fn wait_durable(&self, log: &dyn Log, upto: u64) -> Result<(), AppendError> {
+        self.wait(log, upto, None)
+    }
+
+    fn wait(
+        &self,
+        log: &dyn Log,
+        upto: u64,
+        flight: Option<InFlight<'_>>,
+    ) -> Result<(), AppendError> {
         let mut st = self.lock();
+        st.written = st.written.max(upto);
+        // Written: no longer in flight (noted under the lock, so a
+        // gathering leader sees the write and the end of the flight together).
+        drop(flight);
+        if st.synced >= upto {
+            return Ok(());
+        }
+        if let Some(cause) = &st.failed {
+            return Err(poisoned(log, cause));
+        }
         st.waiting += 1;
         if st.syncing {
-            // A gathering leader may be waiting for this appender.
-            self.gather_cv.notify_one();
-        }
-        let result = loop {
-            if st.synced >= upto {
-                break Ok(());
+            if st.gathering {
+                // The leader may be waiting for this appender.
+                self.gather_cv.notify_one();
             }
-            if let Some(cause) = &st.failed {
-                break Err(AppendError::Poisoned {
-                    session: log.location().to_owned(),
-                    cause: cause.clone(),
-                });
-            }
-            if st.syncing {
-                st = self.cv.wait(st).unwrap_or_else(PoisonError::into_inner);
-                continue;
-            }
-            // Lead. Appenders arriving from now on wait for this sync.
-            st.syncing = true;
-            st = self.gather(st);
-            let target = st.written;
+            let slot = Slot::mine();
+            slot.state.store(WAITING, Ordering::Relaxed);
+            st.waiters.push(Waiter {
+                upto,
+                slot: Arc::clone(&slot),
+            });
             drop(st);
-            let started = Instant::now();
-            let synced = log.sync();
-            self.note_sync_time(started.elapsed());
-            st = self.lock();
-            st.syncing = false;
-            if let Err(e) = synced {
-                st.failed = Some(crate::error::with_causes(&e));
-                self.cv.notify_all();
-                break Err(e);
+            let woken = loop {
+                match slot.state.load(Ordering::Acquire) {
+                    WAITING => std::thread::park(),
+                    state => break state,
+                }
+            };
+            match woken {
+                // Whoever woke it counted it out of `waiting`.
+                COVERED => return Ok(()),
+                LEAD => st = self.lock(),
+                _ => {
+                    let st = self.lock();
+                    let cause = st.failed.as_deref().unwrap_or("a sync failed");
+                    return Err(poisoned(log, cause));
+                }
             }
-            let newly = target.saturating_sub(st.synced);
-            st.stats.add(newly);
-            st.synced = st.synced.max(target);
-            st.expected = st.waiting;
-            self.cv.notify_all();
-        };
+        } else {
+            st.syncing = true;
+        }
+        // Lead: `syncing` is set, and stays set until no waiter is left.
+        self.lead(log, st)
+    }
+
+    /// Runs one sync for everybody written so far, wakes the waiters it
+    /// covers and hands the next sync to the first waiter it left uncovered
+    /// (written during the sync), so no election follows a sync. A failed
+    /// sync fails every waiter.
+    fn lead<'a>(&'a self, log: &dyn Log, st: MutexGuard<'a, State>) -> Result<(), AppendError> {
+        let st = self.gather(st);
+        let target = st.written;
+        drop(st);
+        let started = Instant::now();
+        let synced = log.sync();
+        self.note_sync_time(started.elapsed());
+        let mut st = self.lock();
+        let mut covered = Vec::new();
+        if let Err(e) = synced {
+            st.failed = Some(crate::error::with_causes(&e));
+            st.syncing = false;
+            st.waiting -= 1 + st.waiters.len();
+            covered.extend(st.waiters.drain(..).map(|w| w.slot));
+            drop(st);
+            for slot in covered {
+                slot.wake(FAILED);
+            }
+            return Err(e);
+        }
+        let newly = target.saturating_sub(st.synced);
+        st.stats.add(newly);
+        st.synced = st.synced.max(target);
+        st.expected = st.waiting;
         st.waiting -= 1;
-        result
+        st.take_covered(&mut covered);
+        let next = if st.waiters.is_empty() {
+            st.syncing = false;
+            None
+        } else {
+            Some(st.waiters.remove(0))
+        };
+        drop(st);
+        // The next sync first: its leader starts gathering while the
+        // others go back to their appends.
+        if let Some(next) = next {
+            next.slot.wake(LEAD);
+        }
+        for slot in covered {
+            slot.wake(COVERED);
+        }
+        Ok(())
+    }
+}
+
+fn poisoned(log: &dyn Log, cause: &str) -> AppendError {
+    AppendError::Poisoned {
+        session: log.location().to_owned(),
+        cause: cause.to_owned(),
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::{Condvar, Mutex};
     use std::time::Duration;
 
     use super::{GroupCommit, MAX_GATHER};
@@ -370,17 +529,13 @@ mod tests {
         std::thread::scope(|scope| {
             let leader = scope.spawn(|| {
                 let me = gc.begin();
-                gc.written(2);
-                drop(me);
-                gc.wait_durable(&log, 2)
+                gc.commit(&log, 2, me)
             });
             // Once the leader is gathering, the other appender writes.
             while !gc.lock().syncing {
                 std::thread::yield_now();
             }
-            gc.written(3);
-            drop(other);
-            gc.wait_durable(&log, 3).unwrap();
+            gc.commit(&log, 3, other).unwrap();
             leader.join().unwrap().unwrap();
         });
         assert_eq!(log.syncs.load(Ordering::SeqCst), 1);
@@ -397,18 +552,13 @@ mod tests {
         gc.lock().expected = 2;
         let log = CountingLog::default();
         std::thread::scope(|scope| {
-            let leader = scope.spawn(|| {
-                gc.written(2);
-                gc.wait_durable(&log, 2)
-            });
+            let leader = scope.spawn(|| gc.wait_durable(&log, 2));
             while !gc.lock().syncing {
                 std::thread::yield_now();
             }
             // Nothing in flight: only the expected count holds the leader.
             let me = gc.begin();
-            gc.written(3);
-            drop(me);
-            gc.wait_durable(&log, 3).unwrap();
+            gc.commit(&log, 3, me).unwrap();
             leader.join().unwrap().unwrap();
         });
         assert_eq!(log.syncs.load(Ordering::SeqCst), 1);
@@ -422,7 +572,6 @@ mod tests {
         let gc = with_gather(Duration::from_millis(1));
         let log = CountingLog::default();
         let _stuck = gc.begin();
-        gc.written(2);
         gc.wait_durable(&log, 2).unwrap();
         assert_eq!(log.syncs.load(Ordering::SeqCst), 1);
         assert_eq!(gc.stats().batches[0], 1);
@@ -437,6 +586,251 @@ mod tests {
         let fast = GroupCommit::new(1);
         fast.note_sync_time(Duration::from_micros(40));
         assert_eq!(fast.gather_limit(), Duration::from_micros(10));
+    }
+
+    /// A log whose syncs each wait for the test to open them, and fail
+    /// once told to.
+    #[derive(Debug, Default)]
+    struct GatedLog {
+        started: AtomicU64,
+        /// Syncs let through so far.
+        opened: Mutex<u64>,
+        cv: Condvar,
+        fail: AtomicBool,
+    }
+
+    impl GatedLog {
+        fn wait_started(&self, n: u64) {
+            while self.started.load(Ordering::SeqCst) < n {
+                std::thread::yield_now();
+            }
+        }
+
+        fn open_one(&self) {
+            *self.opened.lock().unwrap() += 1;
+            self.cv.notify_all();
+        }
+    }
+
+    impl Log for GatedLog {
+        fn location(&self) -> &str {
+            "gated log"
+        }
+        fn len(&self) -> u64 {
+            0
+        }
+        fn read(&self, seq: u64) -> Result<Vec<u8>, ReadError> {
+            Err(ReadError::NoSuchRecord(seq))
+        }
+        fn append(&self, _lines: &[Vec<u8>]) -> Result<(), AppendError> {
+            Ok(())
+        }
+        fn sync(&self) -> Result<(), AppendError> {
+            let n = self.started.fetch_add(1, Ordering::SeqCst) + 1;
+            let mut opened = self.opened.lock().unwrap();
+            while *opened < n {
+                opened = self.cv.wait(opened).unwrap();
+            }
+            if self.fail.load(Ordering::SeqCst) {
+                return Err(AppendError::Io {
+                    action: "sync",
+                    location: "gated log".into(),
+                    source: std::io::Error::other("the disk is gone"),
+                });
+            }
+            Ok(())
+        }
+        fn is_writer(&self) -> bool {
+            true
+        }
+        fn byte_len(&self) -> u64 {
+            0
+        }
+    }
+
+    /// Waits until `n` appenders are parked for a sync.
+    fn wait_parked(gc: &GroupCommit, n: usize) {
+        while gc.lock().waiters.len() < n {
+            std::thread::yield_now();
+        }
+    }
+
+    /// Records written while a sync runs are not acknowledged by it: the
+    /// first of their writers is handed the next sync, which covers them
+    /// all; the leader's own append returns after its sync.
+    #[test]
+    fn records_written_during_a_sync_wait_for_the_next_which_one_of_them_runs() {
+        let gc = GroupCommit::new(1);
+        let log = GatedLog::default();
+        std::thread::scope(|scope| {
+            let leader = scope.spawn(|| gc.wait_durable(&log, 2));
+            log.wait_started(1);
+            let (a, b) = (
+                scope.spawn(|| {
+                    gc.wait_durable(&log, 3)
+                        .map(|()| std::thread::current().id())
+                }),
+                scope.spawn(|| {
+                    gc.wait_durable(&log, 4)
+                        .map(|()| std::thread::current().id())
+                }),
+            );
+            wait_parked(&gc, 2);
+            log.open_one();
+            leader.join().unwrap().unwrap();
+            // The next sync starts without anybody else arriving.
+            log.wait_started(2);
+            assert_eq!(
+                gc.durable(),
+                2,
+                "the first sync covered only what it found written"
+            );
+            assert_eq!(gc.lock().waiters.len(), 1, "one waiter leads, one waits");
+            assert!(!a.is_finished() && !b.is_finished());
+            log.open_one();
+            a.join().unwrap().unwrap();
+            b.join().unwrap().unwrap();
+        });
+        assert_eq!(log.started.load(Ordering::SeqCst), 2);
+        let stats = gc.stats();
+        assert_eq!((stats.syncs, stats.records), (2, 3));
+        let st = gc.lock();
+        assert_eq!((st.synced, st.waiting, st.syncing), (4, 0, false));
+        assert!(st.waiters.is_empty());
+    }
+
+    /// A sync made under the session lock (a `Sync` append) releases the
+    /// group waiters it covers, and only those.
+    #[test]
+    fn a_sync_under_the_session_lock_releases_the_waiters_it_covers() {
+        let gc = GroupCommit::new(1);
+        let log = GatedLog::default();
+        std::thread::scope(|scope| {
+            let leader = scope.spawn(|| gc.wait_durable(&log, 2));
+            log.wait_started(1);
+            let covered = scope.spawn(|| gc.wait_durable(&log, 3));
+            let later = scope.spawn(|| gc.wait_durable(&log, 5));
+            wait_parked(&gc, 2);
+            gc.synced(4);
+            covered.join().unwrap().unwrap();
+            assert!(!later.is_finished());
+            log.open_one();
+            leader.join().unwrap().unwrap();
+            log.wait_started(2);
+            log.open_one();
+            later.join().unwrap().unwrap();
+        });
+        assert_eq!(gc.durable(), 5);
+        assert_eq!(gc.lock().waiting, 0);
+    }
+
+    /// A failed sync fails its leader and every parked appender (covered or
+    /// not), and every later wait, with the cause; nobody is handed a sync.
+    #[test]
+    fn a_failed_sync_fails_every_waiter_and_every_later_wait() {
+        let gc = GroupCommit::new(1);
+        let log = GatedLog::default();
+        log.fail.store(true, Ordering::SeqCst);
+        std::thread::scope(|scope| {
+            let leader = scope.spawn(|| gc.wait_durable(&log, 2));
+            log.wait_started(1);
+            let waiters: Vec<_> = (3..6)
+                .map(|upto| {
+                    let (gc, log) = (&gc, &log);
+                    scope.spawn(move || gc.wait_durable(log, upto))
+                })
+                .collect();
+            wait_parked(&gc, 3);
+            log.open_one();
+            assert!(matches!(
+                leader.join().unwrap(),
+                Err(AppendError::Io { .. })
+            ));
+            for w in waiters {
+                match w.join().unwrap() {
+                    Err(AppendError::Poisoned { cause, .. }) => {
+                        assert!(cause.contains("the disk is gone"), "{cause}");
+                    }
+                    other => panic!("expected Poisoned, got {other:?}"),
+                }
+            }
+        });
+        assert!(matches!(
+            gc.wait_durable(&log, 6),
+            Err(AppendError::Poisoned { .. })
+        ));
+        assert_eq!(log.started.load(Ordering::SeqCst), 1);
+        let st = gc.lock();
+        assert_eq!((st.waiting, st.syncing, st.waiters.len()), (0, false, 0));
+    }
+
+    /// Many appenders, each writing under a lock as a session does:
+    /// nobody is acknowledged before a sync that started after its write
+    /// completed, and everybody is acknowledged.
+    #[test]
+    fn no_appender_is_acknowledged_before_a_sync_that_started_after_its_write() {
+        /// Counts syncs started and the latest start a completed sync had.
+        #[derive(Debug, Default)]
+        struct StampLog {
+            started: AtomicU64,
+            completed_start: AtomicU64,
+        }
+        impl Log for StampLog {
+            fn location(&self) -> &str {
+                "stamp log"
+            }
+            fn len(&self) -> u64 {
+                0
+            }
+            fn read(&self, seq: u64) -> Result<Vec<u8>, ReadError> {
+                Err(ReadError::NoSuchRecord(seq))
+            }
+            fn append(&self, _lines: &[Vec<u8>]) -> Result<(), AppendError> {
+                Ok(())
+            }
+            fn sync(&self) -> Result<(), AppendError> {
+                let me = self.started.fetch_add(1, Ordering::SeqCst) + 1;
+                std::thread::yield_now();
+                self.completed_start.fetch_max(me, Ordering::SeqCst);
+                Ok(())
+            }
+            fn is_writer(&self) -> bool {
+                true
+            }
+            fn byte_len(&self) -> u64 {
+                0
+            }
+        }
+        let gc = with_gather(Duration::from_micros(20));
+        let log = StampLog::default();
+        let session = Mutex::new(1u64);
+        let acked = AtomicU64::new(0);
+        std::thread::scope(|scope| {
+            for _ in 0..8 {
+                scope.spawn(|| {
+                    for _ in 0..300 {
+                        let flight = gc.begin();
+                        let mut next = session.lock().unwrap();
+                        *next += 1;
+                        let upto = *next;
+                        // The write is complete: any sync started from now covers it.
+                        let before = log.started.load(Ordering::SeqCst);
+                        drop(next);
+                        gc.commit(&log, upto, flight).unwrap();
+                        assert!(
+                            log.completed_start.load(Ordering::SeqCst) > before,
+                            "record {upto} acknowledged with no sync started after its write"
+                        );
+                        acked.fetch_add(1, Ordering::SeqCst);
+                    }
+                });
+            }
+        });
+        assert_eq!(acked.load(Ordering::SeqCst), 2400);
+        assert_eq!(gc.durable(), 2401);
+        assert_eq!(gc.stats().records, 2400);
+        let st = gc.lock();
+        assert_eq!((st.waiting, st.syncing, st.waiters.len()), (0, false, 0));
     }
 
     #[test]

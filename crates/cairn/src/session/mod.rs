@@ -627,8 +627,7 @@ impl Session {
             });
         }
         // Every record below `upto` was written (Buffered appends leave
-        // that to this call).
-        self.commit.written(upto);
+        // noting that to this call).
         self.commit.wait_durable(&*self.log, upto)
     }
 
@@ -742,10 +741,9 @@ impl Session {
                 Ok(())
             }
             Durability::Group => {
-                self.commit.written(upto);
-                drop(flight);
+                // Written under the lock: records `< upto` are all written.
                 drop(g);
-                self.commit.wait_durable(&*self.log, upto)
+                self.commit.commit(&*self.log, upto, flight)
             }
             Durability::Buffered => {
                 // Nothing waits for it: `Session::sync` notes it written.
