@@ -18,6 +18,7 @@ use crate::kind::{DecodeError, Payload, RecordKind, decode_data};
 use crate::record::{Body, Entry, EntryBody, OpRecord};
 
 mod encode;
+mod json;
 
 use encode::frame_prefix;
 pub use encode::{encode, encode_entry, encode_entry_with, encode_op, seal};

@@ -80,11 +80,20 @@ pub(crate) struct Tree {
     /// Entries after the base (all of them without an index).
     nodes: Vec<Node>,
     ids: Vec<EntryId>,
-    /// Numbers of the entries after the base, by the hash of their id.
-    by_id: HashTable<u32>,
+    /// Numbers of the entries after the base, by the hash of their id,
+    /// each with that hash ([`Tree::hash`]): growing the table rehashes
+    /// without reading an id (each its own allocation, a cache miss).
+    by_id: HashTable<(u32, u32)>,
     /// Seeded per process (foldhash), so ids from a file cannot be chosen
     /// to collide.
     hasher: DefaultHashBuilder,
+}
+
+/// A 32-bit hash as the table's 64 bits: multiplied by an odd constant,
+/// so the top bits (hashbrown's tag) depend on all of it and the low bits
+/// (the bucket) stay as random as the hash's.
+fn spread(hash: u32) -> u64 {
+    u64::from(hash).wrapping_mul(0x9e37_79b9_7f4a_7c15)
 }
 
 /// Why an entry cannot join the tree.
@@ -182,10 +191,18 @@ impl Tree {
             return Some(n);
         }
         let base = self.base_len();
-        let hash = self.hasher.hash_one(id);
+        let hash = self.hash(id);
         self.by_id
-            .find(hash, |&n| self.ids[(n - base) as usize].as_str() == id)
-            .copied()
+            .find(spread(hash), |&(n, h)| {
+                h == hash && self.ids[(n - base) as usize].as_str() == id
+            })
+            .map(|&(n, _)| n)
+    }
+
+    /// The hash of an id, as kept in `by_id`.
+    fn hash(&self, id: &str) -> u32 {
+        // (The low half of foldhash's 64 bits, spread again for the table.)
+        self.hasher.hash_one(id) as u32
     }
 
     /// The entry appended last.
@@ -214,13 +231,9 @@ impl Tree {
     ) -> u32 {
         let depth = parent.map_or(0, |p| self.node(p).depth + 1);
         let n = self.len() as u32;
-        let base = self.base_len();
-        let Tree {
-            ids, by_id, hasher, ..
-        } = self;
-        by_id.insert_unique(hasher.hash_one(id.as_str()), n, |&m| {
-            hasher.hash_one(ids[(m - base) as usize].as_str())
-        });
+        let hash = self.hash(id.as_str());
+        self.by_id
+            .insert_unique(spread(hash), (n, hash), |&(_, h)| spread(h));
         self.ids.push(id);
         self.nodes.push(Node {
             seq,
@@ -329,5 +342,31 @@ impl Tree {
                 })
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_id_is_found_after_the_table_grew_many_times_and_no_other() {
+        let mut tree = Tree::default();
+        let id = |i: u32| EntryId::parse(&format!("e{i:x}")).unwrap();
+        for i in 0..5000u32 {
+            let parent = i.checked_sub(1);
+            assert_eq!(tree.check(&id(i), parent.map(id).as_ref()), Ok(parent));
+            assert_eq!(tree.insert_checked(u64::from(i), id(i), parent, None), i);
+        }
+        for i in 0..5000u32 {
+            assert_eq!(tree.get(&id(i)), Some(i));
+            assert_eq!(tree.id(i), id(i).as_str());
+        }
+        assert_eq!(tree.get(&id(5000)), None);
+        assert_eq!(tree.check(&id(7), None), Err(Reject::DuplicateId));
+        assert_eq!(
+            tree.check(&id(9000), Some(&id(6000))),
+            Err(Reject::MissingParent)
+        );
     }
 }

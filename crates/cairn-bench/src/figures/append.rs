@@ -13,6 +13,7 @@ use anyhow::{Context as _, Result, anyhow};
 use cairn::{CommitStats, Durability, EntryBody, NewSession, Session, Store};
 
 use super::Bench;
+use crate::config::Sizes;
 use crate::fixture;
 use crate::measure::{median, timed};
 use crate::report::{Figure, Target, Unit};
@@ -69,35 +70,7 @@ pub fn run(b: &Bench) -> Result<Vec<Figure>> {
     let group_rounds = rounds_note(&group, &[]);
     let group = median(group);
 
-    // Buffered vs one write per record.
-    let mut cairn_buf = Vec::new();
-    let mut raw_buf = Vec::new();
-    for r in 0..s.append_rounds {
-        let bodies = workload::bodies(200 + r as u64, "call-", s.buffered_cycles);
-        let lines = fixture::encode_chain(&bodies, 1);
-        let home = dir.join(format!("buffered-{r}"));
-        let raw = dir.join(format!("raw-buffered-{r}.jsonl"));
-        let mut cairn_round = || -> Result<()> {
-            let t = append_all(&home, Durability::Buffered, bodies.clone())?;
-            cairn_buf.push(records(s.buffered_cycles) / t);
-            Ok(())
-        };
-        let mut raw_round = || -> Result<()> {
-            let t = raw_loop(&raw, &lines, false)?;
-            raw_buf.push(records(s.buffered_cycles) / t);
-            Ok(())
-        };
-        if r % 2 == 0 {
-            raw_round()?;
-            cairn_round()?;
-        } else {
-            cairn_round()?;
-            raw_round()?;
-        }
-    }
-    let buf_rounds = rounds_note(&cairn_buf, &raw_buf);
-    let buffered = median(cairn_buf);
-    let raw_buf = median(raw_buf);
+    let (buffered, raw_buf, buf_rounds) = buffered_rounds(&dir, s)?;
 
     let rounds = format!(
         "median of {} alternating rounds; a record is one message of the user → tool call → tool result → reply cycle (mean {} B per line)",
@@ -138,21 +111,71 @@ pub fn run(b: &Bench) -> Result<Vec<Figure>> {
             batches.syncs,
             batches.histogram()
         )),
-        Figure::new(
-            "buffered_append",
-            "append (Buffered)",
-            Unit::RecordsPerSec,
-            buffered,
-            "one raw write per record, same bytes, no sync",
-            raw_buf,
-            Some(Target::AtLeast(0.5)),
-        )
-        .note(format!(
-            "{} records per round; cairn's side includes checking, encoding, CRC, indexing and the incremental context",
-            s.buffered_cycles * 4
-        ))
-        .note(buf_rounds),
+        buffered_figure(s, buffered, raw_buf, buf_rounds),
     ])
+}
+
+/// Only the `Buffered` figure (the `buffered` group): for profiling the
+/// append path without the synced rounds before it.
+pub fn run_buffered(b: &Bench) -> Result<Vec<Figure>> {
+    let dir = b.sub("append")?;
+    let (buffered, raw_buf, buf_rounds) = buffered_rounds(&dir, &b.sizes)?;
+    Ok(vec![buffered_figure(
+        &b.sizes, buffered, raw_buf, buf_rounds,
+    )])
+}
+
+/// `Buffered` appends vs one write per record, in alternating rounds: the
+/// medians of cairn's and the baseline's rates, and the rounds' note.
+fn buffered_rounds(dir: &Path, s: &Sizes) -> Result<(f64, f64, String)> {
+    let records = |cycles: usize| (cycles * 4) as f64;
+    let mut cairn_buf = Vec::new();
+    let mut raw_buf = Vec::new();
+    for r in 0..s.append_rounds {
+        let bodies = workload::bodies(200 + r as u64, "call-", s.buffered_cycles);
+        let lines = fixture::encode_chain(&bodies, 1);
+        let home = dir.join(format!("buffered-{r}"));
+        let raw = dir.join(format!("raw-buffered-{r}.jsonl"));
+        let mut cairn_round = || -> Result<()> {
+            let t = append_all(&home, Durability::Buffered, bodies.clone())?;
+            cairn_buf.push(records(s.buffered_cycles) / t);
+            Ok(())
+        };
+        let mut raw_round = || -> Result<()> {
+            let t = raw_loop(&raw, &lines, false)?;
+            raw_buf.push(records(s.buffered_cycles) / t);
+            Ok(())
+        };
+        if r % 2 == 0 {
+            raw_round()?;
+            cairn_round()?;
+        } else {
+            cairn_round()?;
+            raw_round()?;
+        }
+    }
+    let buf_rounds = rounds_note(&cairn_buf, &raw_buf);
+    let buffered = median(cairn_buf);
+    let raw_buf = median(raw_buf);
+    Ok((buffered, raw_buf, buf_rounds))
+}
+
+/// Figure 3 from its medians and rounds' note.
+fn buffered_figure(s: &Sizes, buffered: f64, raw_buf: f64, buf_rounds: String) -> Figure {
+    Figure::new(
+        "buffered_append",
+        "append (Buffered)",
+        Unit::RecordsPerSec,
+        buffered,
+        "one raw write per record, same bytes, no sync",
+        raw_buf,
+        Some(Target::AtLeast(0.5)),
+    )
+    .note(format!(
+        "{} records per round; cairn's side includes checking, encoding, CRC, indexing and the incremental context",
+        s.buffered_cycles * 4
+    ))
+    .note(buf_rounds)
 }
 
 /// The rounds' rates, cairn's then the baseline's, for the notes.

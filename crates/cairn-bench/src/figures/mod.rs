@@ -73,6 +73,11 @@ pub const GROUPS: &[Group] = &[
         run: append::run,
     },
     Group {
+        name: "buffered",
+        about: "only the Buffered append figure of the append group (for profiling)",
+        run: append::run_buffered,
+    },
+    Group {
         name: "open",
         about: "open + context of a long session vs reading it and counting lines; bytes per entry",
         run: open::run,

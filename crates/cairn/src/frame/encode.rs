@@ -2,35 +2,36 @@
 //! appender reuses one), in the exact form of `docs/FORMAT.md` §1.
 
 use super::TRAILER_PREFIX;
+use super::json::{self, push_str as push_json_str, push_u64};
 use crate::id::EntryId;
 use crate::kind::RecordKind;
 use crate::record::{Body, Entry, EntryBody, OpRecord};
 
 fn entry_data(out: &mut Vec<u8>, body: &EntryBody) -> Result<(), serde_json::Error> {
     match body {
-        EntryBody::Message(m) => serde_json::to_writer(&mut *out, m),
-        EntryBody::AppState(a) => serde_json::to_writer(&mut *out, a),
-        EntryBody::Compaction(c) => serde_json::to_writer(&mut *out, c),
-        EntryBody::Checkout(c) => serde_json::to_writer(&mut *out, c),
-        EntryBody::Settings(s) => serde_json::to_writer(&mut *out, s),
-        EntryBody::Label(l) => serde_json::to_writer(&mut *out, l),
-        EntryBody::SessionInfo(s) => serde_json::to_writer(&mut *out, s),
-        EntryBody::Custom(c) => serde_json::to_writer(&mut *out, c),
-        EntryBody::Ignored(u) => serde_json::to_writer(&mut *out, &u.data),
+        EntryBody::Message(m) => json::write(out, m),
+        EntryBody::AppState(a) => json::write(out, a),
+        EntryBody::Compaction(c) => json::write(out, c),
+        EntryBody::Checkout(c) => json::write(out, c),
+        EntryBody::Settings(s) => json::write(out, s),
+        EntryBody::Label(l) => json::write(out, l),
+        EntryBody::SessionInfo(s) => json::write(out, s),
+        EntryBody::Custom(c) => json::write(out, c),
+        EntryBody::Ignored(u) => json::write(out, &u.data),
     }
 }
 
 fn op_data(out: &mut Vec<u8>, op: &OpRecord) -> Result<(), serde_json::Error> {
     match op {
-        OpRecord::OpStarted(r) => serde_json::to_writer(&mut *out, r),
-        OpRecord::ModelAttempted(r) => serde_json::to_writer(&mut *out, r),
-        OpRecord::UsageSettled(r) => serde_json::to_writer(&mut *out, r),
-        OpRecord::ApprovalRequested(r) => serde_json::to_writer(&mut *out, r),
-        OpRecord::ApprovalResolved(r) => serde_json::to_writer(&mut *out, r),
-        OpRecord::ToolDispatched(r) => serde_json::to_writer(&mut *out, r),
-        OpRecord::InputQueued(r) => serde_json::to_writer(&mut *out, r),
-        OpRecord::OpFinished(r) => serde_json::to_writer(&mut *out, r),
-        OpRecord::Ignored(u) => serde_json::to_writer(&mut *out, &u.data),
+        OpRecord::OpStarted(r) => json::write(out, r),
+        OpRecord::ModelAttempted(r) => json::write(out, r),
+        OpRecord::UsageSettled(r) => json::write(out, r),
+        OpRecord::ApprovalRequested(r) => json::write(out, r),
+        OpRecord::ApprovalResolved(r) => json::write(out, r),
+        OpRecord::ToolDispatched(r) => json::write(out, r),
+        OpRecord::InputQueued(r) => json::write(out, r),
+        OpRecord::OpFinished(r) => json::write(out, r),
+        OpRecord::Ignored(u) => json::write(out, &u.data),
     }
 }
 
@@ -40,7 +41,7 @@ pub fn encode(seq: u64, ts: &str, body: &Body) -> Vec<u8> {
     match body {
         Body::Header(h) => {
             encode_parts(&mut line, seq, ts, RecordKind::HEADER, false, None, |out| {
-                serde_json::to_writer(out, h)
+                json::write(out, h)
             })
         }
         Body::Entry(e) => encode_entry_into(&mut line, seq, ts, e, &serde_json::Map::new()),
@@ -95,7 +96,7 @@ pub(crate) fn encode_entry_into(
                 }
             }
         }
-        serde_json::to_writer(&mut *out, &value)
+        json::write(out, &value)
     });
 }
 
@@ -172,34 +173,6 @@ pub fn seal(line: &mut Vec<u8>) {
     line.extend_from_slice(TRAILER_PREFIX);
     line.extend((0..8).rev().map(|i| HEX[(crc >> (4 * i)) as usize & 0xf]));
     line.extend_from_slice(b"\"}\n");
-}
-
-/// Appends `n` in decimal.
-fn push_u64(out: &mut Vec<u8>, mut n: u64) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[at..]);
-}
-
-/// Appends `s` as a JSON string, as `serde_json` writes it.
-fn push_json_str(out: &mut Vec<u8>, s: &str) {
-    // Ids, kinds and times need no escape: copy them as they are.
-    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
-        out.push(b'"');
-        out.extend_from_slice(s.as_bytes());
-        out.push(b'"');
-        return;
-    }
-    // Writing a str into a Vec cannot fail.
-    let _ = serde_json::to_writer(&mut *out, s);
 }
 
 #[cfg(test)]
