@@ -42,7 +42,7 @@ struct Cli {
     /// Where to write the report as JSON. Default: `<target dir>/cairn-bench.json`.
     #[arg(long, value_name = "PATH")]
     json_out: Option<PathBuf>,
-    /// Run only these groups (comma-separated): append, open, resume, leaf, list, memory, sqlite, cli, import, postgres, serve, workspace.
+    /// Run only these groups (comma-separated): append, open, resume, leaf, list, memory, sqlite, cli, import, postgres, serve, workspace; and buffered (figure 3's rounds alone, for profiling; never in a full run).
     #[arg(long, value_delimiter = ',', value_name = "GROUPS")]
     only: Vec<String>,
     /// Keep the scratch directory (to profile against its fixtures).
@@ -131,7 +131,7 @@ fn run(cli: &Cli) -> Result<bool> {
     let mut figures = Vec::new();
     let mut errors = Vec::new();
     for g in GROUPS {
-        if !cli.only.is_empty() && !cli.only.iter().any(|o| o == g.name) {
+        if !g.selected(&cli.only) {
             continue;
         }
         let t = Instant::now();
