@@ -8,7 +8,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use cairn::OpPhase;
 use cairn::{Access, Backend, Catalog, IndexStore, IndexedOpen, IndexedPrefix, Log, Opened};
-use cairn::{IoFailure, OpenError, SessionId, StoreError};
+use cairn::{IoFailure, ListingFold, OpenError, SessionId, StoreError};
 use cairn::{Opening, Stamp, Visitor};
 use cairn_sql::summary::{self, Summary, count};
 use cairn_sql::{Scan, Scanned, Writer, scan_from};
@@ -17,7 +17,7 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use crate::error::{SqliteError, open_err, store_err};
 use crate::lease::{self, Lease};
 use crate::log::{SqliteLog, SqliteRows};
-use crate::schema::{self, SUMMARY_COLUMNS, SUMMARY_FROM};
+use crate::schema;
 
 /// Many sessions in one SQLite database (WAL, `synchronous=FULL`). See the
 /// crate docs for the schema, durability and the writer lease.
@@ -152,10 +152,11 @@ impl SqliteBackend {
     }
 
     /// Reads the summary columns a writer continues from.
-    pub(crate) fn load_summary(conn: &Connection, sid: i64) -> rusqlite::Result<Summary> {
-        conn.prepare_cached(&format!(
-            "SELECT {SUMMARY_COLUMNS} FROM {SUMMARY_FROM} WHERE s.sid = ?1"
-        ))?
+    fn load_summary(conn: &Connection, sid: i64) -> rusqlite::Result<Summary> {
+        conn.prepare_cached(
+            "SELECT updated, title, first_message, op_state, entries, records, bytes
+             FROM sessions WHERE sid = ?1",
+        )?
         .query_row([sid], |r| summary_at(r, 0))
     }
 
@@ -421,13 +422,22 @@ impl Backend for SqliteBackend {
 
     fn stamp(&self, id: &SessionId) -> Result<Stamp, StoreError> {
         let conn = self.conn();
-        let row: Option<Summary> = conn
-            .prepare_cached(&format!(
-                "SELECT {SUMMARY_COLUMNS} FROM {SUMMARY_FROM} WHERE s.id = ?1"
-            ))
-            .and_then(|mut s| s.query_row([id.as_str()], |r| summary_at(r, 0)).optional())
+        let row: Option<(i64, i64)> = conn
+            .prepare_cached("SELECT bytes, records FROM sessions WHERE id = ?1")
+            .and_then(|mut s| {
+                s.query_row([id.as_str()], |r| Ok((r.get(0)?, r.get(1)?)))
+                    .optional()
+            })
             .map_err(store_err("inspect", &self.location(id)))?;
-        Ok(row.ok_or_else(|| self.no_such(id))?.stamp())
+        let (bytes, records) = row.ok_or_else(|| self.no_such(id))?;
+        Ok(Summary {
+            bytes: summary::uncount(bytes),
+            fold: ListingFold {
+                records: summary::uncount(records),
+                ..ListingFold::default()
+            },
+        }
+        .stamp())
     }
 
     fn writer_active(&self, id: &SessionId) -> bool {

@@ -115,41 +115,7 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE records_v3 RENAME TO records;
     CREATE UNIQUE INDEX records_by_id ON records (session, id) WHERE id IS NOT NULL;
     ",
-    // 4: one page fewer per append. The last record of each append carries
-    // the session's listing counters after it (`updated`: the last record's
-    // time; `entries`; `bytes`), so an append leaves the `sessions` row
-    // alone unless a field that seldom changes (title, first message,
-    // phase, operation state) does. Rows written before are not touched:
-    // their new columns read as NULL, and a session whose last record has
-    // none is summarized by its `sessions` row, which the append that wrote
-    // that record kept current (see `SUMMARY_FROM`).
-    "
-    ALTER TABLE records ADD COLUMN updated TEXT;
-    ALTER TABLE records ADD COLUMN entries INTEGER;
-    ALTER TABLE records ADD COLUMN bytes INTEGER;
-    ",
 ];
-
-/// The listing summary of each session `s`: its `sessions` row joined with
-/// its last record `r` (one seek by key). Its columns are
-/// [`SUMMARY_COLUMNS`]. The counters are the last record's when it carries
-/// them (written by an append of version 4 or later), else the `sessions`
-/// row's, which every append of versions 1–3 kept current; `updated` is
-/// never earlier than the session's creation (a fork's copied records keep
-/// their times), as in the core's `Session::updated`.
-pub(crate) const SUMMARY_FROM: &str = "sessions s LEFT JOIN records r ON r.key =
-    (SELECT key FROM records WHERE key BETWEEN s.sid << 32 AND (s.sid << 32) | 4294967295
-     ORDER BY key DESC LIMIT 1)";
-
-/// The summary columns `updated, title, first_message, op_state, entries,
-/// records, bytes` (as `crate::backend::summary_at` reads them) over
-/// [`SUMMARY_FROM`].
-pub(crate) const SUMMARY_COLUMNS: &str = "
-    CASE WHEN r.entries IS NULL THEN s.updated ELSE max(r.updated, s.created) END,
-    s.title, s.first_message, s.op_state,
-    CASE WHEN r.entries IS NULL THEN s.entries ELSE r.entries END,
-    CASE WHEN r.entries IS NULL THEN s.records ELSE r.seq + 1 END,
-    CASE WHEN r.entries IS NULL THEN s.bytes ELSE r.bytes END";
 
 /// The bits of a `records` key that hold the `seq`: a session holds at
 /// most 2^32 records, and a database at most 2^31 sessions (`sid`s from 0
@@ -491,13 +457,10 @@ mod tests {
         )
     }
 
-    /// A database of schema `version` (2 or 3) holding sessions as that
-    /// version wrote them migrates to the latest with every row unchanged,
-    /// and every session reads, lists and takes appends as before.
-    fn an_old_database_migrates_with_every_row_byte_for_byte_and_reads_the_same(version: usize) {
+    #[test]
+    fn a_version_2_database_migrates_with_every_row_byte_for_byte_and_reads_the_same() {
         use cairn::testkit::build::user;
         use cairn::{Access, Backend, NewSession, Store};
-        use cairn_sql::summary::count;
         use std::sync::Arc;
 
         let dir = tempfile::tempdir().unwrap();
@@ -525,59 +488,29 @@ mod tests {
         })
         .unwrap();
         let short = s.id().clone();
-        // A title, kept in the `sessions` row alone.
-        s.append(cairn::EntryBody::SessionInfo(cairn::SessionInfo {
-            title: Some("short".into()),
-        }))
-        .unwrap();
         drop(s);
         store.remove(&gone).unwrap();
 
-        // The same rows in a database of schema `version`, as that version
-        // wrote them: the columns it had, and the listing counters in each
-        // `sessions` row (which every append of versions 1-3 kept current).
-        let old = dir.path().join(format!("v{version}.db"));
+        // The same rows in a database of schema version 2, as version 2
+        // wrote them (every column but the new key is the same).
+        let old = dir.path().join("v2.db");
         {
             let conn = connect(&old).unwrap();
-            for m in &MIGRATIONS[..version] {
-                conn.execute_batch(m).unwrap();
-            }
-            conn.pragma_update(None, "user_version", version as i64)
-                .unwrap();
+            conn.execute_batch(MIGRATIONS[0]).unwrap();
+            conn.execute_batch(MIGRATIONS[1]).unwrap();
+            conn.pragma_update(None, "user_version", 2).unwrap();
             conn.pragma_update(None, "application_id", APPLICATION_ID)
                 .unwrap();
             conn.execute("ATTACH ?1 AS now", [now.to_str().unwrap()])
                 .unwrap();
-            let records = if version == 2 {
-                "INSERT INTO records SELECT session, seq, kind, id, parent, crc, payload
-                     FROM now.records ORDER BY key;"
-            } else {
-                "INSERT INTO records SELECT key, session, seq, kind, id, parent, crc, payload
-                     FROM now.records ORDER BY key;"
-            };
-            conn.execute_batch(&format!(
+            conn.execute_batch(
                 "INSERT INTO sessions SELECT * FROM now.sessions;
-                 {records}
+                 INSERT INTO records SELECT session, seq, kind, id, parent, crc, payload
+                     FROM now.records ORDER BY key;
                  INSERT INTO indexes SELECT * FROM now.indexes;
-                 INSERT INTO leases SELECT * FROM now.leases;"
-            ))
+                 INSERT INTO leases SELECT * FROM now.leases;",
+            )
             .unwrap();
-            let latest = connect(&now).unwrap();
-            for sid in [1_i64, 3] {
-                let sum = crate::SqliteBackend::load_summary(&latest, sid).unwrap();
-                conn.execute(
-                    "UPDATE sessions SET updated = ?2, entries = ?3, records = ?4, bytes = ?5
-                     WHERE sid = ?1",
-                    rusqlite::params![
-                        sid,
-                        sum.fold.updated,
-                        count(sum.fold.entries),
-                        count(sum.fold.records),
-                        count(sum.bytes)
-                    ],
-                )
-                .unwrap();
-            }
         }
         let before = connect(&old).unwrap();
         let order = "1, 2";
@@ -588,7 +521,7 @@ mod tests {
             ("leases", "session"),
         ];
         let rows: Vec<_> = tables.iter().map(|(t, o)| dump(&before, t, o)).collect();
-        assert_eq!(rows[0].len(), 1100 + 1 + 4 + 1);
+        assert_eq!(rows[0].len(), 1100 + 1 + 3 + 1);
         assert_eq!(rows[2].len(), 1, "the long session's index");
         drop(before);
 
@@ -609,16 +542,6 @@ mod tests {
             )
             .unwrap();
         assert_eq!(keys, rows[0].len() as i64);
-        // Rows written before version 4 carry no listing counters.
-        let counted: i64 = after
-            .query_row(
-                "SELECT count(*) FROM records WHERE updated IS NOT NULL OR entries IS NOT NULL
-                     OR bytes IS NOT NULL",
-                [],
-                |r| r.get(0),
-            )
-            .unwrap();
-        assert_eq!(counted, 0);
         // The schema is a new database's: no (session, seq) index is left.
         assert_eq!(schema_of(&after), schema_of(&connect(&now).unwrap()));
         let check: String = after
@@ -648,33 +571,12 @@ mod tests {
             migrated.entry_seq(&short, &first).unwrap(),
             backend.entry_seq(&short, &first).unwrap()
         );
-        // The listing is the same, from the rows of before.
-        assert_eq!(migrated.summaries().unwrap(), backend.summaries().unwrap());
-        for id in [&long, &short] {
-            assert_eq!(migrated.stamp(id).unwrap(), backend.stamp(id).unwrap());
-        }
-        // And the migrated database takes appends, and lists them.
+        // And the migrated database takes appends.
         let s = old_store.open(&short, Access::Write).unwrap();
         s.append(user("after the migration")).unwrap();
-        let mut want = cairn::summary_of(&s).unwrap();
         drop(s);
         let s = old_store.open(&short, Access::Read).unwrap();
         assert_eq!(s.context().messages().len(), 3);
-        let listed = migrated.summaries().unwrap();
-        let got = listed.iter().find(|l| l.id == short).unwrap();
-        want.status = got.status;
-        assert_eq!(*got, want);
-        assert_eq!(want.records, 6);
-    }
-
-    #[test]
-    fn a_version_2_database_migrates_with_every_row_byte_for_byte_and_reads_the_same() {
-        an_old_database_migrates_with_every_row_byte_for_byte_and_reads_the_same(2);
-    }
-
-    #[test]
-    fn a_version_3_database_migrates_with_every_row_byte_for_byte_and_reads_the_same() {
-        an_old_database_migrates_with_every_row_byte_for_byte_and_reads_the_same(3);
     }
 
     #[test]
