@@ -162,16 +162,16 @@ impl Slot {
     /// This thread's slot (a new one while the thread is being torn down).
     fn mine() -> Arc<Slot> {
         thread_local! {
-            static SLOT: Arc<Slot> = Arc::new(Slot {
-                state: AtomicU8::new(WAITING),
-                thread: std::thread::current(),
-            });
+            static SLOT: Arc<Slot> = Slot::new();
         }
-        SLOT.try_with(Arc::clone).unwrap_or_else(|_| {
-            Arc::new(Slot {
-                state: AtomicU8::new(WAITING),
-                thread: std::thread::current(),
-            })
+        SLOT.try_with(Arc::clone).unwrap_or_else(|_| Slot::new())
+    }
+
+    /// A slot for the current thread.
+    fn new() -> Arc<Slot> {
+        Arc::new(Slot {
+            state: AtomicU8::new(WAITING),
+            thread: std::thread::current(),
         })
     }
 
@@ -273,7 +273,7 @@ impl GroupCommit {
     }
 
     /// Notes an append starting: a leader about to sync waits for it (a
-    /// little) while the guard lives. Hand the guard to [`Self::commit`].
+    /// little) while the guard lives: a group append hands it to [`Self::commit`], others drop it after their write.
     pub fn begin(&self) -> InFlight<'_> {
         self.in_flight.fetch_add(1, Ordering::AcqRel);
         InFlight(&self.in_flight)
@@ -480,15 +480,27 @@ mod tests {
     use crate::backend::Log;
     use crate::error::{AppendError, ReadError};
 
-    /// A log that only counts its syncs.
-    #[derive(Debug, Default)]
-    struct CountingLog {
-        syncs: AtomicU64,
+    /// What a test log does when synced; everything else a [`Stub`] does
+    /// for it (it holds no records).
+    trait Syncs: Send + Sync + std::fmt::Debug {
+        fn sync(&self) -> Result<(), AppendError>;
     }
 
-    impl Log for CountingLog {
+    /// A log of no records around a [`Syncs`] (whose fields and methods
+    /// it lends).
+    #[derive(Debug, Default)]
+    struct Stub<S>(S);
+
+    impl<S> std::ops::Deref for Stub<S> {
+        type Target = S;
+        fn deref(&self) -> &S {
+            &self.0
+        }
+    }
+
+    impl<S: Syncs> Log for Stub<S> {
         fn location(&self) -> &str {
-            "counting log"
+            "test log"
         }
         fn len(&self) -> u64 {
             0
@@ -500,14 +512,26 @@ mod tests {
             Ok(())
         }
         fn sync(&self) -> Result<(), AppendError> {
-            self.syncs.fetch_add(1, Ordering::SeqCst);
-            Ok(())
+            self.0.sync()
         }
         fn is_writer(&self) -> bool {
             true
         }
         fn byte_len(&self) -> u64 {
             0
+        }
+    }
+
+    /// A log that only counts its syncs.
+    #[derive(Debug, Default)]
+    struct CountingLog {
+        syncs: AtomicU64,
+    }
+
+    impl Syncs for CountingLog {
+        fn sync(&self) -> Result<(), AppendError> {
+            self.syncs.fetch_add(1, Ordering::SeqCst);
+            Ok(())
         }
     }
 
@@ -524,7 +548,7 @@ mod tests {
     fn the_leader_waits_for_an_appender_in_flight_and_one_sync_covers_both() {
         // Long enough never to run out here: the wait ends when the appender writes.
         let gc = with_gather(Duration::from_secs(3600));
-        let log = CountingLog::default();
+        let log = Stub(CountingLog::default());
         let other = gc.begin();
         std::thread::scope(|scope| {
             let leader = scope.spawn(|| {
@@ -550,7 +574,7 @@ mod tests {
     fn the_leader_waits_for_as_many_appenders_as_the_last_sync_released() {
         let gc = with_gather(Duration::from_secs(3600));
         gc.lock().expected = 2;
-        let log = CountingLog::default();
+        let log = Stub(CountingLog::default());
         std::thread::scope(|scope| {
             let leader = scope.spawn(|| gc.wait_durable(&log, 2));
             while !gc.lock().syncing {
@@ -570,7 +594,7 @@ mod tests {
     #[test]
     fn the_leader_gathers_for_a_bounded_time() {
         let gc = with_gather(Duration::from_millis(1));
-        let log = CountingLog::default();
+        let log = Stub(CountingLog::default());
         let _stuck = gc.begin();
         gc.wait_durable(&log, 2).unwrap();
         assert_eq!(log.syncs.load(Ordering::SeqCst), 1);
@@ -612,19 +636,7 @@ mod tests {
         }
     }
 
-    impl Log for GatedLog {
-        fn location(&self) -> &str {
-            "gated log"
-        }
-        fn len(&self) -> u64 {
-            0
-        }
-        fn read(&self, seq: u64) -> Result<Vec<u8>, ReadError> {
-            Err(ReadError::NoSuchRecord(seq))
-        }
-        fn append(&self, _lines: &[Vec<u8>]) -> Result<(), AppendError> {
-            Ok(())
-        }
+    impl Syncs for GatedLog {
         fn sync(&self) -> Result<(), AppendError> {
             let n = self.started.fetch_add(1, Ordering::SeqCst) + 1;
             let mut opened = self.opened.lock().unwrap();
@@ -639,12 +651,6 @@ mod tests {
                 });
             }
             Ok(())
-        }
-        fn is_writer(&self) -> bool {
-            true
-        }
-        fn byte_len(&self) -> u64 {
-            0
         }
     }
 
@@ -661,7 +667,7 @@ mod tests {
     #[test]
     fn records_written_during_a_sync_wait_for_the_next_which_one_of_them_runs() {
         let gc = GroupCommit::new(1);
-        let log = GatedLog::default();
+        let log = Stub(GatedLog::default());
         std::thread::scope(|scope| {
             let leader = scope.spawn(|| gc.wait_durable(&log, 2));
             log.wait_started(1);
@@ -704,7 +710,7 @@ mod tests {
     #[test]
     fn a_sync_under_the_session_lock_releases_the_waiters_it_covers() {
         let gc = GroupCommit::new(1);
-        let log = GatedLog::default();
+        let log = Stub(GatedLog::default());
         std::thread::scope(|scope| {
             let leader = scope.spawn(|| gc.wait_durable(&log, 2));
             log.wait_started(1);
@@ -729,7 +735,7 @@ mod tests {
     #[test]
     fn a_failed_sync_fails_every_waiter_and_every_later_wait() {
         let gc = GroupCommit::new(1);
-        let log = GatedLog::default();
+        let log = Stub(GatedLog::default());
         log.fail.store(true, Ordering::SeqCst);
         std::thread::scope(|scope| {
             let leader = scope.spawn(|| gc.wait_durable(&log, 2));
@@ -775,34 +781,16 @@ mod tests {
             started: AtomicU64,
             completed_start: AtomicU64,
         }
-        impl Log for StampLog {
-            fn location(&self) -> &str {
-                "stamp log"
-            }
-            fn len(&self) -> u64 {
-                0
-            }
-            fn read(&self, seq: u64) -> Result<Vec<u8>, ReadError> {
-                Err(ReadError::NoSuchRecord(seq))
-            }
-            fn append(&self, _lines: &[Vec<u8>]) -> Result<(), AppendError> {
-                Ok(())
-            }
+        impl Syncs for StampLog {
             fn sync(&self) -> Result<(), AppendError> {
                 let me = self.started.fetch_add(1, Ordering::SeqCst) + 1;
                 std::thread::yield_now();
                 self.completed_start.fetch_max(me, Ordering::SeqCst);
                 Ok(())
             }
-            fn is_writer(&self) -> bool {
-                true
-            }
-            fn byte_len(&self) -> u64 {
-                0
-            }
         }
         let gc = with_gather(Duration::from_micros(20));
-        let log = StampLog::default();
+        let log = Stub(StampLog::default());
         let session = Mutex::new(1u64);
         let acked = AtomicU64::new(0);
         std::thread::scope(|scope| {

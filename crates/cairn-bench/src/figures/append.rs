@@ -19,10 +19,14 @@ use crate::measure::{median, timed};
 use crate::report::{Figure, Target, Unit};
 use crate::workload;
 
+/// Records in `cycles` cycles of the workload (four messages each).
+fn records(cycles: usize) -> f64 {
+    (cycles * 4) as f64
+}
+
 pub fn run(b: &Bench) -> Result<Vec<Figure>> {
     let dir = b.sub("append")?;
     let s = &b.sizes;
-    let records = |cycles: usize| (cycles * 4) as f64;
 
     // Sync vs write + fdatasync, and group commit (many threads on one
     // session) vs Sync, interleaved so a disk that slows down mid-run (other
@@ -128,7 +132,6 @@ pub fn run_buffered(b: &Bench) -> Result<Vec<Figure>> {
 /// `Buffered` appends vs one write per record, in alternating rounds: the
 /// medians of cairn's and the baseline's rates, and the rounds' note.
 fn buffered_rounds(dir: &Path, s: &Sizes) -> Result<(f64, f64, String)> {
-    let records = |cycles: usize| (cycles * 4) as f64;
     let mut cairn_buf = Vec::new();
     let mut raw_buf = Vec::new();
     for r in 0..s.append_rounds {

@@ -168,7 +168,7 @@ pub(super) fn frame_prefix(
 
 /// Appends the checksum trailer and newline to the covered bytes in `line`.
 pub fn seal(line: &mut Vec<u8>) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
+    use super::json::HEX;
     let crc = crc32c::crc32c(line);
     line.extend_from_slice(TRAILER_PREFIX);
     line.extend((0..8).rev().map(|i| HEX[(crc >> (4 * i)) as usize & 0xf]));

@@ -91,9 +91,11 @@ fn needs_escape(w: u64) -> u64 {
     control | zero(w ^ QUOTES) | zero(w ^ BACKSLASHES)
 }
 
+/// Lower-case hex digits, as `serde_json` escapes and as a line's CRC is written.
+pub(super) const HEX: &[u8; 16] = b"0123456789abcdef";
+
 #[inline]
 fn push_escape(out: &mut Vec<u8>, b: u8) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
     let short = match b {
         b'"' => b'"',
         b'\\' => b'\\',
