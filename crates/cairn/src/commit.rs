@@ -1,11 +1,15 @@
 //! Durability modes and group commit.
 //!
-//! In [`Durability::Group`] a writer writes its record under the session lock,
-//! releases the lock, and then waits until a sync that started after its write
-//! has completed. The first waiter to find no sync in flight becomes the
-//! leader and runs one `fdatasync` for everybody written so far; the others
-//! park, each with the records it needs durable. Nobody is acknowledged
-//! before a sync that covers their record.
+//! In [`Durability::Group`] a writer hands its record to the log under the
+//! session lock ([`Log::defer`]: the file backend keeps it in memory, to be
+//! written with the others of its batch by one `pwrite` at the start of the
+//! next sync), releases the lock, and then waits until a sync that started
+//! after its record was handed over has completed. The first waiter to find
+//! no sync in flight becomes the leader and runs one sync — the batch's
+//! write, then one `fdatasync` — for everybody so far; the others park,
+//! each with the records it needs durable. Nobody is acknowledged before a
+//! sync that covers their record. Nothing extends the file while an
+//! `fdatasync` of it runs, and a batch costs one write, not one per record.
 //!
 //! After its sync the leader wakes only the waiters that sync covered (no
 //! thundering herd through one condition variable: each parked thread is
@@ -18,8 +22,8 @@
 //! (between the start of their append and their write), or fewer appenders
 //! wait than waited for the previous sync (they were just released by it
 //! and are on their way back with their next record), it waits for them —
-//! at most [`MAX_GATHER`], and at most a quarter of the recent sync time, so
-//! a fast disk is never kept waiting long for the sync it would share.
+//! at most [`MAX_GATHER`], and at most half the recent sync time, so a
+//! fast disk is never kept waiting long for the sync it would share.
 //! Without it the leader syncs the moment it finds no sync running, when
 //! most of the appenders just woken by the previous sync have not written
 //! yet: they wait a whole sync and make the next, small, batch. Gathering
@@ -27,7 +31,7 @@
 //! after the gathering, and nobody is acknowledged before a sync that
 //! started after their write.
 
-use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
@@ -79,7 +83,7 @@ impl std::str::FromStr for Durability {
 }
 
 /// The longest a group-commit leader waits for appenders in flight.
-pub const MAX_GATHER: Duration = Duration::from_micros(50);
+pub const MAX_GATHER: Duration = Duration::from_micros(200);
 
 /// How the group syncs of a session went: how many records each covered
 /// (what the leader's gathering is for). Counts the syncs led by
@@ -201,8 +205,6 @@ struct State {
     /// The appenders parked for a sync, none of them covered by `synced`.
     /// While one is here, `syncing` is set: somebody will sync for it.
     waiters: Vec<Waiter>,
-    /// The leader is waiting on `gather_cv` for appenders to arrive.
-    gathering: bool,
     /// Threads in [`GroupCommit::wait_durable`], the leader included.
     waiting: usize,
     /// How many were waiting when the last sync completed: the appenders
@@ -236,6 +238,10 @@ pub(crate) struct GroupCommit {
     state: Mutex<State>,
     /// A gathering leader waits here for appenders to arrive.
     gather_cv: Condvar,
+    /// The leader is waiting on `gather_cv` (set and cleared under the
+    /// state lock; read without it by an append that ends its flight
+    /// early, see [`InFlight`]).
+    gathering: AtomicBool,
     /// Appends started and not yet written (or failed): [`InFlight`] guards.
     in_flight: AtomicUsize,
     /// The recent sync time in nanoseconds, smoothed (0 before the first).
@@ -245,13 +251,32 @@ pub(crate) struct GroupCommit {
 }
 
 /// One append in flight, from its start to its write ([`GroupCommit::begin`]);
-/// dropping it ends it, whether the append wrote or failed.
+/// dropping it ends it, whether the append wrote or failed, and wakes a
+/// leader gathering for it (which would otherwise wait out its limit for
+/// an append that failed, or that is not a group append).
 #[derive(Debug)]
-pub(crate) struct InFlight<'a>(&'a AtomicUsize);
+pub(crate) struct InFlight<'a>(&'a GroupCommit);
+
+impl InFlight<'_> {
+    /// Ends the flight under the state lock, whose holder tells a
+    /// gathering leader.
+    fn end_locked(self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+        std::mem::forget(self);
+    }
+}
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
+        let gc = self.0;
+        gc.in_flight.fetch_sub(1, Ordering::SeqCst);
+        // Either the leader's check sees the flight ended, or this sees
+        // it gathering (both sequentially consistent); under the lock, the
+        // leader is then waiting and gets the notification.
+        if gc.gathering.load(Ordering::SeqCst) {
+            let _st = gc.lock();
+            gc.gather_cv.notify_one();
+        }
     }
 }
 
@@ -275,8 +300,8 @@ impl GroupCommit {
     /// Notes an append starting: a leader about to sync waits for it (a
     /// little) while the guard lives: a group append hands it to [`Self::commit`], others drop it after their write.
     pub fn begin(&self) -> InFlight<'_> {
-        self.in_flight.fetch_add(1, Ordering::AcqRel);
-        InFlight(&self.in_flight)
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        InFlight(self)
     }
 
     /// How the group syncs went so far.
@@ -284,11 +309,11 @@ impl GroupCommit {
         self.lock().stats
     }
 
-    /// How long a leader may gather: a quarter of the recent sync time, at
-    /// most [`MAX_GATHER`] (not at all before the first sync was timed).
+    /// How long a leader may gather: half the recent sync time, at most
+    /// [`MAX_GATHER`] (not at all before the first sync was timed).
     fn gather_limit(&self) -> Duration {
-        let quarter = Duration::from_nanos(self.sync_ns.load(Ordering::Relaxed) / 4);
-        quarter.min(self.max_gather)
+        let half = Duration::from_nanos(self.sync_ns.load(Ordering::Relaxed) / 2);
+        half.min(self.max_gather)
     }
 
     /// The leader's wait before its sync, at most the gather limit: while
@@ -301,8 +326,8 @@ impl GroupCommit {
             return st;
         }
         let deadline = Instant::now() + limit;
-        st.gathering = true;
-        while self.in_flight.load(Ordering::Acquire) > 0 || st.waiting < st.expected {
+        self.gathering.store(true, Ordering::SeqCst);
+        while self.in_flight.load(Ordering::SeqCst) > 0 || st.waiting < st.expected {
             let now = Instant::now();
             if now >= deadline {
                 break;
@@ -313,7 +338,7 @@ impl GroupCommit {
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
         }
-        st.gathering = false;
+        self.gathering.store(false, Ordering::SeqCst);
         st
     }
 
@@ -371,7 +396,14 @@ impl GroupCommit {
         st.written = st.written.max(upto);
         // Written: no longer in flight (noted under the lock, so a
         // gathering leader sees the write and the end of the flight together).
-        drop(flight);
+        if let Some(flight) = flight {
+            flight.end_locked();
+        }
+        if self.gathering.load(Ordering::SeqCst) {
+            // The leader may be waiting for this appender (to park, or to
+            // find its record durable already and leave).
+            self.gather_cv.notify_one();
+        }
         if st.synced >= upto {
             return Ok(());
         }
@@ -380,10 +412,6 @@ impl GroupCommit {
         }
         st.waiting += 1;
         if st.syncing {
-            if st.gathering {
-                // The leader may be waiting for this appender.
-                self.gather_cv.notify_one();
-            }
             let slot = Slot::mine();
             slot.state.store(WAITING, Ordering::Relaxed);
             st.waiters.push(Waiter {
@@ -422,20 +450,17 @@ impl GroupCommit {
         let st = self.gather(st);
         let target = st.written;
         drop(st);
+        // Should the sync panic, the waiters fail instead of waiting for
+        // a leader that is gone.
+        let leading = Leading(Some(self));
         let started = Instant::now();
         let synced = log.sync();
         self.note_sync_time(started.elapsed());
+        leading.done();
         let mut st = self.lock();
         let mut covered = Vec::new();
         if let Err(e) = synced {
-            st.failed = Some(crate::error::with_causes(&e));
-            st.syncing = false;
-            st.waiting -= 1 + st.waiters.len();
-            covered.extend(st.waiters.drain(..).map(|w| w.slot));
-            drop(st);
-            for slot in covered {
-                slot.wake(FAILED);
-            }
+            self.fail_all(st, crate::error::with_causes(&e));
             return Err(e);
         }
         let newly = target.saturating_sub(st.synced);
@@ -460,6 +485,40 @@ impl GroupCommit {
             slot.wake(COVERED);
         }
         Ok(())
+    }
+}
+
+impl GroupCommit {
+    /// The leader's sync failed (`cause`): every waiter fails with it, and
+    /// so does every later group append.
+    fn fail_all(&self, mut st: MutexGuard<'_, State>, cause: String) {
+        st.failed = Some(cause);
+        st.syncing = false;
+        st.waiting -= 1 + st.waiters.len();
+        let failed: Vec<_> = st.waiters.drain(..).map(|w| w.slot).collect();
+        drop(st);
+        for slot in failed {
+            slot.wake(FAILED);
+        }
+    }
+}
+
+/// A leader's sync in progress: dropped before [`Leading::done`], by a
+/// panic unwinding through the sync, it fails every waiter (who would
+/// otherwise wait forever, `syncing` set and no leader left).
+struct Leading<'a>(Option<&'a GroupCommit>);
+
+impl Leading<'_> {
+    fn done(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Leading<'_> {
+    fn drop(&mut self) {
+        if let Some(gc) = self.0 {
+            gc.fail_all(gc.lock(), "a sync panicked".to_owned());
+        }
     }
 }
 
@@ -568,6 +627,30 @@ mod tests {
         assert_eq!(stats.batches[1], 1, "{}", stats.histogram());
     }
 
+    /// Regression (review finding F1): an append that ended its flight
+    /// without writing (it failed, or it is not a group append) did not
+    /// wake the gathering leader, which waited out its whole limit.
+    #[test]
+    fn an_append_that_fails_before_its_write_wakes_the_gathering_leader() {
+        // Long enough never to run out here: only the wake ends the wait.
+        let gc = with_gather(Duration::from_secs(3600));
+        let log = Stub(CountingLog::default());
+        let failing = gc.begin();
+        std::thread::scope(|scope| {
+            let leader = scope.spawn(|| {
+                let me = gc.begin();
+                gc.commit(&log, 2, me)
+            });
+            while !gc.gathering.load(Ordering::SeqCst) {
+                std::thread::yield_now();
+            }
+            drop(failing);
+            leader.join().unwrap().unwrap();
+        });
+        assert_eq!(log.syncs.load(Ordering::SeqCst), 1);
+        assert_eq!(gc.durable(), 2);
+    }
+
     /// The appenders the last sync released are waited for, even before
     /// they have started their next append.
     #[test]
@@ -609,7 +692,7 @@ mod tests {
         assert_eq!(gc.gather_limit(), MAX_GATHER);
         let fast = GroupCommit::new(1);
         fast.note_sync_time(Duration::from_micros(40));
-        assert_eq!(fast.gather_limit(), Duration::from_micros(10));
+        assert_eq!(fast.gather_limit(), Duration::from_micros(20));
     }
 
     /// A log whose syncs each wait for the test to open them, and fail
@@ -621,6 +704,8 @@ mod tests {
         opened: Mutex<u64>,
         cv: Condvar,
         fail: AtomicBool,
+        /// Panics instead of failing.
+        panic: AtomicBool,
     }
 
     impl GatedLog {
@@ -642,6 +727,10 @@ mod tests {
             let mut opened = self.opened.lock().unwrap();
             while *opened < n {
                 opened = self.cv.wait(opened).unwrap();
+            }
+            if self.panic.load(Ordering::SeqCst) {
+                drop(opened);
+                panic!("the sync panicked");
             }
             if self.fail.load(Ordering::SeqCst) {
                 return Err(AppendError::Io {
@@ -766,6 +855,43 @@ mod tests {
             Err(AppendError::Poisoned { .. })
         ));
         assert_eq!(log.started.load(Ordering::SeqCst), 1);
+        let st = gc.lock();
+        assert_eq!((st.waiting, st.syncing, st.waiters.len()), (0, false, 0));
+    }
+
+    /// Regression (review finding F2): a sync that panicked left `syncing`
+    /// set with nobody to lead, and every parked or later group append
+    /// waited forever. Now they fail, and the panic reaches its leader.
+    #[test]
+    fn a_panicking_sync_fails_every_waiter_instead_of_leaving_them_parked() {
+        let gc = GroupCommit::new(1);
+        let log = Stub(GatedLog::default());
+        log.panic.store(true, Ordering::SeqCst);
+        std::thread::scope(|scope| {
+            let leader = scope.spawn(|| gc.wait_durable(&log, 2));
+            log.wait_started(1);
+            let waiters: Vec<_> = (3..5)
+                .map(|upto| {
+                    let (gc, log) = (&gc, &log);
+                    scope.spawn(move || gc.wait_durable(log, upto))
+                })
+                .collect();
+            wait_parked(&gc, 2);
+            log.open_one();
+            assert!(leader.join().is_err(), "the leader's panic goes on");
+            for w in waiters {
+                match w.join().unwrap() {
+                    Err(AppendError::Poisoned { cause, .. }) => {
+                        assert!(cause.contains("panicked"), "{cause}");
+                    }
+                    other => panic!("expected Poisoned, got {other:?}"),
+                }
+            }
+        });
+        assert!(matches!(
+            gc.wait_durable(&log, 6),
+            Err(AppendError::Poisoned { .. })
+        ));
         let st = gc.lock();
         assert_eq!((st.waiting, st.syncing, st.waiters.len()), (0, false, 0));
     }

@@ -1321,14 +1321,17 @@ fn uncovered_acks(events: &[Event]) -> Vec<u64> {
     let mut uncovered = Vec::new();
     for (ack_at, e) in events.iter().enumerate() {
         let Event::Ack { seq } = *e else { continue };
-        let Some((write_at, end)) =
-            events[..ack_at]
-                .iter()
-                .enumerate()
-                .find_map(|(i, e)| match *e {
-                    Event::Write { seq: s, end } if s == seq => Some((i, end)),
-                    _ => None,
-                })
+        // The write that holds it: the last one before the ack that
+        // began at or before it (a group commit writes a batch at once).
+        let Some((write_at, end)) = events[..ack_at]
+            .iter()
+            .enumerate()
+            .filter_map(|(i, e)| match *e {
+                Event::Write { seq: s, end } if s <= seq => Some((i, s, end)),
+                _ => None,
+            })
+            .max_by_key(|&(_, s, _)| s)
+            .map(|(i, _, end)| (i, end))
         else {
             uncovered.push(seq);
             continue;
@@ -1418,10 +1421,11 @@ fn group_commit_shares_a_sync_among_writers_waiting_together() {
     const THREADS: usize = 16;
     let (_home, s, rec) = recorded_session(Durability::Group);
     let s = Arc::new(s);
-    // The first sync waits until every thread has written. (If group commit
-    // held the session lock while syncing, nobody else could write and this
-    // test would hang.)
-    rec.hold_next_sync_until_writes(THREADS);
+    // The first sync waits until every thread has appended. (If group
+    // commit held the session lock while syncing, nobody else could append
+    // and this test would hang.)
+    let appended = Arc::clone(&s);
+    rec.hold_next_sync_until(move || appended.len() > THREADS as u64);
     append_concurrently(&s, &rec, THREADS, 1);
     let events = rec.events();
     assert_eq!(uncovered_acks(&events), Vec::<u64>::new(), "{events:?}");

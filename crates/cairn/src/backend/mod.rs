@@ -320,6 +320,21 @@ pub trait Log: Send + Sync + fmt::Debug {
     /// [`AppendError::Io`], which poisons the log.
     fn append(&self, lines: &[Vec<u8>]) -> Result<(), AppendError>;
 
+    /// Takes complete lines for the end of the log, to be written by the
+    /// next [`Log::sync`] — or sooner: by the next [`Log::append`], a read
+    /// of one of them, or when the lines waiting grow large. For a caller
+    /// that syncs before it acknowledges them (group commit): a batch is
+    /// written with one call, and nothing extends the file while a sync of
+    /// it runs. Readers that open before the lines are written do not see
+    /// them. The default writes them at once.
+    ///
+    /// # Errors
+    ///
+    /// As [`Log::append`].
+    fn defer(&self, lines: &[Vec<u8>]) -> Result<(), AppendError> {
+        self.append(lines)
+    }
+
     /// Makes every line written so far durable. May run concurrently with
     /// [`Log::append`]; covers at least the lines written before it was called.
     ///

@@ -77,6 +77,8 @@ impl Session {
         extra: &serde_json::Map<String, serde_json::Value>,
     ) -> Result<Appended, AppendError> {
         let mut w = self.begin_write(durability)?;
+        // A group append's line is written by the sync it waits for.
+        let defer = w.durability == Durability::Group;
         let inner = &mut *w.g;
         let parent = match new.parent {
             Parent::Leaf => inner.tree.last().map(|n| inner.tree.entry_id(n)),
@@ -163,7 +165,7 @@ impl Session {
         // The checks and the move read the tree: a block of the persisted
         // index that failed on the way made them answer without it.
         inner.tree.check_damage(self.log.location())?;
-        let seq = self.write_line(inner, ts, |line, seq, ts| {
+        let seq = self.write_line(inner, ts, defer, |line, seq, ts| {
             frame::encode_entry_into(line, seq, ts, &entry, extra);
         })?;
         if let Some(p) = moved {
@@ -234,11 +236,13 @@ impl Session {
         durability: Option<Durability>,
     ) -> Result<Appended, AppendError> {
         let mut w = self.begin_write(durability)?;
+        // A group append's line is written by the sync it waits for.
+        let defer = w.durability == Durability::Group;
         let inner = &mut *w.g;
         inner
             .fold
             .check_op(&self.id, &op, &inner.tree, &inner.proj)?;
-        let seq = self.write_line(inner, ts, |line, seq, ts| {
+        let seq = self.write_line(inner, ts, defer, |line, seq, ts| {
             frame::encode_op_into(line, seq, ts, &op);
         })?;
         inner.ops.push((seq, op.kind().to_owned()));
@@ -268,11 +272,14 @@ impl Session {
     /// given), and moves the session past it. Returns the line's `seq`.
     ///
     /// The line is encoded into a buffer the thread keeps from one append
-    /// to the next, so a record costs no allocation for its line.
+    /// to the next, so a record costs no allocation for its line. With
+    /// `defer` it is handed to the log to be written by the next sync
+    /// ([`crate::backend::Log::defer`]).
     fn write_line(
         &self,
         inner: &mut Inner,
         ts: Option<String>,
+        defer: bool,
         encode: impl FnOnce(&mut Vec<u8>, u64, &str),
     ) -> Result<u64, AppendError> {
         /// A buffer grown past this by a large record is not kept.
@@ -292,7 +299,12 @@ impl Session {
         // (`try_with` fails only while the thread is being torn down.)
         let mut line = LINE.try_with(std::cell::Cell::take).unwrap_or_default();
         encode(&mut line, seq, ts);
-        let written = self.log.append(std::slice::from_ref(&line));
+        let line_ref = std::slice::from_ref(&line);
+        let written = if defer {
+            self.log.defer(line_ref)
+        } else {
+            self.log.append(line_ref)
+        };
         if line.capacity() <= KEEP {
             let _ = LINE.try_with(|cell| cell.set(line));
         }

@@ -238,7 +238,8 @@ pub fn torn_files(dir: &Path) -> Vec<PathBuf> {
 /// One event on a session log, or an acknowledgement recorded by the test.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Event {
-    /// A write returned; it began with record `seq` and ended at byte `end`.
+    /// A write returned; it began with record `seq` (and may hold the
+    /// records after it) and ended at byte `end`.
     Write {
         /// The first record in the write.
         seq: u64,
@@ -264,12 +265,25 @@ pub enum Event {
     },
 }
 
-#[derive(Debug, Default)]
+/// What the next sync waits for ([`Recorder::hold_next_sync_until`]).
+type Until = Box<dyn Fn() -> bool + Send>;
+
+#[derive(Default)]
 struct Log {
     events: Vec<Event>,
     next_sync: u64,
-    /// The next sync waits until this many `Write` events are logged.
-    hold_sync_until_writes: Option<usize>,
+    /// The next sync waits until this says so.
+    hold_sync_until: Option<Until>,
+}
+
+impl std::fmt::Debug for Log {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Log")
+            .field("events", &self.events)
+            .field("next_sync", &self.next_sync)
+            .field("holding", &self.hold_sync_until.is_some())
+            .finish()
+    }
 }
 
 /// A hook logging the writes and syncs of session logs. Events are appended under one
@@ -297,23 +311,18 @@ impl Recorder {
         lock(&self.log).events.clear();
     }
 
-    /// Makes the next sync wait, before it starts, until `writes` `Write`
-    /// events have been logged in total. A handshake, not a delay: it forces
-    /// other writers to write while a sync is pending.
-    pub fn hold_next_sync_until_writes(&self, writes: usize) {
-        lock(&self.log).hold_sync_until_writes = Some(writes);
+    /// Makes the next sync wait, before it starts, until `ready` says so
+    /// (asked again each millisecond, and whenever an event is logged). A
+    /// handshake, not a delay: it forces other writers to append while a
+    /// sync is pending (a group append's line may be written only by the
+    /// next sync, so what they did is best seen in the session, not here).
+    pub fn hold_next_sync_until(&self, ready: impl Fn() -> bool + Send + 'static) {
+        lock(&self.log).hold_sync_until = Some(Box::new(ready));
     }
 
     fn push(&self, e: Event) {
         lock(&self.log).events.push(e);
         self.changed.notify_all();
-    }
-
-    fn writes(log: &Log) -> usize {
-        log.events
-            .iter()
-            .filter(|e| matches!(e, Event::Write { .. }))
-            .count()
     }
 }
 
@@ -336,12 +345,13 @@ impl Hook for Recorder {
     fn sync_data(&self, file: Hooked<'_>) -> io::Result<()> {
         let sync = {
             let mut log = lock(&self.log);
-            if let Some(n) = log.hold_sync_until_writes.take() {
-                while Recorder::writes(&log) < n {
+            if let Some(ready) = log.hold_sync_until.take() {
+                while !ready() {
                     log = self
                         .changed
-                        .wait(log)
-                        .unwrap_or_else(PoisonError::into_inner);
+                        .wait_timeout(log, std::time::Duration::from_millis(1))
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .0;
                 }
             }
             // Measured and logged under the lock: every write logged before

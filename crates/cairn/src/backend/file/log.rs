@@ -28,6 +28,9 @@ pub(super) struct FileLog {
     index: RwLock<Index>,
     /// Set by the first failed write or sync; refuses writes afterwards.
     poisoned: Mutex<Option<String>>,
+    /// Held across a sync, from the poison check to the poisoning: one
+    /// sync runs at a time (see [`Log::sync`]).
+    syncing: Mutex<()>,
     /// The end of what the last successful sync covered (at open: the
     /// whole file, whose dirty pages, if any, are still queued).
     synced_end: std::sync::atomic::AtomicU64,
@@ -77,6 +80,9 @@ struct Index {
     /// Offsets of the lines after `base`.
     offsets: Vec<u64>,
     end: u64,
+    /// Lines taken by [`Log::defer`] and not yet written: the last
+    /// `pending.len()` bytes before `end`.
+    pending: Vec<u8>,
 }
 
 impl Index {
@@ -86,6 +92,19 @@ impl Index {
 
     fn len(&self) -> u64 {
         self.base_records() + self.offsets.len() as u64
+    }
+
+    /// The end of what has been written to the file.
+    fn written_end(&self) -> u64 {
+        self.end - self.pending.len() as u64
+    }
+
+    /// Notes `lines` at the end.
+    fn push(&mut self, lines: &[Vec<u8>]) {
+        for l in lines {
+            self.offsets.push(self.end);
+            self.end += l.len() as u64;
+        }
     }
 
     /// Where line `seq` starts and ends; `Err` with why the persisted
@@ -123,8 +142,14 @@ impl FileLog {
             location,
             file,
             lock,
-            index: RwLock::new(Index { base, offsets, end }),
+            index: RwLock::new(Index {
+                base,
+                offsets,
+                end,
+                pending: Vec::new(),
+            }),
             poisoned: Mutex::new(None),
+            syncing: Mutex::new(()),
             synced_end: std::sync::atomic::AtomicU64::new(end),
             index_file: None,
         }
@@ -204,6 +229,67 @@ impl FileLog {
     }
 }
 
+/// Deferred lines left when the handle goes (an append cut short: nobody
+/// was acknowledged for them) are written as a `Buffered` append's would
+/// be, unless the log failed.
+impl Drop for FileLog {
+    fn drop(&mut self) {
+        let idx = self.index.get_mut().unwrap_or_else(PoisonError::into_inner);
+        if !idx.pending.is_empty() && self.lock.is_some() {
+            let at = idx.written_end();
+            if self
+                .poisoned
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner)
+                .is_none()
+            {
+                let _ = self.file.write_all_at(&idx.pending, at);
+            }
+        }
+    }
+}
+
+/// Deferred lines past this are written without waiting for a sync.
+const PENDING_LIMIT: usize = 1 << 20;
+
+impl FileLog {
+    /// Writes the deferred lines, if any (under the index's write lock, so
+    /// no other write lands past them first and no reader finds a gap).
+    fn write_pending(&self, idx: &mut Index) -> Result<(), AppendError> {
+        if idx.pending.is_empty() {
+            return Ok(());
+        }
+        let at = idx.written_end();
+        self.file
+            .write_all_at(&idx.pending, at)
+            .map_err(|e| self.poison("write", e))?;
+        idx.pending.clear();
+        if idx.pending.capacity() > PENDING_LIMIT {
+            idx.pending = Vec::new();
+        }
+        Ok(())
+    }
+
+    /// Makes sure the file holds the bytes before `end` (a read of a
+    /// deferred line writes the deferred lines first).
+    fn ensure_written(&self, end: u64) -> Result<(), ReadError> {
+        let written = self
+            .index
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .written_end();
+        if end <= written {
+            return Ok(());
+        }
+        let mut idx = self.index.write().unwrap_or_else(PoisonError::into_inner);
+        // (The write's failure poisoned the log; the read reports it.)
+        self.write_pending(&mut idx).map_err(|e| ReadError::Io {
+            location: self.location.clone(),
+            source: io::Error::other(crate::error::with_causes(&e)),
+        })
+    }
+}
+
 impl Log for FileLog {
     fn location(&self) -> &str {
         &self.location
@@ -218,12 +304,21 @@ impl Log for FileLog {
 
     fn read(&self, seq: u64) -> Result<Vec<u8>, ReadError> {
         let (start, end) = self.span(seq)?;
+        self.ensure_written(end)?;
         self.lines.read_at(seq, start, end - start)
     }
 
     fn append(&self, lines: &[Vec<u8>]) -> Result<(), AppendError> {
         self.check_writable()?;
         let mut idx = self.index.write().unwrap_or_else(PoisonError::into_inner);
+        if !idx.pending.is_empty() {
+            // After the deferred lines, in the same write.
+            for l in lines {
+                idx.pending.extend_from_slice(l);
+            }
+            idx.push(lines);
+            return self.write_pending(&mut idx);
+        }
         // One write call for the whole batch (a single line needs no copy).
         let joined;
         let buf: &[u8] = match lines {
@@ -236,17 +331,37 @@ impl Log for FileLog {
         self.file
             .write_all_at(buf, idx.end)
             .map_err(|e| self.poison("write", e))?;
+        idx.push(lines);
+        Ok(())
+    }
+
+    fn defer(&self, lines: &[Vec<u8>]) -> Result<(), AppendError> {
+        self.check_writable()?;
+        let mut idx = self.index.write().unwrap_or_else(PoisonError::into_inner);
         for l in lines {
-            let at = idx.end;
-            idx.offsets.push(at);
-            idx.end += l.len() as u64;
+            idx.pending.extend_from_slice(l);
+        }
+        idx.push(lines);
+        if idx.pending.len() >= PENDING_LIMIT {
+            return self.write_pending(&mut idx);
         }
         Ok(())
     }
 
+    /// One sync at a time (a `Sync` append and a group-commit leader may
+    /// both sync): Linux reports a write-back error to one `fdatasync` of
+    /// an open file, so a sync running beside a failed one could return
+    /// `Ok` for pages the kernel dropped. Held from the poison check to
+    /// the poisoning, the lock makes a sync that follows a failed one
+    /// refuse instead.
     fn sync(&self) -> Result<(), AppendError> {
+        let _one = self.syncing.lock().unwrap_or_else(PoisonError::into_inner);
         self.check_writable()?;
-        let covers = self.byte_len();
+        let covers = {
+            let mut idx = self.index.write().unwrap_or_else(PoisonError::into_inner);
+            self.write_pending(&mut idx)?;
+            idx.end
+        };
         self.file.sync_data().map_err(|e| self.poison("sync", e))?;
         self.synced_end
             .fetch_max(covers, std::sync::atomic::Ordering::AcqRel);
@@ -276,6 +391,8 @@ impl Log for FileLog {
         // A damaged length block: no place to keep; reading the record
         // (`read`) reports the damage.
         let (start, end) = self.span(seq).ok()?;
+        // A deferred line is written before anybody may read it by position.
+        self.ensure_written(end).ok()?;
         Some(LineAt {
             reader: Arc::clone(&self.lines) as Arc<dyn LineReader>,
             offset: start,
@@ -298,5 +415,242 @@ impl Log for FileLog {
         if let Some((vfs, path)) = &self.index_file {
             let _ = write_atomic(&**vfs, path, bytes);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io;
+    use std::sync::mpsc::{self, Receiver, Sender};
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use super::FileLog;
+    use crate::backend::Log;
+    use crate::error::AppendError;
+    use crate::vfs::VfsFile;
+
+    /// A file whose first `sync_data` waits to be released and fails, as
+    /// Linux's does once for a write-back error; every later one succeeds
+    /// (the error was reported), telling `entered` it ran.
+    #[derive(Debug)]
+    struct FailsOnce {
+        release: Mutex<Receiver<()>>,
+        entered: Mutex<Sender<()>>,
+        calls: Mutex<u32>,
+    }
+
+    impl VfsFile for FailsOnce {
+        fn read_at(&self, _buf: &mut [u8], _offset: u64) -> io::Result<usize> {
+            Ok(0)
+        }
+        fn write_all_at(&self, _buf: &[u8], _offset: u64) -> io::Result<()> {
+            Ok(())
+        }
+        fn sync_data(&self) -> io::Result<()> {
+            let first = {
+                let mut calls = self.calls.lock().unwrap();
+                *calls += 1;
+                *calls == 1
+            };
+            if first {
+                let _ = self.release.lock().unwrap().recv();
+                Err(io::Error::other("write-back failed (EIO)"))
+            } else {
+                let _ = self.entered.lock().unwrap().send(());
+                Ok(())
+            }
+        }
+        fn len(&self) -> io::Result<u64> {
+            Ok(0)
+        }
+        fn set_len(&self, _len: u64) -> io::Result<()> {
+            Ok(())
+        }
+        fn try_lock(&self) -> io::Result<bool> {
+            Ok(true)
+        }
+    }
+
+    /// A file in memory that counts its writes.
+    #[derive(Debug, Default)]
+    struct MemFile {
+        bytes: Mutex<Vec<u8>>,
+        writes: Mutex<u32>,
+    }
+
+    impl VfsFile for MemFile {
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+            let bytes = self.bytes.lock().unwrap();
+            let from = usize::try_from(offset).unwrap().min(bytes.len());
+            let n = buf.len().min(bytes.len() - from);
+            buf[..n].copy_from_slice(&bytes[from..from + n]);
+            Ok(n)
+        }
+        fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+            let mut bytes = self.bytes.lock().unwrap();
+            let at = usize::try_from(offset).unwrap();
+            if bytes.len() < at + buf.len() {
+                bytes.resize(at + buf.len(), 0);
+            }
+            bytes[at..at + buf.len()].copy_from_slice(buf);
+            *self.writes.lock().unwrap() += 1;
+            Ok(())
+        }
+        fn sync_data(&self) -> io::Result<()> {
+            Ok(())
+        }
+        fn len(&self) -> io::Result<u64> {
+            Ok(self.bytes.lock().unwrap().len() as u64)
+        }
+        fn set_len(&self, len: u64) -> io::Result<()> {
+            self.bytes
+                .lock()
+                .unwrap()
+                .resize(usize::try_from(len).unwrap(), 0);
+            Ok(())
+        }
+        fn try_lock(&self) -> io::Result<bool> {
+            Ok(true)
+        }
+    }
+
+    /// Line `seq` of the test's log: a framed user message.
+    fn line(seq: u64) -> Vec<u8> {
+        use crate::record::{Entry, EntryBody, Message, Role};
+        let entry = Entry {
+            id: crate::id::EntryId::parse(&format!("e{seq}")).unwrap(),
+            parent: None,
+            body: EntryBody::Message(Message::text(Role::User, "deferred")),
+        };
+        crate::frame::encode_entry(seq, "2026-12-01T00:00:00.000Z", &entry)
+    }
+
+    /// A log of one header-sized line over a [`MemFile`], and the file.
+    fn mem_log() -> (FileLog, Arc<MemFile>) {
+        let file = Arc::new(MemFile::default());
+        let first = line(0);
+        file.write_all_at(&first, 0).unwrap();
+        *file.writes.lock().unwrap() = 0;
+        let log = FileLog::new(
+            "mem.jsonl".into(),
+            Arc::clone(&file) as Arc<dyn VfsFile>,
+            Some(Arc::new(MemFile::default()) as Arc<dyn VfsFile>),
+            None,
+            vec![0],
+            first.len() as u64,
+        );
+        (log, file)
+    }
+
+    fn expected(upto: u64) -> Vec<u8> {
+        (0..upto).flat_map(line).collect()
+    }
+
+    #[test]
+    fn deferred_lines_are_written_by_the_next_sync_in_one_write() {
+        let (log, file) = mem_log();
+        log.defer(&[line(1)]).unwrap();
+        log.defer(&[line(2), line(3)]).unwrap();
+        assert_eq!((log.len(), log.byte_len()), (4, expected(4).len() as u64));
+        assert_eq!(*file.writes.lock().unwrap(), 0, "nothing written yet");
+        assert_eq!(file.len().unwrap(), expected(1).len() as u64);
+        log.sync().unwrap();
+        assert_eq!(*file.writes.lock().unwrap(), 1, "one write for the batch");
+        assert_eq!(*file.bytes.lock().unwrap(), expected(4));
+    }
+
+    #[test]
+    fn a_plain_append_after_deferred_lines_writes_them_first_leaving_no_gap() {
+        let (log, file) = mem_log();
+        log.defer(&[line(1), line(2)]).unwrap();
+        log.append(&[line(3)]).unwrap();
+        assert_eq!(*file.bytes.lock().unwrap(), expected(4));
+        assert_eq!(*file.writes.lock().unwrap(), 1);
+        log.sync().unwrap();
+        assert_eq!(*file.writes.lock().unwrap(), 1, "nothing left to write");
+    }
+
+    #[test]
+    fn reading_a_deferred_line_writes_it_first() {
+        let (log, file) = mem_log();
+        log.defer(&[line(1), line(2)]).unwrap();
+        assert_eq!(log.read(0).unwrap(), line(0), "a written line: no write");
+        assert_eq!(*file.writes.lock().unwrap(), 0);
+        assert_eq!(log.read(2).unwrap(), line(2));
+        assert_eq!(*file.bytes.lock().unwrap(), expected(3));
+        let at = log.line_at(1).expect("a place to read line 1");
+        assert_eq!(at.reader.read_at(1, at.offset, at.len).unwrap(), line(1));
+        log.defer(&[line(3)]).unwrap();
+        let at = log.line_at(3).expect("a place to read line 3");
+        assert_eq!(at.reader.read_at(3, at.offset, at.len).unwrap(), line(3));
+    }
+
+    #[test]
+    fn deferred_lines_past_the_limit_are_written_without_waiting_for_a_sync() {
+        let (log, file) = mem_log();
+        let first = line(0).len() as u64;
+        let mut seq = 1;
+        while *file.writes.lock().unwrap() == 0 {
+            log.defer(&[line(seq)]).unwrap();
+            seq += 1;
+        }
+        let (limit, last) = (super::PENDING_LIMIT as u64, line(seq - 1).len() as u64);
+        let deferred = file.len().unwrap() - first;
+        assert_eq!(*file.bytes.lock().unwrap(), expected(seq));
+        assert!(
+            deferred >= limit && deferred - last < limit,
+            "written once the deferred lines passed the limit: {deferred} bytes"
+        );
+    }
+
+    #[test]
+    fn deferred_lines_left_when_the_handle_goes_are_written() {
+        let (log, file) = mem_log();
+        log.defer(&[line(1)]).unwrap();
+        drop(log);
+        assert_eq!(*file.bytes.lock().unwrap(), expected(2));
+    }
+
+    /// Regression (review finding F3): a `Sync` append's sync and a group
+    /// leader's could run at once, and the second `fdatasync` of a file
+    /// whose write-back failed returns success; its appenders were
+    /// acknowledged for pages the kernel may have dropped.
+    #[test]
+    fn a_sync_beside_a_failed_sync_is_refused_not_acknowledged() {
+        let (release, released) = mpsc::channel();
+        let (entered_tx, entered) = mpsc::channel();
+        let file = Arc::new(FailsOnce {
+            release: Mutex::new(released),
+            entered: Mutex::new(entered_tx),
+            calls: Mutex::new(0),
+        });
+        let log = FileLog::new(
+            "test.jsonl".into(),
+            Arc::clone(&file) as Arc<dyn VfsFile>,
+            Some(Arc::clone(&file) as Arc<dyn VfsFile>),
+            None,
+            vec![0],
+            10,
+        );
+        std::thread::scope(|scope| {
+            let first = scope.spawn(|| log.sync());
+            while *file.calls.lock().unwrap() == 0 {
+                std::thread::yield_now();
+            }
+            let second = scope.spawn(|| log.sync());
+            // Before the fix the second sync reaches the file while the
+            // first is still in it; with it, it waits for the first (the
+            // timeout only bounds how long this test gives it to try).
+            let overlapped = entered.recv_timeout(Duration::from_millis(200)).is_ok();
+            release.send(()).unwrap();
+            assert!(first.join().unwrap().is_err(), "the first sync failed");
+            let second = second.join().unwrap();
+            assert!(
+                matches!(second, Err(AppendError::Poisoned { .. })),
+                "the second sync must be refused, not acknowledged \
+                 (overlapped the failed one: {overlapped}): {second:?}"
+            );
+        });
     }
 }
