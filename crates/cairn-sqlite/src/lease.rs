@@ -111,10 +111,3 @@ pub(crate) fn release(conn: &Connection, sid: i64, token: i64) -> rusqlite::Resu
         .execute(params![sid, token])
         .map(drop)
 }
-
-/// The token the lease of session `sid` carries now (`None`: no lease).
-pub(crate) fn current_token(conn: &Connection, sid: i64) -> rusqlite::Result<Option<i64>> {
-    conn.prepare_cached("SELECT token FROM leases WHERE session = ?1")?
-        .query_row([sid], |r| r.get(0))
-        .optional()
-}
