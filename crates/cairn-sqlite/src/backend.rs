@@ -145,7 +145,7 @@ impl SqliteBackend {
         // Every append of this connection syncs its commit again.
         if let Err(e) = conn.pragma_update(None, "synchronous", "FULL") {
             if let Ok((sid, token)) = taken {
-                let _ = lease::release(conn, sid, token);
+                let _ = lease::release(conn, sid, id.as_str(), token);
             }
             return Err(err(e));
         }
@@ -228,13 +228,13 @@ impl SqliteBackend {
         })();
         let give_back = || {
             if let Some(token) = token {
-                let _ = lease::release(&conn, sid, token);
+                let _ = lease::release(&conn, sid, id.as_str(), token);
             }
         };
         match scanned {
             Ok(Ok((scanned, writer))) => {
                 let stored = writer.as_ref().map(|w| &w.summary);
-                let rows = SqliteRows::new(sid, conn, stored);
+                let rows = SqliteRows::new(sid, id.as_str(), conn, stored);
                 let log = SqliteLog::new(location, rows, scanned, writer);
                 Ok(IndexedOpen::Opened(Opened {
                     log: Box::new(log),
@@ -391,7 +391,7 @@ impl Backend for SqliteBackend {
         let scanned = Scanned::created(header);
         Ok(Box::new(SqliteLog::new(
             location,
-            SqliteRows::new(sid, conn, Some(&summary)),
+            SqliteRows::new(sid, id.as_str(), conn, Some(&summary)),
             scanned,
             Some(Writer { token, summary }),
         )))

@@ -1,7 +1,7 @@
 //! One session's rows in the database, for the log handle every SQL backend
 //! shares ([`cairn_sql::SqlLog`]): range reads, and the append transaction —
-//! the fence (one read of the lease's token and the session's last key),
-//! the session's row only when a field kept there
+//! the fence (one read of the session's id, the lease's token and the
+//! session's last key), the session's row only when a field kept there
 //! alone changes, one `INSERT` per line (the last with the listing
 //! counters), commit — which is durable when it returns
 //! (`synchronous=FULL`).
@@ -30,6 +30,9 @@ const HEARTBEAT_EVERY: Duration = Duration::from_secs(10);
 #[derive(Debug)]
 pub(crate) struct SqliteRows {
     sid: i64,
+    /// The session's id: `sid` is reused once a session is removed, so
+    /// every write of this handle checks that `sid` is still this session.
+    id: String,
     conn: Mutex<Connection>,
     /// When this handle last wrote the lease's heartbeat.
     beat: Mutex<Option<Instant>>,
@@ -62,12 +65,18 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl SqliteRows {
-    /// The rows of session `sid`; `stored` is the summary its
+    /// The rows of session `id` (key `sid`); `stored` is the summary its
     /// `sessions` row holds now, as a writer read or created it (`None`
     /// for a reader).
-    pub(crate) fn new(sid: i64, conn: Connection, stored: Option<&Summary>) -> SqliteRows {
+    pub(crate) fn new(
+        sid: i64,
+        id: &str,
+        conn: Connection,
+        stored: Option<&Summary>,
+    ) -> SqliteRows {
         SqliteRows {
             sid,
+            id: id.to_owned(),
             conn: Mutex::new(conn),
             // The lease was just acquired (or this is a reader).
             beat: Mutex::new(Some(Instant::now())),
@@ -85,20 +94,31 @@ impl SqliteRows {
         let (token, summary) = (b.token, b.summary);
         let mut conn = lock(&self.conn);
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        // The fence: the lease row still carries our token, and the
-        // session's last record is the one this handle knows of. The
-        // transaction holds the write lock from its start (`IMMEDIATE`), so
-        // nothing can change either between this read and the commit.
+        // The fence: `sid` is still this session (a removed session's key
+        // is given to the next one created, whose first token is 1 again),
+        // the lease row still carries our token, and the session's last
+        // record is the one this handle knows of. The transaction holds the
+        // write lock from its start (`IMMEDIATE`), so nothing can change
+        // any of them between this read and the commit.
         let (lo, hi) = keys(self.sid, 0, SEQ_LIMIT);
-        let (held, last): (Option<i64>, Option<i64>) = tx
+        let (id, held, last): (Option<String>, Option<i64>, Option<i64>) = tx
             .prepare_cached(
-                "SELECT (SELECT token FROM leases WHERE session = ?1),
+                "SELECT (SELECT id FROM sessions WHERE sid = ?1),
+                        (SELECT token FROM leases WHERE session = ?1),
                         (SELECT key FROM records WHERE key BETWEEN ?2 AND ?3
                          ORDER BY key DESC LIMIT 1)",
             )?
-            .query_row(params![self.sid, lo, hi], |r| Ok((r.get(0)?, r.get(1)?)))?;
+            .query_row(params![self.sid, lo, hi], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })?;
         let expected = b.before.checked_sub(1).map(|seq| key(self.sid, seq));
         let why = match held {
+            _ if id.as_deref() != Some(self.id.as_str()) => Some(match id {
+                Some(other) => format!(
+                    "was lost: the session was removed, and its key given to session {other}"
+                ),
+                None => "was lost: the session was removed".to_owned(),
+            }),
             None => Some("was broken".to_owned()),
             Some(t) if t != token => Some(format!("was taken over by another writer (token {t})")),
             Some(_) if last != expected => Some(
@@ -213,15 +233,17 @@ impl Db for SqliteRows {
     }
 
     fn release(&self, token: i64) {
-        let _ = lease::release(&lock(&self.conn), self.sid, token);
+        let _ = lease::release(&lock(&self.conn), self.sid, &self.id, token);
     }
 
     fn save_index(&self, bytes: &[u8]) {
-        // Best effort: it is only a cache.
+        // Best effort: it is only a cache. Not into the rows of another
+        // session given this one's key since.
         let _ = lock(&self.conn).execute(
-            "INSERT INTO indexes (session, bytes) VALUES (?1, ?2)
+            "INSERT INTO indexes (session, bytes)
+                 SELECT ?1, ?2 WHERE (SELECT id FROM sessions WHERE sid = ?1) = ?3
              ON CONFLICT (session) DO UPDATE SET bytes = excluded.bytes",
-            params![self.sid, bytes],
+            params![self.sid, bytes, self.id],
         );
     }
 }

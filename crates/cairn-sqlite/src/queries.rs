@@ -53,7 +53,7 @@ impl SqliteBackend {
         if rule == Takeover::IfDead && lease::holds(&held) {
             return Err(in_use(id, &held).into());
         }
-        lease::release(&tx, sid, held.token).map_err(&err)?;
+        lease::release(&tx, sid, id.as_str(), held.token).map_err(&err)?;
         tx.commit().map_err(&err)?;
         Ok(Some(held))
     }

@@ -248,6 +248,61 @@ fn a_writer_whose_session_gained_records_behind_its_back_is_fenced_and_stores_no
     assert_eq!(stored, 3, "the header, record 1 and the planted record 2");
 }
 
+/// The key (`sid`) of session `id`.
+fn sid_of(b: &SqliteBackend, id: &SessionId) -> i64 {
+    raw(b)
+        .query_row(
+            "SELECT sid FROM sessions WHERE id = ?1",
+            [id.as_str()],
+            |r| r.get(0),
+        )
+        .unwrap()
+}
+
+#[test]
+fn a_writer_of_a_removed_session_is_fenced_from_the_new_session_given_its_key_and_token() {
+    let (_dir, b, store) = setup();
+    // A writer of a session with its header alone, fenced by a forced
+    // break; the session is then removed.
+    let stale = store.create(NewSession::default()).unwrap();
+    let gone = stale.id().clone();
+    let (sid, token) = (sid_of(&b, &gone), b.lease(&gone).unwrap().unwrap().token);
+    b.break_lease(&gone, Takeover::Force).unwrap();
+    store.remove(&gone).unwrap();
+    // The next session created gets the removed one's key (SQLite reuses
+    // the largest rowid) and, as a new session, the same first token; it
+    // holds its header alone, as the stale writer knows its own.
+    let new = store.create(NewSession::default()).unwrap();
+    assert_eq!(sid_of(&b, new.id()), sid);
+    assert_eq!(b.lease(new.id()).unwrap().unwrap().token, token);
+    match stale.append(user("the stale writer")) {
+        Err(AppendError::Io { source, .. }) => {
+            let msg = source.to_string();
+            assert!(
+                msg.contains("the session was removed")
+                    && msg.contains(&format!("given to session {}", new.id())),
+                "{msg}"
+            );
+        }
+        other => panic!("expected the stale writer to be fenced, got {other:?}"),
+    }
+    // Nor does it give the new session's lease back when it goes.
+    drop(stale);
+    assert!(b.writer_active(new.id()));
+    new.append(user("the new writer")).unwrap();
+    let id = new.id().clone();
+    drop(new);
+    let again = store.open(&id, Access::Read).unwrap();
+    assert_eq!(again.len(), 2, "nothing of the stale writer was stored");
+    assert_eq!(
+        again.context().messages()[0]
+            .message()
+            .unwrap()
+            .plain_text(),
+        "the new writer"
+    );
+}
+
 #[test]
 fn breaking_a_live_holders_lease_needs_force() {
     let (_dir, b, store) = setup();
