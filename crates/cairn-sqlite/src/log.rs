@@ -133,9 +133,9 @@ impl SqliteRows {
         let mut listed = lock(&self.listed);
         let changed = listed.as_ref() != Some(&Listed::of(summary));
         if changed {
-            // The counters too, as of this append: only a process of
-            // version 3 or older reads them (the listing reads the last
-            // record's).
+            // The counters too, as of this append: the listing reads them
+            // only for a session whose last record carries none (appended
+            // by a version-3 process, whose fence reads them too).
             tx.prepare_cached(
                 "UPDATE sessions SET updated = max(?2, created), title = ?3, first_message = ?4,
                      phase = ?5, op_state = ?6, entries = ?7, records = ?8, bytes = ?9
