@@ -90,7 +90,7 @@ pub trait Db: Send + Sync + fmt::Debug {
 
     /// In one transaction: checks that the lease still carries the batch's
     /// token and that the session holds `before` records, then inserts its
-    /// rows and stores its summary in the session's row. A transaction
+    /// rows and stores its summary with the session. A transaction
     /// that committed returns [`Fence::Passed`].
     ///
     /// # Errors

@@ -1,6 +1,7 @@
-//! The listing summary kept in the `sessions` row, folded from each line as
-//! it is appended (in the append's transaction), so that listing, status and
-//! counts are SQL over `sessions` and never read a payload back.
+//! The listing summary kept in the `sessions` row (SQLite: its counters on
+//! each session's last record), folded from each line as it is appended (in
+//! the append's transaction), so that listing, status and counts are SQL
+//! over those columns and never read a payload back.
 //!
 //! The fold is the core's [`cairn::ListingFold`] (the rules every backend
 //! lists by); this module adds the bytes stored and maps the fold to the

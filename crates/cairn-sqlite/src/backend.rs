@@ -1,14 +1,15 @@
 //! [`SqliteBackend`]: the core's [`Backend`] over one SQLite database —
 //! create, open (lease, then one ordered scan of the session's records),
 //! list, stamp, remove, and the listing cache made from the `sessions`
-//! table. The SQL-only lookups are in `queries.rs`.
+//! table and each session's last record. The SQL-only lookups are in
+//! `queries.rs`.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use cairn::OpPhase;
 use cairn::{Access, Backend, Catalog, IndexStore, IndexedOpen, IndexedPrefix, Log, Opened};
-use cairn::{IoFailure, ListingFold, OpenError, SessionId, StoreError};
+use cairn::{IoFailure, OpenError, SessionId, StoreError};
 use cairn::{Opening, Stamp, Visitor};
 use cairn_sql::summary::{self, Summary, count};
 use cairn_sql::{Scan, Scanned, Writer, scan_from};
@@ -17,7 +18,7 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use crate::error::{SqliteError, open_err, store_err};
 use crate::lease::{self, Lease};
 use crate::log::{SqliteLog, SqliteRows};
-use crate::schema;
+use crate::schema::{self, STAMP_COLUMNS, SUMMARY_COLUMNS, SUMMARY_FROM};
 
 /// Many sessions in one SQLite database (WAL, `synchronous=FULL`). See the
 /// crate docs for the schema, durability and the writer lease.
@@ -144,19 +145,19 @@ impl SqliteBackend {
         // Every append of this connection syncs its commit again.
         if let Err(e) = conn.pragma_update(None, "synchronous", "FULL") {
             if let Ok((sid, token)) = taken {
-                let _ = lease::release(conn, sid, token);
+                let _ = lease::release(conn, sid, id.as_str(), token);
             }
             return Err(err(e));
         }
         taken
     }
 
-    /// Reads the summary columns a writer continues from.
-    fn load_summary(conn: &Connection, sid: i64) -> rusqlite::Result<Summary> {
-        conn.prepare_cached(
-            "SELECT updated, title, first_message, op_state, entries, records, bytes
-             FROM sessions WHERE sid = ?1",
-        )?
+    /// Reads the summary a writer continues from: the `sessions` row's
+    /// fields, the counters of the session's last record.
+    pub(crate) fn load_summary(conn: &Connection, sid: i64) -> rusqlite::Result<Summary> {
+        conn.prepare_cached(&format!(
+            "SELECT {SUMMARY_COLUMNS} FROM {SUMMARY_FROM} WHERE s.sid = ?1"
+        ))?
         .query_row([sid], |r| summary_at(r, 0))
     }
 
@@ -227,12 +228,14 @@ impl SqliteBackend {
         })();
         let give_back = || {
             if let Some(token) = token {
-                let _ = lease::release(&conn, sid, token);
+                let _ = lease::release(&conn, sid, id.as_str(), token);
             }
         };
         match scanned {
             Ok(Ok((scanned, writer))) => {
-                let log = SqliteLog::new(location, SqliteRows::new(sid, conn), scanned, writer);
+                let stored = writer.as_ref().map(|w| &w.summary);
+                let rows = SqliteRows::new(sid, id.as_str(), conn, stored);
+                let log = SqliteLog::new(location, rows, scanned, writer);
                 Ok(IndexedOpen::Opened(Opened {
                     log: Box::new(log),
                     torn: None,
@@ -258,6 +261,18 @@ fn last_row(conn: &Connection, sid: i64, seq: u64) -> rusqlite::Result<Option<Ve
     conn.prepare_cached("SELECT payload FROM records WHERE key = ?1")?
         .query_row([schema::key(sid, seq)], |r| r.get(0))
         .optional()
+}
+
+/// The stamp columns `bytes, records` of a row, from column `at` on.
+fn stamp_at(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<Stamp> {
+    Ok(Summary {
+        bytes: summary::uncount(r.get(at)?),
+        fold: cairn::ListingFold {
+            records: summary::uncount(r.get(at + 1)?),
+            ..cairn::ListingFold::default()
+        },
+    }
+    .stamp())
 }
 
 /// The bounds of every key of session `sid`'s records.
@@ -355,10 +370,19 @@ impl Backend for SqliteBackend {
                 )),
             )));
         }
+        // The header is the session's last record: it carries the counters.
         tx.execute(
-            "INSERT INTO records (key, session, seq, kind, id, parent, crc, payload)
-             VALUES (?1, ?2, 0, 'header', NULL, NULL, ?3, ?4)",
-            params![schema::key(sid, 0), sid, summary::crc_of(header), header],
+            "INSERT INTO records
+                 (key, session, seq, kind, id, parent, crc, updated, entries, bytes, payload)
+             VALUES (?1, ?2, 0, 'header', NULL, NULL, ?3, ?4, 0, ?5, ?6)",
+            params![
+                schema::key(sid, 0),
+                sid,
+                summary::crc_of(header),
+                summary.fold.updated,
+                count(summary.bytes),
+                header
+            ],
         )
         .map_err(&err)?;
         let token = lease::acquire(&tx, sid).map_err(&err)?;
@@ -367,7 +391,7 @@ impl Backend for SqliteBackend {
         let scanned = Scanned::created(header);
         Ok(Box::new(SqliteLog::new(
             location,
-            SqliteRows::new(sid, conn),
+            SqliteRows::new(sid, id.as_str(), conn, Some(&summary)),
             scanned,
             Some(Writer { token, summary }),
         )))
@@ -422,22 +446,36 @@ impl Backend for SqliteBackend {
 
     fn stamp(&self, id: &SessionId) -> Result<Stamp, StoreError> {
         let conn = self.conn();
-        let row: Option<(i64, i64)> = conn
-            .prepare_cached("SELECT bytes, records FROM sessions WHERE id = ?1")
-            .and_then(|mut s| {
-                s.query_row([id.as_str()], |r| Ok((r.get(0)?, r.get(1)?)))
-                    .optional()
-            })
+        let row: Option<Stamp> = conn
+            .prepare_cached(&format!(
+                "SELECT {STAMP_COLUMNS} FROM {SUMMARY_FROM} WHERE s.id = ?1"
+            ))
+            .and_then(|mut s| s.query_row([id.as_str()], |r| stamp_at(r, 0)).optional())
             .map_err(store_err("inspect", &self.location(id)))?;
-        let (bytes, records) = row.ok_or_else(|| self.no_such(id))?;
-        Ok(Summary {
-            bytes: summary::uncount(bytes),
-            fold: ListingFold {
-                records: summary::uncount(records),
-                ..ListingFold::default()
-            },
+        row.ok_or_else(|| self.no_such(id))
+    }
+
+    /// Every session's stamp in one query: the counters of each session's
+    /// last record (no payload is read).
+    fn stamps(&self) -> Result<Vec<(SessionId, Stamp)>, StoreError> {
+        let conn = self.conn();
+        let describe = self.describe();
+        let err = store_err("list", &describe);
+        let mut stmt = conn
+            .prepare_cached(&format!("SELECT s.id, {STAMP_COLUMNS} FROM {SUMMARY_FROM}"))
+            .map_err(&err)?;
+        let rows = stmt
+            .query_map([], |r| Ok((r.get::<_, String>(0)?, stamp_at(r, 1)?)))
+            .map_err(&err)?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (id, stamp) = row.map_err(&err)?;
+            // Rows are written by cairn with valid ids; skip anything else.
+            if let Ok(id) = SessionId::parse(&id) {
+                out.push((id, stamp));
+            }
         }
-        .stamp())
+        Ok(out)
     }
 
     fn writer_active(&self, id: &SessionId) -> bool {
@@ -475,8 +513,8 @@ impl Backend for SqliteBackend {
         tx.commit().map_err(&err)
     }
 
-    /// The listing cache, made on the fly from the `sessions` table (no
-    /// payload is read): every session with the stamp [`Backend::stamp`]
+    /// The listing cache, made on the fly from the `sessions` table and
+    /// each session's last record (no payload is read): every session with the stamp [`Backend::stamp`]
     /// reports, so the core's listing trusts every entry.
     fn load_catalog(&self) -> Option<Catalog> {
         let rows = self.rows().ok()?;
@@ -485,8 +523,9 @@ impl Backend for SqliteBackend {
         ))
     }
 
-    /// Nothing to save: the `sessions` table is the catalog, kept current by
-    /// every append transaction.
+    /// Nothing to save: the `sessions` table and the counters of each
+    /// session's last record are the catalog, kept current by every append
+    /// transaction.
     fn save_catalog(&self, _catalog: &Catalog) {}
 }
 

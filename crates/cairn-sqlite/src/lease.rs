@@ -105,16 +105,14 @@ pub(crate) fn acquire(conn: &Connection, sid: i64) -> rusqlite::Result<i64> {
     Ok(token)
 }
 
-/// Releases the lease of session `sid` if it still carries `token`.
-pub(crate) fn release(conn: &Connection, sid: i64, token: i64) -> rusqlite::Result<()> {
-    conn.prepare_cached("DELETE FROM leases WHERE session = ?1 AND token = ?2")?
-        .execute(params![sid, token])
-        .map(drop)
-}
-
-/// The token the lease of session `sid` carries now (`None`: no lease).
-pub(crate) fn current_token(conn: &Connection, sid: i64) -> rusqlite::Result<Option<i64>> {
-    conn.prepare_cached("SELECT token FROM leases WHERE session = ?1")?
-        .query_row([sid], |r| r.get(0))
-        .optional()
+/// Releases the lease of session `sid` if it still carries `token` and
+/// `sid` is still session `id` (a removed session's key is given to the
+/// next one created, whose tokens start again from 1).
+pub(crate) fn release(conn: &Connection, sid: i64, id: &str, token: i64) -> rusqlite::Result<()> {
+    conn.prepare_cached(
+        "DELETE FROM leases WHERE session = ?1 AND token = ?2
+             AND (SELECT id FROM sessions WHERE sid = ?1) = ?3",
+    )?
+    .execute(params![sid, token, id])
+    .map(drop)
 }

@@ -16,10 +16,12 @@
 //!   fencing token checked in every append transaction ([`lease`]). A
 //!   second writer gets the same [`cairn::OpenError::InUse`] as with files;
 //!   a writer whose lease was taken over cannot append.
-//! - **Listing by SQL.** Each append transaction also updates the session's
-//!   row (title, counts, first message, last operation's phase), so listing
-//!   and status never read a payload ([`SqliteBackend::summaries`]; the
-//!   core's `Store::list` gets the same rows as its catalog).
+//! - **Listing by SQL.** Each append transaction also stores the session's
+//!   listing summary: its counts and time on the append's last record (in
+//!   columns before the payload), its title, first message and last
+//!   operation's phase in the session's row when they change. So listing,
+//!   stamps and status never read a payload ([`SqliteBackend::summaries`];
+//!   the core's `Store::list` gets the same rows as its catalog).
 //!
 //! ```
 //! # let dir = tempfile::tempdir()?;

@@ -13,6 +13,7 @@ use cairn_sql::summary::{HeaderInfo, Summary};
 use crate::backend::{SqliteBackend, in_use, summary_at, whole};
 use crate::error::store_err;
 use crate::lease::{self, Lease, Takeover};
+use crate::schema::{SUMMARY_COLUMNS, SUMMARY_FROM};
 
 impl SqliteBackend {
     /// The writer lease of a session, if one is recorded (its holder may be
@@ -52,14 +53,14 @@ impl SqliteBackend {
         if rule == Takeover::IfDead && lease::holds(&held) {
             return Err(in_use(id, &held).into());
         }
-        lease::release(&tx, sid, held.token).map_err(&err)?;
+        lease::release(&tx, sid, id.as_str(), held.token).map_err(&err)?;
         tx.commit().map_err(&err)?;
         Ok(Some(held))
     }
 
     /// Every session's summary, most recently updated first, by SQL over
-    /// the `sessions` table (no payload is read), with the status the
-    /// leases give.
+    /// the `sessions` table and each session's last record (no payload is
+    /// read), with the status the leases give.
     ///
     /// # Errors
     ///
@@ -161,11 +162,10 @@ impl SqliteBackend {
     /// Every session's row: key, id, header facts and summary columns.
     pub(crate) fn rows(&self) -> rusqlite::Result<Vec<(i64, SessionId, HeaderInfo, Summary)>> {
         let conn = self.conn();
-        let mut stmt = conn.prepare_cached(
-            "SELECT sid, id, header, created, forked_from, parent, updated, title, first_message,
-                    op_state, entries, records, bytes
-             FROM sessions",
-        )?;
+        let mut stmt = conn.prepare_cached(&format!(
+            "SELECT s.sid, s.id, s.header, s.created, s.forked_from, s.parent, {SUMMARY_COLUMNS}
+             FROM {SUMMARY_FROM}"
+        ))?;
         let rows = stmt.query_map([], |r| {
             let id: String = r.get(1)?;
             let info = HeaderInfo {

@@ -115,7 +115,74 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE records_v3 RENAME TO records;
     CREATE UNIQUE INDEX records_by_id ON records (session, id) WHERE id IS NOT NULL;
     ",
+    // 4: one page fewer per append. The last record of each append carries
+    // the session's listing counters after it (`updated`: the last record's
+    // time; `entries`; `bytes`; the record count is its `seq` + 1), so an
+    // append leaves the `sessions` row alone unless a field kept there
+    // alone (title, first message, phase, operation state) changes. The
+    // counters come *before* `payload`: SQLite reads a row's columns in
+    // order, and a payload that spills into overflow pages would otherwise
+    // be walked to its end by every listing and stamp. So the table is
+    // rebuilt (every row copied as it was), and each session's last record
+    // takes the counters its `sessions` row held (which every append of
+    // versions 1-3 kept current). A session whose last record carries none
+    // (its `sessions` row counts other records, or a version-3 process
+    // appended it) is summarized by its `sessions` row: see `SUMMARY_FROM`.
+    "
+    CREATE TABLE records_v4 (
+        key     INTEGER PRIMARY KEY,
+        session INTEGER NOT NULL,
+        seq     INTEGER NOT NULL,
+        kind    TEXT    NOT NULL,
+        id      TEXT,
+        parent  TEXT,
+        crc     INTEGER NOT NULL,
+        updated TEXT,
+        entries INTEGER,
+        bytes   INTEGER,
+        payload BLOB    NOT NULL,
+        CHECK (session BETWEEN 0 AND 2147483647 AND seq BETWEEN 0 AND 4294967295
+               AND key = (session << 32) | seq)
+    );
+    INSERT INTO records_v4
+        (key, session, seq, kind, id, parent, crc, updated, entries, bytes, payload)
+        SELECT r.key, r.session, r.seq, r.kind, r.id, r.parent, r.crc,
+               s.updated, s.entries, s.bytes, r.payload
+        FROM records r LEFT JOIN sessions s ON s.sid = r.session AND s.records = r.seq + 1
+        ORDER BY r.key;
+    DROP TABLE records;
+    ALTER TABLE records_v4 RENAME TO records;
+    CREATE UNIQUE INDEX records_by_id ON records (session, id) WHERE id IS NOT NULL;
+    ",
 ];
+
+/// The listing summary of each session `s`: its `sessions` row joined with
+/// its last record `r` (one seek by key; no column after `r.bytes` is read,
+/// so a payload in overflow pages is not). Its columns are
+/// [`SUMMARY_COLUMNS`].
+pub(crate) const SUMMARY_FROM: &str = "sessions s LEFT JOIN records r ON r.key =
+    (SELECT key FROM records WHERE key BETWEEN s.sid << 32 AND (s.sid << 32) | 4294967295
+     ORDER BY key DESC LIMIT 1)";
+
+/// The summary columns `updated, title, first_message, op_state, entries,
+/// records, bytes` (as `crate::backend::summary_at` reads them) over
+/// [`SUMMARY_FROM`]. The counters are the last record's when it carries
+/// them, else the `sessions` row's (see migration 4); `updated` is never
+/// earlier than the session's creation (a fork's copied records keep their
+/// times), as in the core's `Session::updated`: both are RFC 3339 in one
+/// format, so they compare as text.
+pub(crate) const SUMMARY_COLUMNS: &str = "
+    CASE WHEN r.entries IS NULL THEN s.updated ELSE max(r.updated, s.created) END,
+    s.title, s.first_message, s.op_state,
+    CASE WHEN r.entries IS NULL THEN s.entries ELSE r.entries END,
+    CASE WHEN r.entries IS NULL THEN s.records ELSE r.seq + 1 END,
+    CASE WHEN r.entries IS NULL THEN s.bytes ELSE r.bytes END";
+
+/// The stamp columns `bytes, records` over [`SUMMARY_FROM`], as in
+/// [`SUMMARY_COLUMNS`].
+pub(crate) const STAMP_COLUMNS: &str = "
+    CASE WHEN r.entries IS NULL THEN s.bytes ELSE r.bytes END,
+    CASE WHEN r.entries IS NULL THEN s.records ELSE r.seq + 1 END";
 
 /// The bits of a `records` key that hold the `seq`: a session holds at
 /// most 2^32 records, and a database at most 2^31 sessions (`sid`s from 0
@@ -291,8 +358,8 @@ pub(crate) fn prepare(conn: &mut Connection, path: &Path) -> Result<(), SqliteEr
     tx.pragma_update(None, "application_id", APPLICATION_ID)
         .map_err(sqlite("migrate", path))?;
     tx.commit().map_err(sqlite("migrate", path))?;
-    if from > 0 && from < 3 {
-        // Migration 3 copied every record through the WAL: give the space
+    if from > 0 && from < 4 {
+        // Migrations 3 and 4 copy every record through the WAL: give the space
         // back now rather than keep a WAL the size of the database. Best
         // effort: a reader holding the WAL only delays it to a later
         // checkpoint, and the migration is committed either way.
@@ -457,16 +524,20 @@ mod tests {
         )
     }
 
-    #[test]
-    fn a_version_2_database_migrates_with_every_row_byte_for_byte_and_reads_the_same() {
+    /// A database of schema `version` (1, 2 or 3) holding sessions as that
+    /// version wrote them migrates to the latest with every row unchanged,
+    /// and every session reads, lists and takes appends as before.
+    fn an_old_database_migrates_with_every_row_byte_for_byte_and_reads_the_same(version: usize) {
         use cairn::testkit::build::user;
         use cairn::{Access, Backend, NewSession, Store};
+        use cairn_sql::summary::count;
         use std::sync::Arc;
 
         let dir = tempfile::tempdir().unwrap();
         // Sessions written by the backend: a long one (its index saved by
-        // a reopen), a short one with a branch, and a removed one (a gap
-        // in the session keys).
+        // a reopen), a short one with a branch and a title, one whose last
+        // line spills into overflow pages, and a removed one (a gap in the
+        // session keys).
         let now = dir.path().join("now.db");
         let backend = Arc::new(crate::SqliteBackend::open(&now).unwrap());
         let store = Store::with_backend(backend.clone());
@@ -487,42 +558,102 @@ mod tests {
             body: user("branch"),
         })
         .unwrap();
+        // A title, kept in the `sessions` row alone.
+        s.append(cairn::EntryBody::SessionInfo(cairn::SessionInfo {
+            title: Some("short".into()),
+        }))
+        .unwrap();
         let short = s.id().clone();
         drop(s);
+        let s = store.create(NewSession::default()).unwrap();
+        s.append(user("a question")).unwrap();
+        s.append(user(&"x".repeat(200_000))).unwrap();
+        let large = s.id().clone();
+        drop(s);
         store.remove(&gone).unwrap();
+        let ids = [&long, &short, &large];
 
-        // The same rows in a database of schema version 2, as version 2
-        // wrote them (every column but the new key is the same).
-        let old = dir.path().join("v2.db");
+        // The same rows in a database of schema `version`, as that version
+        // wrote them: the columns it had, and the listing counters in each
+        // `sessions` row (which every append of versions 1-3 kept current).
+        let old = dir.path().join(format!("v{version}.db"));
         {
             let conn = connect(&old).unwrap();
-            conn.execute_batch(MIGRATIONS[0]).unwrap();
-            conn.execute_batch(MIGRATIONS[1]).unwrap();
-            conn.pragma_update(None, "user_version", 2).unwrap();
+            for m in &MIGRATIONS[..version] {
+                conn.execute_batch(m).unwrap();
+            }
+            conn.pragma_update(None, "user_version", version as i64)
+                .unwrap();
             conn.pragma_update(None, "application_id", APPLICATION_ID)
                 .unwrap();
             conn.execute("ATTACH ?1 AS now", [now.to_str().unwrap()])
                 .unwrap();
-            conn.execute_batch(
+            let records = if version < 3 {
+                "INSERT INTO records SELECT session, seq, kind, id, parent, crc, payload
+                     FROM now.records ORDER BY key;"
+            } else {
+                "INSERT INTO records SELECT key, session, seq, kind, id, parent, crc, payload
+                     FROM now.records ORDER BY key;"
+            };
+            let indexes = if version < 2 {
+                ""
+            } else {
+                "INSERT INTO indexes SELECT * FROM now.indexes;"
+            };
+            conn.execute_batch(&format!(
                 "INSERT INTO sessions SELECT * FROM now.sessions;
-                 INSERT INTO records SELECT session, seq, kind, id, parent, crc, payload
-                     FROM now.records ORDER BY key;
-                 INSERT INTO indexes SELECT * FROM now.indexes;
-                 INSERT INTO leases SELECT * FROM now.leases;",
-            )
+                 {records}
+                 {indexes}
+                 INSERT INTO leases SELECT * FROM now.leases;"
+            ))
             .unwrap();
+            let latest = connect(&now).unwrap();
+            let sids: Vec<i64> = latest
+                .prepare("SELECT sid FROM sessions")
+                .unwrap()
+                .query_map([], |r| r.get(0))
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap();
+            assert_eq!(sids.len(), 3);
+            for sid in sids {
+                let sum = crate::SqliteBackend::load_summary(&latest, sid).unwrap();
+                conn.execute(
+                    "UPDATE sessions SET updated = ?2, entries = ?3, records = ?4, bytes = ?5
+                     WHERE sid = ?1",
+                    rusqlite::params![
+                        sid,
+                        sum.fold.updated,
+                        count(sum.fold.entries),
+                        count(sum.fold.records),
+                        count(sum.bytes)
+                    ],
+                )
+                .unwrap();
+            }
         }
         let before = connect(&old).unwrap();
         let order = "1, 2";
-        let tables = [
+        let mut tables = vec![
             (V2_RECORDS, order),
             ("sessions", "sid"),
-            ("indexes", "session"),
             ("leases", "session"),
         ];
+        if version >= 2 {
+            tables.push(("indexes", "session"));
+        }
         let rows: Vec<_> = tables.iter().map(|(t, o)| dump(&before, t, o)).collect();
-        assert_eq!(rows[0].len(), 1100 + 1 + 3 + 1);
-        assert_eq!(rows[2].len(), 1, "the long session's index");
+        assert_eq!(rows[0].len(), 1100 + 1 + 4 + 1 + 2 + 1);
+        if version >= 2 {
+            assert_eq!(rows[3].len(), 1, "the long session's index");
+        }
+        // What versions 1-3 listed: the `sessions` row's summary columns.
+        let listed_before = dump(
+            &before,
+            "(SELECT id, updated, title, first_message, op_state, entries, records, bytes
+              FROM sessions)",
+            "1",
+        );
         drop(before);
 
         let migrated = Arc::new(crate::SqliteBackend::open(&old).unwrap());
@@ -542,16 +673,36 @@ mod tests {
             )
             .unwrap();
         assert_eq!(keys, rows[0].len() as i64);
-        // The schema is a new database's: no (session, seq) index is left.
+        // Each session's last record, and no other, took the counters.
+        let counted: Vec<(i64, i64)> = after
+            .prepare(
+                "SELECT session, seq FROM records WHERE updated IS NOT NULL
+                     OR entries IS NOT NULL OR bytes IS NOT NULL ORDER BY key",
+            )
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(counted, [(1, 1100), (3, 4), (4, 2)]);
+        // What the migrated database lists is what the old one did.
+        let listed_after = dump(
+            &after,
+            &format!("(SELECT s.id, {SUMMARY_COLUMNS} FROM {SUMMARY_FROM})"),
+            "1",
+        );
+        assert_eq!(listed_after, listed_before);
+        // The schema is a new database's: no (session, seq) index is left,
+        // and the counters come before the payload.
         assert_eq!(schema_of(&after), schema_of(&connect(&now).unwrap()));
         let check: String = after
             .query_row("PRAGMA integrity_check", [], |r| r.get(0))
             .unwrap();
         assert_eq!(check, "ok");
 
-        // Every session reads the same through both databases.
+        // Every session reads and lists the same through both databases.
         let old_store = Store::with_backend(migrated.clone());
-        for id in [&long, &short] {
+        for id in ids {
             assert_eq!(
                 migrated.stored_lines(id).unwrap(),
                 backend.stored_lines(id).unwrap()
@@ -565,18 +716,43 @@ mod tests {
                 migrated.children(id, None).unwrap(),
                 backend.children(id, None).unwrap()
             );
+            assert_eq!(migrated.stamp(id).unwrap(), backend.stamp(id).unwrap());
         }
         assert_eq!(migrated.children(&short, Some(&first)).unwrap().len(), 2);
         assert_eq!(
             migrated.entry_seq(&short, &first).unwrap(),
             backend.entry_seq(&short, &first).unwrap()
         );
-        // And the migrated database takes appends.
+        assert_eq!(migrated.summaries().unwrap(), backend.summaries().unwrap());
+        assert_eq!(old_store.list().unwrap(), store.list().unwrap());
+        assert_eq!(migrated.stamps().unwrap().len(), 3);
+        // And the migrated database takes appends, and lists them.
         let s = old_store.open(&short, Access::Write).unwrap();
         s.append(user("after the migration")).unwrap();
+        let mut want = cairn::summary_of(&s).unwrap();
         drop(s);
         let s = old_store.open(&short, Access::Read).unwrap();
         assert_eq!(s.context().messages().len(), 3);
+        let listed = migrated.summaries().unwrap();
+        let got = listed.iter().find(|l| l.id == short).unwrap();
+        want.status = got.status;
+        assert_eq!(*got, want);
+        assert_eq!(want.records, 6);
+    }
+
+    #[test]
+    fn a_version_1_database_migrates_with_every_row_byte_for_byte_and_reads_the_same() {
+        an_old_database_migrates_with_every_row_byte_for_byte_and_reads_the_same(1);
+    }
+
+    #[test]
+    fn a_version_2_database_migrates_with_every_row_byte_for_byte_and_reads_the_same() {
+        an_old_database_migrates_with_every_row_byte_for_byte_and_reads_the_same(2);
+    }
+
+    #[test]
+    fn a_version_3_database_migrates_with_every_row_byte_for_byte_and_reads_the_same() {
+        an_old_database_migrates_with_every_row_byte_for_byte_and_reads_the_same(3);
     }
 
     #[test]

@@ -68,9 +68,11 @@ impl Fixture for SqliteFixture {
         let mut c = self.raw();
         let sid = self.sid(&c, id);
         let seq: i64 = c
-            .query_row("SELECT records FROM sessions WHERE sid = ?1", [sid], |r| {
-                r.get(0)
-            })
+            .query_row(
+                "SELECT count(*) FROM records WHERE key BETWEEN ?1 << 32 AND (?1 << 32) | 4294967295",
+                [sid],
+                |r| r.get(0),
+            )
             .unwrap();
         let tx = c.transaction().unwrap();
         tx.execute(

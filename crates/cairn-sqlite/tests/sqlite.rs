@@ -222,6 +222,88 @@ fn a_lease_taken_over_by_a_new_writer_fences_the_old_one() {
 }
 
 #[test]
+fn a_writer_whose_session_gained_records_behind_its_back_is_fenced_and_stores_nothing() {
+    let (_dir, b, store) = setup();
+    let s = store.create(NewSession::default()).unwrap();
+    s.append(user("one")).unwrap();
+    let line = s.raw_record(1).unwrap();
+    // A record 2 this handle does not know of (its lease is still its own).
+    raw(&b)
+        .execute(
+            "INSERT INTO records (key, session, seq, kind, crc, payload)
+             SELECT (sid << 32) | 2, sid, 2, 'message', 0, ?1 FROM sessions",
+            [&line],
+        )
+        .unwrap();
+    match s.append(user("two")) {
+        Err(AppendError::Io { source, .. }) => {
+            let msg = source.to_string();
+            assert!(msg.contains("holds other records"), "{msg}");
+        }
+        other => panic!("expected the append to be fenced, got {other:?}"),
+    }
+    let stored: i64 = raw(&b)
+        .query_row("SELECT count(*) FROM records", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(stored, 3, "the header, record 1 and the planted record 2");
+}
+
+/// The key (`sid`) of session `id`.
+fn sid_of(b: &SqliteBackend, id: &SessionId) -> i64 {
+    raw(b)
+        .query_row(
+            "SELECT sid FROM sessions WHERE id = ?1",
+            [id.as_str()],
+            |r| r.get(0),
+        )
+        .unwrap()
+}
+
+#[test]
+fn a_writer_of_a_removed_session_is_fenced_from_the_new_session_given_its_key_and_token() {
+    let (_dir, b, store) = setup();
+    // A writer of a session with its header alone, fenced by a forced
+    // break; the session is then removed.
+    let stale = store.create(NewSession::default()).unwrap();
+    let gone = stale.id().clone();
+    let (sid, token) = (sid_of(&b, &gone), b.lease(&gone).unwrap().unwrap().token);
+    b.break_lease(&gone, Takeover::Force).unwrap();
+    store.remove(&gone).unwrap();
+    // The next session created gets the removed one's key (SQLite reuses
+    // the largest rowid) and, as a new session, the same first token; it
+    // holds its header alone, as the stale writer knows its own.
+    let new = store.create(NewSession::default()).unwrap();
+    assert_eq!(sid_of(&b, new.id()), sid);
+    assert_eq!(b.lease(new.id()).unwrap().unwrap().token, token);
+    match stale.append(user("the stale writer")) {
+        Err(AppendError::Io { source, .. }) => {
+            let msg = source.to_string();
+            assert!(
+                msg.contains("the session was removed")
+                    && msg.contains(&format!("given to session {}", new.id())),
+                "{msg}"
+            );
+        }
+        other => panic!("expected the stale writer to be fenced, got {other:?}"),
+    }
+    // Nor does it give the new session's lease back when it goes.
+    drop(stale);
+    assert!(b.writer_active(new.id()));
+    new.append(user("the new writer")).unwrap();
+    let id = new.id().clone();
+    drop(new);
+    let again = store.open(&id, Access::Read).unwrap();
+    assert_eq!(again.len(), 2, "nothing of the stale writer was stored");
+    assert_eq!(
+        again.context().messages()[0]
+            .message()
+            .unwrap()
+            .plain_text(),
+        "the new writer"
+    );
+}
+
+#[test]
 fn breaking_a_live_holders_lease_needs_force() {
     let (_dir, b, store) = setup();
     let s = store.create(NewSession::default()).unwrap();
@@ -344,6 +426,190 @@ fn listing_and_status_come_from_sql_without_reading_payloads() {
         store.open(&id, Access::Read),
         Err(OpenError::Damaged(_))
     ));
+}
+
+/// The `sessions` row of session `id`, every column.
+fn sessions_row(b: &SqliteBackend, id: &SessionId) -> Vec<rusqlite::types::Value> {
+    let c = raw(b);
+    let mut stmt = c.prepare("SELECT * FROM sessions WHERE id = ?1").unwrap();
+    let n = stmt.column_count();
+    stmt.query_row([id.as_str()], |r| (0..n).map(|i| r.get(i)).collect())
+        .unwrap()
+}
+
+#[test]
+fn an_append_that_changes_no_listed_field_leaves_the_sessions_row_as_it_was() {
+    let (_dir, b, store) = setup();
+    let s = store.create(NewSession::default()).unwrap();
+    let id = s.id().clone();
+    s.append(user("the first message")).unwrap();
+    let before = sessions_row(&b, &id);
+    s.append(EntryBody::Message(Message::text(
+        Role::Assistant,
+        "a reply",
+    )))
+    .unwrap();
+    s.append(user("a second message")).unwrap();
+    assert_eq!(
+        sessions_row(&b, &id),
+        before,
+        "the counters went with the records"
+    );
+    // Yet the listing counts every record, from the session's last one.
+    let mut want = cairn::summary_of(&s).unwrap();
+    want.status = Status::Init;
+    assert_eq!((want.entries, want.records), (3, 4));
+    assert_eq!(b.summaries().unwrap()[0], want);
+    let bytes: usize = (0..s.len())
+        .map(|seq| s.raw_record(seq).unwrap().len())
+        .sum();
+    assert_eq!(b.stamp(&id).unwrap().len, bytes as u64);
+    assert_eq!(b.stamps().unwrap(), [(id.clone(), b.stamp(&id).unwrap())]);
+    // A new title is kept in the row alone: that append rewrites it.
+    s.append(EntryBody::SessionInfo(cairn::SessionInfo {
+        title: Some("a title".into()),
+    }))
+    .unwrap();
+    let titled = sessions_row(&b, &id);
+    assert_ne!(titled, before);
+    assert_eq!(titled[5], rusqlite::types::Value::Text("a title".into()));
+    assert_eq!(b.summaries().unwrap()[0].title.as_deref(), Some("a title"));
+    // A writer reopening the session continues from the same counters,
+    // and its first plain append leaves the row alone too.
+    drop(s);
+    let s = store.open(&id, Access::Write).unwrap();
+    let reopened = sessions_row(&b, &id);
+    assert_ne!(reopened, titled, "the lease's epoch is in the row");
+    s.append(user("after reopening")).unwrap();
+    assert_eq!(sessions_row(&b, &id), reopened);
+    let mut want = cairn::summary_of(&s).unwrap();
+    drop(s);
+    want.status = Status::Init;
+    assert_eq!(store.list().unwrap()[0], want);
+    assert_eq!(want.records, 6);
+}
+
+#[test]
+fn stamps_are_every_sessions_stamp_in_one_pass() {
+    let (_dir, b, store) = setup();
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        let s = store.create(NewSession::default()).unwrap();
+        for j in 0..i {
+            s.append(user(&format!("m{j}"))).unwrap();
+        }
+        ids.push(s.id().clone());
+    }
+    let gone = ids.remove(2);
+    store.remove(&gone).unwrap();
+    let mut stamps = b.stamps().unwrap();
+    stamps.sort_by(|x, y| x.0.cmp(&y.0));
+    let mut each: Vec<_> = ids
+        .iter()
+        .map(|id| (id.clone(), b.stamp(id).unwrap()))
+        .collect();
+    each.sort_by(|x, y| x.0.cmp(&y.0));
+    assert_eq!(stamps, each);
+    // A stamp is the bytes and the records stored.
+    for (id, stamp) in &stamps {
+        let lines = b.stored_lines(id).unwrap();
+        let bytes: usize = lines.iter().map(Vec::len).sum();
+        assert_eq!(
+            (stamp.len, stamp.modified_ns),
+            (bytes as u64, lines.len() as u128)
+        );
+    }
+}
+
+/// The pages of `records` that hold the overflow of its payloads.
+fn overflow_pages(c: &Connection) -> Vec<i64> {
+    c.prepare("SELECT pageno FROM dbstat WHERE name = 'records' AND pagetype = 'overflow'")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
+#[test]
+fn regression_listing_walked_the_overflow_pages_of_every_sessions_large_last_line() {
+    // The first migration 4 added the listing counters after `payload`, so
+    // reading them walked every overflow page of a session's last line
+    // when it spilled (3,000 sessions ending in 200 KB lines: 147,058
+    // preads). Here those pages are zeroed in the database file: a listing
+    // or stamp that reads one fails (the overflow chain is broken) or
+    // lists something else.
+    let (dir, b, store) = setup();
+    let mut ids = Vec::new();
+    for i in 0..10 {
+        let s = store
+            .create(NewSession {
+                title: Some(format!("session {i}")),
+                ..NewSession::default()
+            })
+            .unwrap();
+        s.append(user("a short question")).unwrap();
+        s.append(EntryBody::Message(Message::text(
+            Role::Assistant,
+            "z".repeat(200_000),
+        )))
+        .unwrap();
+        ids.push(s.id().clone());
+    }
+    let sorted = |mut v: Vec<(SessionId, cairn::Stamp)>| {
+        v.sort_by(|x, y| x.0.cmp(&y.0));
+        v
+    };
+    let (list, summaries, stamps) = (
+        store.list().unwrap(),
+        b.summaries().unwrap(),
+        sorted(b.stamps().unwrap()),
+    );
+    assert_eq!(list.len(), 10);
+    assert!(list.iter().all(|l| l.records == 3));
+    assert!(stamps.iter().all(|(_, s)| s.len > 200_000));
+    let path = b.path().to_owned();
+    drop((store, b));
+
+    // Everything in the database file, then each overflow page zeroed.
+    let c = Connection::open(&path).unwrap();
+    let busy: i64 = c
+        .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(busy, 0);
+    let page: u64 = c
+        .query_row("PRAGMA page_size", [], |r| r.get::<_, i64>(0))
+        .unwrap() as u64;
+    let pages = overflow_pages(&c);
+    assert!(
+        pages.len() as u64 >= 10 * (200_000 / page),
+        "{} overflow pages",
+        pages.len()
+    );
+    drop(c);
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        let zeros = vec![0u8; page as usize];
+        for p in pages {
+            f.write_all_at(&zeros, (p as u64 - 1) * page).unwrap();
+        }
+        f.sync_all().unwrap();
+    }
+
+    let b = Arc::new(SqliteBackend::open(&path).unwrap());
+    let store = Store::with_backend(b.clone());
+    assert_eq!(sorted(b.stamps().unwrap()), stamps);
+    for (id, stamp) in &stamps {
+        assert_eq!(b.stamp(id).unwrap(), *stamp);
+        assert_eq!(b.status(id).unwrap(), Status::Init);
+    }
+    assert_eq!(b.summaries().unwrap(), summaries);
+    assert_eq!(store.list().unwrap(), list);
+    // The pages really are gone: the sessions whose lines they held no
+    // longer read.
+    assert!(store.open(&ids[0], Access::Read).is_err());
+    drop(dir);
 }
 
 #[test]

@@ -111,7 +111,7 @@ fn append_figures(b: &Bench, dir: &Path, store: &Store, raw: &mut Raw) -> Result
             s.sqlite_rounds,
             mean_line(&fixture::encode_chain(&workload::bodies(1, "c", 50), 1))
         ),
-        "cairn-sqlite commits one transaction per append (WAL, synchronous=FULL: the WAL is synced at every commit): the UPDATE of the session's summary row fenced by the lease's token, the INSERT of the line with kind/id/parent/crc into `records` (one secondary index, on entry id); the lease's heartbeat at most every 10 s".to_owned(),
+        "cairn-sqlite commits one transaction per append (WAL, synchronous=FULL: the WAL is synced at every commit): the fence (a read of the session's id, the lease's token and the session's last key), the INSERT of the line with kind/id/parent/crc and the listing counters into `records` (one secondary index, on entry id), the session's row only when its title, first message or operation state changes; the lease's heartbeat at most every 10 s".to_owned(),
     ];
     let vs_file = rounds_note(&sqlite, &file);
     let vs_raw = rounds_note(&sqlite, &rawr);
