@@ -8,8 +8,10 @@
 //! no sync in flight becomes the leader and runs one sync — the batch's
 //! write, then one `fdatasync` — for everybody so far; the others park,
 //! each with the records it needs durable. Nobody is acknowledged before a
-//! sync that covers their record. Nothing extends the file while an
-//! `fdatasync` of it runs, and a batch costs one write, not one per record.
+//! sync that covers their record. No group append extends the file while
+//! an `fdatasync` of it runs, and a batch costs one write, not one per
+//! record (a `Sync` or `Buffered` append on the same handle, or a batch
+//! past 1 MiB, writes the deferred lines before its own).
 //!
 //! After its sync the leader wakes only the waiters that sync covered (no
 //! thundering herd through one condition variable: each parked thread is
@@ -450,9 +452,9 @@ impl GroupCommit {
         let st = self.gather(st);
         let target = st.written;
         drop(st);
-        // Should the sync panic, the waiters fail instead of waiting for
-        // a leader that is gone.
-        let leading = Leading(Some(self));
+        // Should the sync panic, the log and the waiters fail instead of
+        // waiting for a leader that is gone.
+        let leading = Leading(Some((self, log)));
         let started = Instant::now();
         let synced = log.sync();
         self.note_sync_time(started.elapsed());
@@ -504,9 +506,10 @@ impl GroupCommit {
 }
 
 /// A leader's sync in progress: dropped before [`Leading::done`], by a
-/// panic unwinding through the sync, it fails every waiter (who would
+/// panic unwinding through the sync, it poisons the log (whose deferred
+/// lines are then never written) and fails every waiter (who would
 /// otherwise wait forever, `syncing` set and no leader left).
-struct Leading<'a>(Option<&'a GroupCommit>);
+struct Leading<'a>(Option<(&'a GroupCommit, &'a dyn Log)>);
 
 impl Leading<'_> {
     fn done(mut self) {
@@ -516,8 +519,10 @@ impl Leading<'_> {
 
 impl Drop for Leading<'_> {
     fn drop(&mut self) {
-        if let Some(gc) = self.0 {
-            gc.fail_all(gc.lock(), "a sync panicked".to_owned());
+        if let Some((gc, log)) = self.0 {
+            let cause = "a sync panicked";
+            log.fail_sync(cause);
+            gc.fail_all(gc.lock(), cause.to_owned());
         }
     }
 }
@@ -543,6 +548,8 @@ mod tests {
     /// for it (it holds no records).
     trait Syncs: Send + Sync + std::fmt::Debug {
         fn sync(&self) -> Result<(), AppendError>;
+        /// What [`Log::fail_sync`] was told, if anything.
+        fn fail_sync(&self, _cause: &str) {}
     }
 
     /// A log of no records around a [`Syncs`] (whose fields and methods
@@ -572,6 +579,9 @@ mod tests {
         }
         fn sync(&self) -> Result<(), AppendError> {
             self.0.sync()
+        }
+        fn fail_sync(&self, cause: &str) {
+            self.0.fail_sync(cause);
         }
         fn is_writer(&self) -> bool {
             true
@@ -632,8 +642,10 @@ mod tests {
     /// wake the gathering leader, which waited out its whole limit.
     #[test]
     fn an_append_that_fails_before_its_write_wakes_the_gathering_leader() {
-        // Long enough never to run out here: only the wake ends the wait.
-        let gc = with_gather(Duration::from_secs(3600));
+        // Long enough never to run out here but by the bug: only the wake
+        // ends the wait in time.
+        let limit = Duration::from_secs(10);
+        let gc = with_gather(limit);
         let log = Stub(CountingLog::default());
         let failing = gc.begin();
         std::thread::scope(|scope| {
@@ -644,8 +656,13 @@ mod tests {
             while !gc.gathering.load(Ordering::SeqCst) {
                 std::thread::yield_now();
             }
+            let woken = std::time::Instant::now();
             drop(failing);
             leader.join().unwrap().unwrap();
+            assert!(
+                woken.elapsed() < limit,
+                "the leader waited out its gathering limit"
+            );
         });
         assert_eq!(log.syncs.load(Ordering::SeqCst), 1);
         assert_eq!(gc.durable(), 2);
@@ -706,6 +723,8 @@ mod tests {
         fail: AtomicBool,
         /// Panics instead of failing.
         panic: AtomicBool,
+        /// Why the log was told it failed ([`Log::fail_sync`]).
+        failed: Mutex<Option<String>>,
     }
 
     impl GatedLog {
@@ -740,6 +759,9 @@ mod tests {
                 });
             }
             Ok(())
+        }
+        fn fail_sync(&self, cause: &str) {
+            *self.failed.lock().unwrap() = Some(cause.to_owned());
         }
     }
 
@@ -879,6 +901,11 @@ mod tests {
             wait_parked(&gc, 2);
             log.open_one();
             assert!(leader.join().is_err(), "the leader's panic goes on");
+            assert_eq!(
+                log.failed.lock().unwrap().as_deref(),
+                Some("a sync panicked"),
+                "the log refuses from now on too"
+            );
             for w in waiters {
                 match w.join().unwrap() {
                     Err(AppendError::Poisoned { cause, .. }) => {

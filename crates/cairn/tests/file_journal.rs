@@ -1217,7 +1217,11 @@ fn sync_mode_syncs_each_record_before_append_returns() {
         // the recorder does not watch: the log's own syncs count from 0.
         let sync = seq - 1;
         expected.extend([
-            Event::Write { seq, end },
+            Event::Write {
+                seq,
+                last: seq,
+                end,
+            },
             Event::SyncStart { sync, len: end },
             Event::SyncEnd { sync },
             Event::Ack { seq },
@@ -1239,6 +1243,7 @@ fn buffered_mode_acknowledges_after_the_write_and_syncs_on_request() {
             [
                 Event::Write {
                     seq,
+                    last: seq,
                     end: ends[seq as usize],
                 },
                 Event::Ack { seq },
@@ -1321,17 +1326,18 @@ fn uncovered_acks(events: &[Event]) -> Vec<u64> {
     let mut uncovered = Vec::new();
     for (ack_at, e) in events.iter().enumerate() {
         let Event::Ack { seq } = *e else { continue };
-        // The write that holds it: the last one before the ack that
-        // began at or before it (a group commit writes a batch at once).
-        let Some((write_at, end)) = events[..ack_at]
-            .iter()
-            .enumerate()
-            .filter_map(|(i, e)| match *e {
-                Event::Write { seq: s, end } if s <= seq => Some((i, s, end)),
-                _ => None,
-            })
-            .max_by_key(|&(_, s, _)| s)
-            .map(|(i, _, end)| (i, end))
+        // The write that holds it, before the ack (a group commit writes
+        // a batch at once).
+        let Some((write_at, end)) =
+            events[..ack_at]
+                .iter()
+                .enumerate()
+                .find_map(|(i, e)| match *e {
+                    Event::Write { seq: s, last, end } if (s..=last).contains(&seq) => {
+                        Some((i, end))
+                    }
+                    _ => None,
+                })
         else {
             uncovered.push(seq);
             continue;

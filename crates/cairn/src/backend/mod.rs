@@ -321,11 +321,12 @@ pub trait Log: Send + Sync + fmt::Debug {
     fn append(&self, lines: &[Vec<u8>]) -> Result<(), AppendError>;
 
     /// Takes complete lines for the end of the log, to be written by the
-    /// next [`Log::sync`] — or sooner: by the next [`Log::append`], a read
-    /// of one of them, or when the lines waiting grow large. For a caller
-    /// that syncs before it acknowledges them (group commit): a batch is
-    /// written with one call, and nothing extends the file while a sync of
-    /// it runs. Readers that open before the lines are written do not see
+    /// next [`Log::sync`] — or sooner: by the next [`Log::append`], or when
+    /// the lines waiting grow large (a read of one gives it from memory).
+    /// For a caller that syncs before it acknowledges them (group commit):
+    /// a batch is written with one call, and deferring appenders do not
+    /// extend the file while a sync of it runs. Readers that open before
+    /// the lines are written do not see them; a poisoned log never writes
     /// them. The default writes them at once.
     ///
     /// # Errors
@@ -335,8 +336,10 @@ pub trait Log: Send + Sync + fmt::Debug {
         self.append(lines)
     }
 
-    /// Makes every line written so far durable. May run concurrently with
-    /// [`Log::append`]; covers at least the lines written before it was called.
+    /// Makes every line written so far durable — the deferred ones
+    /// ([`Log::defer`]) written first. May run concurrently with
+    /// [`Log::append`]; covers at least the lines written or deferred before
+    /// it was called.
     ///
     /// # Errors
     ///
@@ -346,7 +349,8 @@ pub trait Log: Send + Sync + fmt::Debug {
     /// Whether this handle holds the writer lock.
     fn is_writer(&self) -> bool;
 
-    /// Size of the log in bytes (lines, newlines included).
+    /// Size of the log in bytes (lines, newlines included; deferred lines
+    /// count, whether or not they are in the file yet).
     fn byte_len(&self) -> u64;
 
     /// Byte offset of line `seq`, for messages (0 where the backend has no
@@ -364,6 +368,15 @@ pub trait Log: Send + Sync + fmt::Debug {
     fn line_at(&self, seq: u64) -> Option<LineAt> {
         let _ = seq;
         None
+    }
+
+    /// Makes the log refuse every later write and sync, as a failed sync
+    /// does: for a sync that ended without an answer (it panicked), so
+    /// nothing builds on what it may or may not have made durable, and no
+    /// deferred line of a refused append is written later. The default
+    /// does nothing (for backends whose syncs cannot fail).
+    fn fail_sync(&self, cause: &str) {
+        let _ = cause;
     }
 
     /// Why the log refuses writes, once a write or sync has failed (`None`

@@ -238,11 +238,13 @@ pub fn torn_files(dir: &Path) -> Vec<PathBuf> {
 /// One event on a session log, or an acknowledgement recorded by the test.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Event {
-    /// A write returned; it began with record `seq` (and may hold the
-    /// records after it) and ended at byte `end`.
+    /// A write returned; it held records `seq..=last` and ended at byte
+    /// `end`.
     Write {
         /// The first record in the write.
         seq: u64,
+        /// The last record in the write (a group commit writes a batch).
+        last: u64,
         /// The file offset just past the written bytes.
         end: u64,
     },
@@ -336,8 +338,10 @@ impl Hook for Recorder {
     fn write_all_at(&self, file: Hooked<'_>, buf: &[u8], offset: u64) -> io::Result<()> {
         file.inner.write_all_at(buf, offset)?;
         let seq = leading_seq(buf).expect("writes to a session log start with a record");
+        let lines = buf.iter().filter(|&&b| b == b'\n').count() as u64;
         self.push(Event::Write {
             seq,
+            last: seq + lines.max(1) - 1,
             end: offset + buf.len() as u64,
         });
         Ok(())

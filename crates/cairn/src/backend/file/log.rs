@@ -253,40 +253,43 @@ impl Drop for FileLog {
 const PENDING_LIMIT: usize = 1 << 20;
 
 impl FileLog {
-    /// Writes the deferred lines, if any (under the index's write lock, so
-    /// no other write lands past them first and no reader finds a gap).
-    fn write_pending(&self, idx: &mut Index) -> Result<(), AppendError> {
-        if idx.pending.is_empty() {
+    /// Writes the deferred lines, then `lines`, in one write at the end of
+    /// what the file holds, and only then takes `lines` into the index.
+    /// Under the index's write lock, so no other write lands past them first
+    /// and nobody finds a gap. A poisoned log writes nothing more (a failed
+    /// sync may have cut the file where the deferred lines would go); a
+    /// failed write poisons it and leaves `lines` out of the index.
+    fn write_with(&self, idx: &mut Index, lines: &[Vec<u8>]) -> Result<(), AppendError> {
+        if idx.pending.is_empty() && lines.is_empty() {
             return Ok(());
         }
-        let at = idx.written_end();
-        self.file
-            .write_all_at(&idx.pending, at)
-            .map_err(|e| self.poison("write", e))?;
+        self.check_writable()?;
+        let (deferred, at) = (idx.pending.len(), idx.written_end());
+        for l in lines {
+            idx.pending.extend_from_slice(l);
+        }
+        if let Err(e) = self.file.write_all_at(&idx.pending, at) {
+            idx.pending.truncate(deferred);
+            return Err(self.poison("write", e));
+        }
         idx.pending.clear();
         if idx.pending.capacity() > PENDING_LIMIT {
             idx.pending = Vec::new();
         }
+        idx.push(lines);
         Ok(())
     }
 
-    /// Makes sure the file holds the bytes before `end` (a read of a
-    /// deferred line writes the deferred lines first).
-    fn ensure_written(&self, end: u64) -> Result<(), ReadError> {
-        let written = self
-            .index
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .written_end();
-        if end <= written {
-            return Ok(());
-        }
-        let mut idx = self.index.write().unwrap_or_else(PoisonError::into_inner);
-        // (The write's failure poisoned the log; the read reports it.)
-        self.write_pending(&mut idx).map_err(|e| ReadError::Io {
-            location: self.location.clone(),
-            source: io::Error::other(crate::error::with_causes(&e)),
-        })
+    /// Line `start..end`, while it is deferred: its bytes from memory (a
+    /// read never writes).
+    fn deferred(&self, start: u64, end: u64) -> Option<Vec<u8>> {
+        let idx = self.index.read().unwrap_or_else(PoisonError::into_inner);
+        let written = idx.written_end();
+        // Deferred lines start where the written ones end: a line is never
+        // split between the two.
+        let from = usize::try_from(start.checked_sub(written)?).ok()?;
+        let to = usize::try_from(end - written).ok()?;
+        idx.pending.get(from..to).map(<[u8]>::to_vec)
     }
 }
 
@@ -304,7 +307,9 @@ impl Log for FileLog {
 
     fn read(&self, seq: u64) -> Result<Vec<u8>, ReadError> {
         let (start, end) = self.span(seq)?;
-        self.ensure_written(end)?;
+        if let Some(line) = self.deferred(start, end) {
+            return Ok(line);
+        }
         self.lines.read_at(seq, start, end - start)
     }
 
@@ -313,11 +318,7 @@ impl Log for FileLog {
         let mut idx = self.index.write().unwrap_or_else(PoisonError::into_inner);
         if !idx.pending.is_empty() {
             // After the deferred lines, in the same write.
-            for l in lines {
-                idx.pending.extend_from_slice(l);
-            }
-            idx.push(lines);
-            return self.write_pending(&mut idx);
+            return self.write_with(&mut idx, lines);
         }
         // One write call for the whole batch (a single line needs no copy).
         let joined;
@@ -338,13 +339,14 @@ impl Log for FileLog {
     fn defer(&self, lines: &[Vec<u8>]) -> Result<(), AppendError> {
         self.check_writable()?;
         let mut idx = self.index.write().unwrap_or_else(PoisonError::into_inner);
+        let size: usize = lines.iter().map(Vec::len).sum();
+        if idx.pending.len() + size >= PENDING_LIMIT {
+            return self.write_with(&mut idx, lines);
+        }
         for l in lines {
             idx.pending.extend_from_slice(l);
         }
         idx.push(lines);
-        if idx.pending.len() >= PENDING_LIMIT {
-            return self.write_pending(&mut idx);
-        }
         Ok(())
     }
 
@@ -359,7 +361,7 @@ impl Log for FileLog {
         self.check_writable()?;
         let covers = {
             let mut idx = self.index.write().unwrap_or_else(PoisonError::into_inner);
-            self.write_pending(&mut idx)?;
+            self.write_with(&mut idx, &[])?;
             idx.end
         };
         self.file.sync_data().map_err(|e| self.poison("sync", e))?;
@@ -391,8 +393,16 @@ impl Log for FileLog {
         // A damaged length block: no place to keep; reading the record
         // (`read`) reports the damage.
         let (start, end) = self.span(seq).ok()?;
-        // A deferred line is written before anybody may read it by position.
-        self.ensure_written(end).ok()?;
+        // A deferred line has no place in the file yet: `read` gives it.
+        if end
+            > self
+                .index
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .written_end()
+        {
+            return None;
+        }
         Some(LineAt {
             reader: Arc::clone(&self.lines) as Arc<dyn LineReader>,
             offset: start,
@@ -411,6 +421,10 @@ impl Log for FileLog {
         self.index_file.is_some()
     }
 
+    fn fail_sync(&self, cause: &str) {
+        let _ = self.poison("sync", io::Error::other(cause.to_owned()));
+    }
+
     fn save_index(&self, bytes: &[u8]) {
         if let Some((vfs, path)) = &self.index_file {
             let _ = write_atomic(&**vfs, path, bytes);
@@ -421,6 +435,7 @@ impl Log for FileLog {
 #[cfg(test)]
 mod tests {
     use std::io;
+    use std::sync::atomic::Ordering;
     use std::sync::mpsc::{self, Receiver, Sender};
     use std::sync::{Arc, Mutex};
     use std::time::Duration;
@@ -472,11 +487,17 @@ mod tests {
         }
     }
 
-    /// A file in memory that counts its writes.
+    /// A file in memory that counts its writes; told to, it fails them,
+    /// and its next sync waits for a signal and fails.
     #[derive(Debug, Default)]
     struct MemFile {
         bytes: Mutex<Vec<u8>>,
         writes: Mutex<u32>,
+        fail_writes: std::sync::atomic::AtomicBool,
+        /// The next sync waits for this, then fails.
+        failing_sync: Mutex<Option<Receiver<()>>>,
+        /// Syncs started.
+        syncs: std::sync::atomic::AtomicU32,
     }
 
     impl VfsFile for MemFile {
@@ -488,6 +509,9 @@ mod tests {
             Ok(n)
         }
         fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+            if self.fail_writes.load(Ordering::SeqCst) {
+                return Err(io::Error::other("the disk is full (ENOSPC)"));
+            }
             let mut bytes = self.bytes.lock().unwrap();
             let at = usize::try_from(offset).unwrap();
             if bytes.len() < at + buf.len() {
@@ -498,7 +522,14 @@ mod tests {
             Ok(())
         }
         fn sync_data(&self) -> io::Result<()> {
-            Ok(())
+            self.syncs.fetch_add(1, Ordering::SeqCst);
+            match self.failing_sync.lock().unwrap().take() {
+                Some(release) => {
+                    let _ = release.recv();
+                    Err(io::Error::other("write-back failed (EIO)"))
+                }
+                None => Ok(()),
+            }
         }
         fn len(&self) -> io::Result<u64> {
             Ok(self.bytes.lock().unwrap().len() as u64)
@@ -528,6 +559,11 @@ mod tests {
 
     /// A log of one header-sized line over a [`MemFile`], and the file.
     fn mem_log() -> (FileLog, Arc<MemFile>) {
+        mem_log_locked(Arc::new(MemFile::default()))
+    }
+
+    /// As [`mem_log`], with `lock` as the lock file.
+    fn mem_log_locked(lock: Arc<MemFile>) -> (FileLog, Arc<MemFile>) {
         let file = Arc::new(MemFile::default());
         let first = line(0);
         file.write_all_at(&first, 0).unwrap();
@@ -535,7 +571,7 @@ mod tests {
         let log = FileLog::new(
             "mem.jsonl".into(),
             Arc::clone(&file) as Arc<dyn VfsFile>,
-            Some(Arc::new(MemFile::default()) as Arc<dyn VfsFile>),
+            Some(lock as Arc<dyn VfsFile>),
             None,
             vec![0],
             first.len() as u64,
@@ -572,18 +608,95 @@ mod tests {
     }
 
     #[test]
-    fn reading_a_deferred_line_writes_it_first() {
+    fn a_deferred_line_is_read_from_memory_and_has_no_place_in_the_file_yet() {
         let (log, file) = mem_log();
         log.defer(&[line(1), line(2)]).unwrap();
-        assert_eq!(log.read(0).unwrap(), line(0), "a written line: no write");
-        assert_eq!(*file.writes.lock().unwrap(), 0);
         assert_eq!(log.read(2).unwrap(), line(2));
-        assert_eq!(*file.bytes.lock().unwrap(), expected(3));
-        let at = log.line_at(1).expect("a place to read line 1");
+        assert_eq!(log.read(0).unwrap(), line(0));
+        assert!(log.line_at(1).is_none(), "nothing to read by position yet");
+        assert_eq!(*file.writes.lock().unwrap(), 0, "a read writes nothing");
+        log.sync().unwrap();
+        let at = log
+            .line_at(1)
+            .expect("a place to read line 1, once written");
         assert_eq!(at.reader.read_at(1, at.offset, at.len).unwrap(), line(1));
-        log.defer(&[line(3)]).unwrap();
-        let at = log.line_at(3).expect("a place to read line 3");
-        assert_eq!(at.reader.read_at(3, at.offset, at.len).unwrap(), line(3));
+        assert_eq!(log.read(2).unwrap(), line(2));
+    }
+
+    /// Regression (review of the deferred lines): a line deferred while a
+    /// sync ran that then failed was written by a later read of it, past
+    /// the end the failed sync cut the file back to — a hole of zeros
+    /// before an intact, never acknowledged record.
+    #[test]
+    fn regression_a_poisoned_log_wrote_its_deferred_lines_past_the_cut_leaving_a_hole() {
+        // The lock file cannot take the unsynced marker either, so the
+        // failed sync cuts the file back to what was synced.
+        let lock = Arc::new(MemFile::default());
+        lock.fail_writes.store(true, Ordering::SeqCst);
+        let (log, file) = mem_log_locked(lock);
+        let (release, released) = mpsc::channel();
+        *file.failing_sync.lock().unwrap() = Some(released);
+        log.defer(&[line(1)]).unwrap();
+        std::thread::scope(|scope| {
+            let sync = scope.spawn(|| log.sync());
+            while file.syncs.load(Ordering::SeqCst) == 0 {
+                std::thread::yield_now();
+            }
+            // Deferred during the sync, which then fails.
+            log.defer(&[line(2)]).unwrap();
+            release.send(()).unwrap();
+            assert!(sync.join().unwrap().is_err());
+        });
+        assert_eq!(
+            *file.bytes.lock().unwrap(),
+            expected(1),
+            "cut to what was synced"
+        );
+        assert_eq!(
+            log.read(2).unwrap(),
+            line(2),
+            "the handle's view still reads it"
+        );
+        assert!(matches!(
+            log.append(&[line(3)]),
+            Err(AppendError::Poisoned { .. })
+        ));
+        assert!(matches!(log.sync(), Err(AppendError::Poisoned { .. })));
+        drop(log);
+        assert_eq!(
+            *file.bytes.lock().unwrap(),
+            expected(1),
+            "nothing written after the cut"
+        );
+    }
+
+    /// Regression (review of the deferred lines): a plain append that
+    /// failed after deferred lines stayed in the log's index, and a later
+    /// write of the deferred lines wrote it too, on a poisoned log.
+    #[test]
+    fn regression_a_failed_plain_append_after_deferred_lines_stayed_in_the_index() {
+        let (log, file) = mem_log();
+        log.defer(&[line(1)]).unwrap();
+        file.fail_writes.store(true, Ordering::SeqCst);
+        assert!(matches!(
+            log.append(&[line(2)]),
+            Err(AppendError::Io { .. })
+        ));
+        assert_eq!(log.len(), 2, "the failed line is not in the index");
+        assert_eq!(log.byte_len(), expected(2).len() as u64);
+        file.fail_writes.store(false, Ordering::SeqCst);
+        assert_eq!(log.read(1).unwrap(), line(1));
+        assert!(matches!(log.sync(), Err(AppendError::Poisoned { .. })));
+        assert!(matches!(
+            log.defer(&[line(2)]),
+            Err(AppendError::Poisoned { .. })
+        ));
+        drop(log);
+        assert_eq!(
+            *file.bytes.lock().unwrap(),
+            expected(1),
+            "nothing written once poisoned"
+        );
     }
 
     #[test]
