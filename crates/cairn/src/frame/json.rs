@@ -617,6 +617,20 @@ mod tests {
     }
 
     #[test]
+    fn every_pair_of_ascii_bytes_is_escaped_as_serde_json_escapes_it_at_every_offset() {
+        for a in 0..0x80u8 {
+            for b in 0..0x80u8 {
+                for before in 0..9 {
+                    let s = format!("{}{}{}x", "a".repeat(before), char::from(a), char::from(b));
+                    let mut out = Vec::new();
+                    push_str(&mut out, &s);
+                    assert_eq!(out, serde_json::to_vec(&s).unwrap(), "{s:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
     fn a_string_made_only_of_escapes_is_escaped_as_serde_json_escapes_it() {
         let s: String = "\"\\\n\t\u{0}\u{1f}\u{8}\u{c}\r".repeat(5);
         let mut out = Vec::new();
