@@ -92,15 +92,6 @@ impl PySession {
     }
 }
 
-fn durability_name(d: Durability) -> String {
-    match d {
-        Durability::Sync => "sync".to_owned(),
-        Durability::Group => "group".to_owned(),
-        Durability::Buffered => "buffered".to_owned(),
-        other => format!("{other:?}").to_lowercase(),
-    }
-}
-
 /// A Python object with `effect(tool) -> str` and
 /// `run(call_id, tool, arguments, key) -> output` run by recovery.
 struct PyRunner {
@@ -181,21 +172,12 @@ impl PySession {
     /// not a power loss, until `sync()`).
     #[getter]
     fn get_durability(&self) -> PyResult<String> {
-        Ok(durability_name(self.inner()?.durability()))
+        Ok(self.inner()?.durability().as_str().to_owned())
     }
 
     #[setter]
     fn set_durability(&self, value: &str) -> PyResult<()> {
-        let d = match value {
-            "sync" => Durability::Sync,
-            "group" => Durability::Group,
-            "buffered" => Durability::Buffered,
-            other => {
-                return Err(bad_input(format!(
-                    "unknown durability {other:?}: use \"sync\", \"group\" or \"buffered\""
-                )));
-            }
-        };
+        let d: Durability = value.parse().map_err(bad_input)?;
         self.inner()?.set_durability(d);
         Ok(())
     }
