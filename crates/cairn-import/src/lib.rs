@@ -225,7 +225,7 @@ pub(crate) fn parse_lines(bytes: &[u8], first_line: u64) -> Parsed {
 
 /// Imports one source file into `store`, consulting and updating `ledger`.
 ///
-/// A fork or a subagent (section 14 of `docs/FORMAT.md`) is linked to the
+/// A fork or a subagent (`docs/RECORDS.md` §2) is linked to the
 /// session its parent was imported into; a parent not imported yet, or
 /// changed since its import, is imported first, and its report is in
 /// [`FileReport::also`].

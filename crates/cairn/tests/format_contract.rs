@@ -1259,7 +1259,7 @@ fn write_corpus() {
     );
     hand_case(
         "agent_trace_between_operation_records",
-        "A trace record of the reference agent (FORMAT.md section 13): kind agent.trace, ignorable, log-only, between an operation's records; it changes no verdict, status or context.",
+        "A trace record of the reference agent (RECORDS.md section 3): kind agent.trace, ignorable, log-only, between an operation's records; it changes no verdict, status or context.",
         56,
         &[
             entry_line(
@@ -1296,7 +1296,7 @@ fn write_corpus() {
     );
     hand_case(
         "workspace_snapshot_records",
-        "cairn.workspace records (FORMAT.md section 18): log-only, ignorable workspace snapshots a reader that does not know them skips; the context holds the messages only.",
+        "cairn.workspace records (RECORDS.md section 4): log-only, ignorable workspace snapshots a reader that does not know them skips; the context holds the messages only.",
         57,
         &[
             entry_line(1, "message", "m1", None, text),
