@@ -2,7 +2,7 @@
 //! response bodies, headers, timings, the attempt and the retry) recorded
 //! beside the transcript as a **log-only record** that never enters the
 //! context. It uses the format's extension point for such records
-//! (`docs/FORMAT.md` §6 and §15): kind [`KIND`], written with
+//! (`docs/FORMAT.md` §6, `docs/RECORDS.md` §3): kind [`KIND`], written with
 //! `"ignorable": true` and no `id`, so every reader keeps it and skips it,
 //! and no projection, verdict, status or listing ever reads it.
 //!

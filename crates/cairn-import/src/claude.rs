@@ -127,16 +127,7 @@ impl Convert for Claude {
         let Value::Object(o) = v else { return Ok(()) };
         let ty = str_of(&o, "type").unwrap_or("").to_owned();
         let Some(uuid) = str_of(&o, "uuid").map(str::to_owned) else {
-            match ty.as_str() {
-                "custom-title" => {
-                    self.custom_title = title(&o, "customTitle").or(self.custom_title.take())
-                }
-                "ai-title" => self.ai_title = title(&o, "aiTitle").or(self.ai_title.take()),
-                "summary" => self.summary = title(&o, "summary").or(self.summary.take()),
-                _ => {}
-            }
-            let kind = format!("claude-code.{}", if ty.is_empty() { "record" } else { &ty });
-            return b.log_only(&kind, Value::Object(o));
+            return self.side_record(b, &ty, o);
         };
         let parent = match str_of(&o, "parentUuid") {
             Some(p) => At::Source(p.to_owned()),
@@ -154,28 +145,7 @@ impl Convert for Claude {
                 && o.get("isCompactSummary").and_then(Value::as_bool) == Some(true)
                 && bd.uuid.as_deref() == str_of(&o, "parentUuid");
             if completes {
-                let summary = text_of(msg.get("content"));
-                let mut source = rest(&bd.record, &["type", "uuid", "parentUuid", "timestamp"]);
-                source.insert(
-                    "summary_record".into(),
-                    Value::Object(rest(&o, &["message"])),
-                );
-                let id = b.entry(Item {
-                    line: bd.line,
-                    id: bd.uuid.clone(),
-                    at: bd.parent,
-                    body: EntryBody::Compaction(Compaction {
-                        summary,
-                        first_kept: None,
-                        tokens_before: bd
-                            .record
-                            .get("compactMetadata")
-                            .and_then(|m| m.get("preTokens"))
-                            .and_then(Value::as_u64),
-                    }),
-                    ts: bd.ts,
-                    source,
-                })?;
+                let id = write_compaction(b, bd, &o, &msg)?;
                 b.alias(&uuid, &id);
                 if !sidechain {
                     self.live = Some(uuid);
@@ -207,31 +177,7 @@ impl Convert for Claude {
         }
         match ty.as_str() {
             "assistant" => {
-                let mut items = Vec::new();
-                let blocks = assistant_blocks(msg.get("content"), &mut items);
-                let mut record = rest(&o, &["type", "uuid", "parentUuid", "timestamp", "message"]);
-                record.insert("message".into(), Value::Object(rest(&msg, &["content"])));
-                record.insert("blocks".into(), Value::Array(items));
-                let g = self.group.get_or_insert_with(|| Group {
-                    line,
-                    uuids: Vec::new(),
-                    parent,
-                    message_id: str_of(&msg, "id").unwrap_or("").to_owned(),
-                    blocks: Vec::new(),
-                    items: Vec::new(),
-                    model: None,
-                    stop_reason: None,
-                    usage: None,
-                    ts,
-                });
-                g.uuids.push(uuid);
-                g.blocks.extend(blocks);
-                g.items.push(Value::Object(record));
-                g.model = str_of(&msg, "model").map(str::to_owned).or(g.model.take());
-                g.stop_reason = str_of(&msg, "stop_reason")
-                    .map(str::to_owned)
-                    .or(g.stop_reason.take());
-                g.usage = msg.get("usage").map(usage).or(g.usage.take());
+                self.assistant_line(line, uuid, parent, ts, &o, &msg);
                 Ok(())
             }
             "user" => {
@@ -360,6 +306,64 @@ impl Convert for Claude {
 }
 
 impl Claude {
+    /// A record without `uuid` (a title, a summary, a snapshot, …): kept as
+    /// a log-only record; a title is remembered for the end.
+    fn side_record(
+        &mut self,
+        b: &mut Builder<'_>,
+        ty: &str,
+        o: Map<String, Value>,
+    ) -> Result<(), Error> {
+        match ty {
+            "custom-title" => {
+                self.custom_title = title(&o, "customTitle").or(self.custom_title.take());
+            }
+            "ai-title" => self.ai_title = title(&o, "aiTitle").or(self.ai_title.take()),
+            "summary" => self.summary = title(&o, "summary").or(self.summary.take()),
+            _ => {}
+        }
+        let kind = format!("claude-code.{}", if ty.is_empty() { "record" } else { ty });
+        b.log_only(&kind, Value::Object(o))
+    }
+
+    /// An `assistant` line: joins the model response it belongs to (written
+    /// when the next line does not continue it).
+    fn assistant_line(
+        &mut self,
+        line: u64,
+        uuid: String,
+        parent: At,
+        ts: Option<String>,
+        o: &Map<String, Value>,
+        msg: &Map<String, Value>,
+    ) {
+        let mut items = Vec::new();
+        let blocks = assistant_blocks(msg.get("content"), &mut items);
+        let mut record = rest(o, &["type", "uuid", "parentUuid", "timestamp", "message"]);
+        record.insert("message".into(), Value::Object(rest(msg, &["content"])));
+        record.insert("blocks".into(), Value::Array(items));
+        let g = self.group.get_or_insert_with(|| Group {
+            line,
+            uuids: Vec::new(),
+            parent,
+            message_id: str_of(msg, "id").unwrap_or("").to_owned(),
+            blocks: Vec::new(),
+            items: Vec::new(),
+            model: None,
+            stop_reason: None,
+            usage: None,
+            ts,
+        });
+        g.uuids.push(uuid);
+        g.blocks.extend(blocks);
+        g.items.push(Value::Object(record));
+        g.model = str_of(msg, "model").map(str::to_owned).or(g.model.take());
+        g.stop_reason = str_of(msg, "stop_reason")
+            .map(str::to_owned)
+            .or(g.stop_reason.take());
+        g.usage = msg.get("usage").map(usage).or(g.usage.take());
+    }
+
     fn flush(&mut self, b: &mut Builder<'_>) -> Result<(), Error> {
         self.flush_turn(b)?;
         let Some(g) = self.group.take() else {
@@ -451,6 +455,38 @@ impl Claude {
 
 /// What an attachment line renders for the model (`rendered[].content`,
 /// written by Claude Code 2.1 and later; older lines say nothing of it).
+/// A compact boundary and the summary line `o` that completes it, as one
+/// compaction under the boundary's logical parent; returns its id.
+fn write_compaction(
+    b: &mut Builder<'_>,
+    bd: Boundary,
+    o: &Map<String, Value>,
+    msg: &Map<String, Value>,
+) -> Result<cairn::EntryId, Error> {
+    let summary = text_of(msg.get("content"));
+    let mut source = rest(&bd.record, &["type", "uuid", "parentUuid", "timestamp"]);
+    source.insert(
+        "summary_record".into(),
+        Value::Object(rest(o, &["message"])),
+    );
+    b.entry(Item {
+        line: bd.line,
+        id: bd.uuid.clone(),
+        at: bd.parent,
+        body: EntryBody::Compaction(Compaction {
+            summary,
+            first_kept: None,
+            tokens_before: bd
+                .record
+                .get("compactMetadata")
+                .and_then(|m| m.get("preTokens"))
+                .and_then(Value::as_u64),
+        }),
+        ts: bd.ts,
+        source,
+    })
+}
+
 fn rendered(o: &Map<String, Value>) -> Vec<String> {
     o.get("rendered")
         .and_then(Value::as_array)

@@ -262,7 +262,7 @@ pub(crate) fn link_parent(
         ..opts.clone()
     };
     let mut r = match (
-        crate::import_at(store, ledger, &canonical, &parent_opts, depth + 1),
+        crate::plan::import_at(store, ledger, &canonical, &parent_opts, depth + 1),
         imported,
     ) {
         (Ok(r), _) => r,

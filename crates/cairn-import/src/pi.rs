@@ -3,7 +3,7 @@
 //! (version 1 has neither: each entry follows the one before, as pi's own
 //! migration makes it). The leaf is the last entry.
 //!
-//! How each record maps (`docs/FORMAT.md` section 14 has the table): a
+//! How each record maps (`docs/RECORDS.md` section 2 has the table): a
 //! `message` becomes a `message` entry (its role decides the cairn role and
 //! text, exactly as pi's `convertToLlm` shows it to the model), a
 //! `compaction` a compaction, a `branch_summary` a checkout with its summary,

@@ -89,7 +89,7 @@ pub struct FileReport {
     /// The sessions imported on the way: the parent a fork or a subagent
     /// names, when it was not imported yet or changed since, after its own
     /// such parents
-    /// (`docs/FORMAT.md` section 14). Their reports have no `also`.
+    /// (`docs/RECORDS.md` section 2). Their reports have no `also`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub also: Vec<FileReport>,
 }

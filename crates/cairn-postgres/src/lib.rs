@@ -52,7 +52,7 @@
 //! ```
 //!
 //! The schema, the lease protocol and the fault analysis are in the crate's
-//! `README.md` and in `docs/FORMAT.md`.
+//! `README.md` and in `docs/STORES.md` §3.
 
 mod backend;
 mod config;

@@ -102,7 +102,7 @@ pub trait Db: Send + Sync + fmt::Debug {
     /// handle is being dropped).
     fn release(&self, token: i64);
 
-    /// Replaces the session's persisted index (`docs/FORMAT.md` §16) with
+    /// Replaces the session's persisted index (`docs/STORES.md` §4) with
     /// `bytes`. Best effort: it is only a cache, checked against the rows at
     /// every open.
     fn save_index(&self, bytes: &[u8]);

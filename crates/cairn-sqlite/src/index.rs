@@ -1,4 +1,4 @@
-//! The persisted indexes of an SQLite store (`docs/FORMAT.md` §16: the
+//! The persisted indexes of an SQLite store (`docs/STORES.md` §4: the
 //! core's index of a session, a cache of its log): one row of `indexes`
 //! per session, written through a healthy writer's handle (`SqliteRows`'s
 //! `Db::save_index`, in `log.rs`), checked against the rows at every open

@@ -1,5 +1,5 @@
 //! The workspace state at any entry, folded from the session's
-//! `cairn.workspace` records (FORMAT.md §18 states the rule).
+//! `cairn.workspace` records (RECORDS.md §4 states the rule).
 
 use std::collections::HashMap;
 

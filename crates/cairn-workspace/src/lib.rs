@@ -12,7 +12,7 @@
 //! since the last one (a full scan again whenever it may have missed
 //! something). After the tool, it records the new state
 //! ([`Workspace::after`]). Each snapshot is one `cairn.workspace` record
-//! (FORMAT.md §18) listing only the paths that changed (files, symlinks,
+//! (RECORDS.md §4) listing only the paths that changed (files, symlinks,
 //! directories), whose contents go to the store's blob store
 //! ([`cairn_stores::BlobStore`]) or, for small text files, into the record:
 //! unchanged files cost nothing.

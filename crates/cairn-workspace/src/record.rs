@@ -1,5 +1,5 @@
 //! The `cairn.workspace` record: what one snapshot saw of the working
-//! directory (FORMAT.md §18). A log-only record marked `ignorable`, so a
+//! directory (RECORDS.md §4). A log-only record marked `ignorable`, so a
 //! reader that does not know it skips it, and the core's folds (context,
 //! verdict, status, listing) never see it.
 

@@ -1,4 +1,4 @@
-//! The `cairn.workspace` record as FORMAT.md §18 writes it: the corpus
+//! The `cairn.workspace` record as RECORDS.md §4 writes it: the corpus
 //! case decodes, and a record naming a path outside the working directory
 //! is refused before anything is planned.
 

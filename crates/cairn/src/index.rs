@@ -1,4 +1,4 @@
-//! The persisted index of a session (`docs/FORMAT.md`, "Index"): a cache
+//! The persisted index of a session (`docs/STORES.md` §4): a cache
 //! derived from the log, never a second source of truth. A head (the
 //! prefix it covers, the operation records, a checkpoint of the
 //! session-wide folds and of the projection at the last indexed entry, and

@@ -341,7 +341,7 @@ pub fn write_atomic(vfs: &dyn Vfs, path: &Path, bytes: &[u8]) -> io::Result<()> 
 /// Replaces `path` with `bytes` atomically for readers (a temporary file
 /// renamed over it) but without syncing: for a cache that every reader
 /// validates, whose loss or damage in a power failure only costs its
-/// rebuilding (the listing's catalog: `docs/FORMAT.md` §10).
+/// rebuilding (the listing's catalog: `docs/STORES.md` §1).
 ///
 /// # Errors
 ///

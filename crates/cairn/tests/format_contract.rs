@@ -80,6 +80,9 @@ fn observe(file: &Path) -> Value {
         Err(OpenError::NewerFormat { found, .. }) => {
             out["open"] = json!({ "newer_format": found });
         }
+        // No intact header (a torn or damaged line 1, an empty file): the
+        // damage is at line 1, as fsck reports it.
+        Err(OpenError::NotASession { .. }) => out["open"] = damaged_at(1),
         Err(e) => panic!("{}: unexpected open error: {e}", file.display()),
     }
     // The file is never changed by a read-only open or fsck.
@@ -495,6 +498,69 @@ fn a_newer_format_is_refused_by_name() {
 }
 
 // ---- The generator ----
+
+// ---- What a second reader could not tell from the text alone ----
+
+#[test]
+fn fields_with_a_value_default_are_written_even_at_their_default() {
+    case("defaults_written_by_cairn");
+    let dir = corpus_dir().join("defaults_written_by_cairn");
+    let text = fs::read_to_string(session_file(&dir)).expect("read");
+    assert!(text.contains(r#""usage":{"input":0,"output":0,"cached":0}"#));
+    assert!(text.contains(r#""visible":false"#));
+    assert!(text.contains(r#""data":{"from":null}"#));
+    for absent in ["cost", "model", "stop_reason", "summary"] {
+        assert!(
+            !text.contains(&format!("\"{absent}\"")),
+            "{absent} is written"
+        );
+    }
+}
+
+#[test]
+fn fsck_lists_the_child_of_a_damaged_line_but_not_its_grandchild() {
+    let v = case("damaged_line_children");
+    assert_eq!(open_of(&v), &damaged_at(3));
+    assert_eq!(fsck_at(&v, "damaged"), [3]);
+    assert_eq!(fsck_at(&v, "invalid"), [4]);
+}
+
+#[test]
+fn op_started_naming_no_entry_is_refused_and_so_is_the_rest_of_its_operation() {
+    let v = case("op_started_input_unknown");
+    assert_eq!(open_of(&v), "ok");
+    assert_eq!(fsck_at(&v, "invalid"), [3, 4, 6]);
+}
+
+#[test]
+fn a_torn_tail_of_two_lines_is_listed_line_by_line() {
+    let v = case("torn_tail_two_lines");
+    assert_eq!(open_of(&v), "ok");
+    assert_eq!(fsck_at(&v, "torn_tail"), [3, 4]);
+    assert_eq!(v["context"]["leaf"], "u1");
+}
+
+#[test]
+fn a_torn_header_is_damage_at_line_one_not_a_torn_tail() {
+    let v = case("torn_header");
+    assert_eq!(open_of(&v), &damaged_at(1));
+    assert_eq!(fsck_at(&v, "damaged"), [1]);
+}
+
+#[test]
+fn a_compaction_may_keep_from_the_leaf_that_holds_an_unanswered_call() {
+    let v = case("compaction_keeps_unanswered_call_at_leaf");
+    assert_eq!(v["fsck"]["clean"], true);
+    assert_eq!(v["verdict"]["verdict"], "tools_not_started");
+    assert_eq!(v["context"]["messages"][1]["entry"], "a1");
+}
+
+#[test]
+fn a_compaction_that_drops_an_unanswered_call_is_refused_by_fsck_not_by_open() {
+    let v = case("compaction_drops_unanswered_call");
+    assert_eq!(open_of(&v), "ok");
+    assert_eq!(fsck_at(&v, "invalid"), [5]);
+}
 
 const TS0: &str = "2026-11-30T12:00:00.000Z";
 
@@ -1259,7 +1325,7 @@ fn write_corpus() {
     );
     hand_case(
         "agent_trace_between_operation_records",
-        "A trace record of the reference agent (FORMAT.md section 13): kind agent.trace, ignorable, log-only, between an operation's records; it changes no verdict, status or context.",
+        "A trace record of the reference agent (RECORDS.md section 3): kind agent.trace, ignorable, log-only, between an operation's records; it changes no verdict, status or context.",
         56,
         &[
             entry_line(
@@ -1296,7 +1362,7 @@ fn write_corpus() {
     );
     hand_case(
         "workspace_snapshot_records",
-        "cairn.workspace records (FORMAT.md section 18): log-only, ignorable workspace snapshots a reader that does not know them skips; the context holds the messages only.",
+        "cairn.workspace records (RECORDS.md section 4): log-only, ignorable workspace snapshots a reader that does not know them skips; the context holds the messages only.",
         57,
         &[
             entry_line(1, "message", "m1", None, text),
@@ -1325,4 +1391,158 @@ fn write_corpus() {
             &lines,
         );
     }
+    write_gap_cases();
+}
+
+/// `line` with one byte of its `data` changed, so its checksum fails.
+fn flipped(mut line: Vec<u8>) -> Vec<u8> {
+    let at = line.len() / 2;
+    line[at] ^= 0x01;
+    line
+}
+
+/// The cases of the decisions a second reader could not make from the
+/// text alone: defaults written, what fsck lists after damage, torn tails
+/// and headers, `op_started.input`, and a compaction at an unanswered call.
+fn write_gap_cases() {
+    let text = r#"{"role":"user","content":[{"type":"text","text":"x"}]}"#;
+    {
+        let g = Gen::new(61, None);
+        let reply = Message {
+            role: Role::Assistant,
+            content: vec![Block::Text { text: "hi".into() }],
+            usage: Some(Usage::default()),
+            model: None,
+            stop_reason: None,
+        };
+        g.add("a1", Parent::Leaf, EntryBody::Message(reply));
+        g.add(
+            "x1",
+            Parent::Leaf,
+            EntryBody::Custom(Custom {
+                namespace: "host.note".into(),
+                visible: false,
+                content: json!(null),
+            }),
+        );
+        g.add(
+            "c1",
+            g.at("a1"),
+            EntryBody::Checkout(Checkout {
+                from: None,
+                summary: None,
+            }),
+        );
+        write_case(
+            "defaults_written_by_cairn",
+            "A field whose default is a value is written even at its default (usage input, output and cached 0; visible false; checkout from null); one whose default is absent is omitted (cost, model, stop_reason, summary).",
+            true,
+            g.session.id(),
+            &g.lines(),
+        );
+    }
+    hand_case(
+        "damaged_line_children",
+        "A damaged line in the middle: open refuses the session there; fsck lists it, then the child of the lost entry (its parent does not appear before it), and not the grandchild (replayed under the child).",
+        62,
+        &[
+            entry_line(1, "message", "u1", None, text),
+            flipped(entry_line(2, "message", "a1", Some("u1"), text)),
+            entry_line(3, "message", "r1", Some("a1"), text),
+            entry_line(4, "message", "r2", Some("r1"), text),
+        ],
+    );
+    let op_line = |seq: u64, kind: &str, data: &str| {
+        sealed(&format!(
+            r#"{{"seq":{seq},"ts":"{}","kind":"{kind}","data":{data}"#,
+            ts(seq)
+        ))
+    };
+    hand_case(
+        "op_started_input_unknown",
+        "op_started whose input names no entry: a writer refuses it, so fsck lists it, and each later record of that operation as naming no open operation; the open does not check it.",
+        63,
+        &[
+            entry_line(1, "message", "u1", None, text),
+            op_line(2, "op_started", r#"{"op":"op-2","input":"zz"}"#),
+            op_line(
+                3,
+                "model_attempted",
+                r#"{"op":"op-2","attempt":1,"entry":"a1","provider":null,"model":null}"#,
+            ),
+            entry_line(
+                4,
+                "message",
+                "a1",
+                Some("u1"),
+                r#"{"role":"assistant","content":[{"type":"text","text":"hi"}]}"#,
+            ),
+            op_line(5, "op_finished", r#"{"op":"op-2","outcome":"completed"}"#),
+        ],
+    );
+    {
+        let g = Gen::new(64, None);
+        g.add("u1", Parent::Leaf, user("hello"));
+        let mut lines = g.lines();
+        lines.push(flipped(entry_line(2, "message", "a1", Some("u1"), text)));
+        let cut = entry_line(3, "message", "a2", Some("a1"), text);
+        lines.push(cut[..cut.len() / 2].to_vec());
+        write_case(
+            "torn_tail_two_lines",
+            "Two damaged lines at the end, no intact line after them: one torn tail, which fsck lists line by line; a reader ignores both.",
+            false,
+            g.session.id(),
+            &lines,
+        );
+    }
+    {
+        let header = header_line(&header_data(65));
+        write_case(
+            "torn_header",
+            "Only part of the header was written: not a torn tail (there is no intact header to keep) but a session that cannot be opened; fsck reports line 1 as damaged.",
+            false,
+            &sid(65),
+            &[header[..header.len() / 2].to_vec()],
+        );
+    }
+    let call = r#"{"role":"assistant","content":[{"type":"tool_call","call_id":"c1","name":"ls","arguments":{}}]}"#;
+    {
+        let g = Gen::new(66, None);
+        g.add("u1", Parent::Leaf, user("list"));
+        let reply: Message = serde_json::from_str(call).expect("message");
+        g.add("a1", Parent::Leaf, EntryBody::Message(reply));
+        g.add(
+            "k1",
+            Parent::Leaf,
+            EntryBody::Compaction(Compaction {
+                summary: "asked to list".into(),
+                first_kept: Some(eid("a1")),
+                tokens_before: None,
+            }),
+        );
+        write_case(
+            "compaction_keeps_unanswered_call_at_leaf",
+            "A compaction whose first_kept is the leaf holding an unanswered call: accepted (the call is kept with its entry), and the call stays unanswered in the context.",
+            true,
+            g.session.id(),
+            &g.lines(),
+        );
+    }
+    hand_case(
+        "compaction_drops_unanswered_call",
+        "A compaction whose first_kept is after an unanswered call: a writer refuses it (the call would be dropped without a result); the open does not check it, fsck does.",
+        67,
+        &[
+            entry_line(1, "message", "u1", None, text),
+            entry_line(2, "message", "a1", Some("u1"), call),
+            entry_line(3, "message", "u2", Some("a1"), text),
+            entry_line(
+                4,
+                "compaction",
+                "k1",
+                Some("u2"),
+                r#"{"summary":"s","first_kept":"u2"}"#,
+            ),
+        ],
+    );
 }

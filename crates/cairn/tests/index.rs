@@ -1,4 +1,4 @@
-//! The persisted index (`docs/FORMAT.md`, "Index"): written by an open that
+//! The persisted index (`docs/STORES.md` §4): written by an open that
 //! had to parse a long log, used by the next open, and never trusted over
 //! the log — deleted, damaged, cut short, stale or foreign, it is rebuilt
 //! with a line in the open report, and an open through it sees exactly the
@@ -525,7 +525,7 @@ fn an_index_of_the_old_layout_is_rebuilt() {
     assert_eq!(View::of(&s), want);
 }
 
-/// Where an index's sections are (`docs/FORMAT.md`, "Index", layout 3).
+/// Where an index's sections are (`docs/STORES.md` §4, layout 3).
 struct Layout {
     /// The first byte after the head: the length blocks start here.
     blocks_at: usize,

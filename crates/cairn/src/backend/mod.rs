@@ -93,7 +93,7 @@ pub struct Stamp {
 /// The visitor [`Backend::open`] calls for each intact line, in order.
 pub type Visitor<'v> = dyn FnMut(RawLine<'_>) -> Result<(), OpenError> + 'v;
 
-/// A backend's persisted indexes (`docs/FORMAT.md`, "Index"): a cache per
+/// A backend's persisted indexes (`docs/STORES.md` §4): a cache per
 /// session, derived from its log, that lets an open skip parsing the lines
 /// it describes. Deleting one is always safe.
 pub trait IndexStore {
@@ -206,7 +206,7 @@ pub trait Backend: Send + Sync + fmt::Debug {
         Ok(lines)
     }
 
-    /// The backend's persisted indexes (`docs/FORMAT.md`, "Index"), if it
+    /// The backend's persisted indexes (`docs/STORES.md` §4), if it
     /// keeps them. The default keeps none.
     fn indexes(&self) -> Option<&dyn IndexStore> {
         None
@@ -427,7 +427,7 @@ pub struct LineAt {
     pub len: u64,
 }
 
-/// The version of the catalog format (`docs/FORMAT.md`, "Catalog").
+/// The version of the catalog format (`docs/STORES.md` §1, "Catalog").
 const CATALOG_VERSION: u32 = 1;
 
 /// The listing cache: each session's summary and the [`Stamp`] of the log

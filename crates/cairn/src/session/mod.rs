@@ -93,7 +93,7 @@ pub struct OpenReport {
     pub records: u64,
     /// A torn tail cut (writers) or ignored (readers).
     pub torn: Option<TornTail>,
-    /// What became of the persisted index (`docs/FORMAT.md`, "Index"), for
+    /// What became of the persisted index (`docs/STORES.md` §4), for
     /// people: used, rebuilt (and why), or `None` when the backend keeps
     /// none or the session is too short to need one.
     pub index: Option<String>,
@@ -671,7 +671,7 @@ impl Session {
         Ok(None)
     }
 
-    /// Saves the persisted index (`docs/FORMAT.md`, "Index") now, covering
+    /// Saves the persisted index (`docs/STORES.md` §4) now, covering
     /// every record, so that the next open reads none of them again. A
     /// writer does this itself when it closes after appending 1,024 records
     /// or more; this is for hosts that want it sooner. Returns whether it

@@ -37,7 +37,7 @@ pub fn compacted_session(
     (s.id().clone(), ids)
 }
 
-/// Where row block `k` of an index (layout 3, `docs/FORMAT.md` §16) starts,
+/// Where row block `k` of an index (layout 3, `docs/STORES.md` §4) starts,
 /// for a session whose entry ids all have one length: after the preamble,
 /// the head and the line lengths, each row block is 256 rows of 16 bytes
 /// and their ids.

@@ -79,7 +79,7 @@ const LOCK_WAITS_MS: [u64; 9] = [1, 2, 4, 8, 16, 32, 64, 128, 256];
 
 impl FileBackend {
     /// Removes the temporary files of creates that crashed
-    /// (`.<id>.jsonl.new`, FORMAT.md §10), once per backend, at its first
+    /// (`.<id>.jsonl.new`, STORES.md §1), once per backend, at its first
     /// write. A create holds the session's writer lock for as long as its
     /// temporary exists, so one whose lock can be taken (or that has no
     /// lock file) is not in use. Best effort: a file that cannot be probed

@@ -1,6 +1,6 @@
 //! The file backend: one JSON-lines file per session in one directory.
 //!
-//! Layout (see `docs/FORMAT.md`, "Store layout"): `<dir>/<id>.jsonl` is the
+//! Layout (see `docs/STORES.md` §1): `<dir>/<id>.jsonl` is the
 //! log, `<dir>/<id>.lock` the writer lock (holding the writer's pid), and
 //! `<dir>/<id>.jsonl.torn-<time>` any torn tail cut at open. The catalog, a
 //! listing cache, is `<dir>/../catalog.json`.
