@@ -192,46 +192,42 @@ mod tests {
         assert!(!blobs.contains(&old.sha256));
     }
 
-    #[test]
-    fn a_put_between_the_listing_and_the_rename_keeps_the_blob() {
+    /// Stores `bytes` as an old, unreferenced blob, then collects with a
+    /// writer storing them again at `step` of the blob's removal: the
+    /// store's directory, the blob store, the digest and what gc did.
+    fn gc_with_a_put_at(
+        step: &str,
+        bytes: &[u8],
+    ) -> (tempfile::TempDir, BlobStore, String, GcReport) {
         let dir = tempfile::tempdir().unwrap();
         let blobs = BlobStore::new(dir.path().join("home/blobs"));
-        let r = blobs.put(b"about to be referenced again").unwrap();
+        let r = blobs.put(bytes).unwrap();
         age(&blobs.path(&r.sha256));
         let store = store_referencing(dir.path(), &"0".repeat(64));
         let writer = blobs.clone();
         let report = blobs
-            .gc_with(&store, DEFAULT_GRACE, &mut |step, _| {
-                if step == "rename" {
-                    writer.put(b"about to be referenced again").unwrap();
+            .gc_with(&store, DEFAULT_GRACE, &mut |at, _| {
+                if at == step {
+                    writer.put(bytes).unwrap();
                 }
             })
             .unwrap();
+        (dir, blobs, r.sha256, report)
+    }
+
+    #[test]
+    fn a_put_between_the_listing_and_the_rename_keeps_the_blob() {
+        let (_dir, blobs, sha, report) = gc_with_a_put_at("rename", b"about to be referenced");
         assert_eq!(report.removed, 0);
-        assert_eq!(
-            blobs.get(&r.sha256).unwrap(),
-            b"about to be referenced again"
-        );
+        assert_eq!(blobs.get(&sha).unwrap(), b"about to be referenced");
     }
 
     #[test]
     fn a_put_after_the_rename_writes_the_blob_afresh() {
-        let dir = tempfile::tempdir().unwrap();
-        let blobs = BlobStore::new(dir.path().join("home/blobs"));
-        let r = blobs.put(b"stored while collected").unwrap();
-        age(&blobs.path(&r.sha256));
-        let store = store_referencing(dir.path(), &"0".repeat(64));
-        let writer = blobs.clone();
-        let report = blobs
-            .gc_with(&store, DEFAULT_GRACE, &mut |step, _| {
-                if step == "renamed" {
-                    writer.put(b"stored while collected").unwrap();
-                }
-            })
-            .unwrap();
+        let (_dir, blobs, sha, report) = gc_with_a_put_at("renamed", b"stored while collected");
         // The old copy went; the writer's fresh copy stays.
         assert_eq!(report.removed, 1);
-        assert_eq!(blobs.get(&r.sha256).unwrap(), b"stored while collected");
+        assert_eq!(blobs.get(&sha).unwrap(), b"stored while collected");
     }
 
     #[test]

@@ -19,7 +19,7 @@
 //! let r = blobs.put(b"a long tool output")?;
 //! assert_eq!(blobs.get(&r.sha256)?, b"a long tool output");
 //! assert_eq!(blobs.get_uri(&r.uri())?, b"a long tool output");
-//! # Ok::<(), cairn_blobs::BlobError>(())
+//! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
 pub use digest::{digest, digest_of, hex, valid_digest};

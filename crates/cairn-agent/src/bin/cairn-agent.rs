@@ -78,3 +78,24 @@ fn main() -> ExitCode {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_database_location_is_refused_with_a_pointer_to_cairn_agent() {
+        for location in ["sqlite:/x/a.db", "postgres://h/db", "postgresql://h/db"] {
+            let e = open_dir(Path::new(location)).unwrap_err().to_string();
+            assert!(
+                e.contains(&format!("run `cairn agent --store {location}`")),
+                "{e}"
+            );
+        }
+        let home = open_dir(Path::new("/x/home")).unwrap();
+        assert_eq!(
+            (home.files.as_path(), home.blobs.as_path()),
+            (Path::new("/x/home"), Path::new("/x/home/blobs"))
+        );
+    }
+}
