@@ -210,6 +210,28 @@ mod tests {
     }
 
     #[test]
+    fn a_store_that_cannot_be_opened_is_named_in_the_error_without_its_password() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("a-file");
+        std::fs::write(&file, b"").unwrap();
+        let db = file.join("cairn.db");
+        let e = open_store(Path::new(&format!("sqlite:{}", db.display()))).unwrap_err();
+        assert!(matches!(e, OpenStoreError::Sqlite { .. }));
+        assert_eq!(
+            e.to_string(),
+            format!("cannot open the SQLite store {}", db.display())
+        );
+        let e = open_store(Path::new("postgres://u:secret@127.0.0.1:1/db")).unwrap_err();
+        assert!(matches!(e, OpenStoreError::Postgres { .. }));
+        let text = cairn::with_causes(&e);
+        assert!(
+            text.starts_with("cannot open the Postgres store postgres://u:")
+                && !text.contains("secret"),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn postgres_urls_are_postgres_locations_with_files_named_in_the_url_or_under_the_home() {
         for url in ["postgres://h/db", "postgresql://u@h:6432/db?cairn_schema=s"] {
             assert_eq!(Location::parse(Path::new(url)), Location::Postgres(url));
