@@ -27,11 +27,11 @@ use crate::prompt::{Batch, Console, Prompter};
 use crate::provider::Provider;
 use crate::provider::openai::{DEFAULT_BASE_URL, OpenAiConfig, OpenAiProvider};
 use crate::provider::scripted::ScriptedProvider;
+use crate::store::OpenedStore;
 use crate::term::clean_line;
 use crate::tools::delegate::{Delegate, SUBAGENT_PROMPT, Subagents};
 use crate::tools::{Registry, ToolEnv};
 use crate::tree::TreePrinter;
-use cairn_stores::{blob_dir, files_dir, open_store};
 
 /// Set to `1` to print `@ack` lines for every acknowledged record (crash tests).
 pub const ACKS_ENV: &str = "CAIRN_AGENT_ACKS";
@@ -111,10 +111,10 @@ pub struct AgentArgs {
 }
 
 impl AgentArgs {
-    /// The options, with sessions in the store at `home`.
-    pub fn into_options(self, home: PathBuf) -> AgentOptions {
+    /// The options, with sessions in `store`.
+    pub fn into_options(self, store: OpenedStore) -> AgentOptions {
         AgentOptions {
-            home,
+            store,
             resume: self.resume,
             continue_latest: self.continue_latest,
             base_url: self.base_url,
@@ -143,10 +143,9 @@ impl AgentArgs {
 /// Everything `cairn agent` needs.
 #[derive(Clone)]
 pub struct AgentOptions {
-    /// The store: a directory (sessions in `home/sessions`, blobs in
-    /// `home/blobs`), `sqlite:PATH` (blobs in `PATH-files/blobs`) or a
-    /// `postgres://` URL (see `cairn_stores::files_dir`; and [`crate::store`]).
-    pub home: PathBuf,
+    /// The store, opened by the caller, and the directories beside it
+    /// ([`crate::store`]).
+    pub store: OpenedStore,
     /// A session to resume.
     pub resume: Option<String>,
     /// Resume the latest session.
@@ -190,7 +189,7 @@ pub struct AgentOptions {
 impl std::fmt::Debug for AgentOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AgentOptions")
-            .field("home", &self.home)
+            .field("store", &self.store.location)
             .field("resume", &self.resume)
             .field("base_url", &self.base_url)
             .field("model", &self.model)
@@ -200,8 +199,8 @@ impl std::fmt::Debug for AgentOptions {
 }
 
 impl AgentOptions {
-    /// Defaults (as the command line's) with the store at `home`.
-    pub fn new(home: impl Into<PathBuf>) -> AgentOptions {
+    /// Defaults (as the command line's) with sessions in `store`.
+    pub fn new(store: OpenedStore) -> AgentOptions {
         AgentArgs {
             on_unknown: OnUnknown::Ask,
             max_steps: 50,
@@ -211,7 +210,7 @@ impl AgentOptions {
             trace_body_limit: crate::trace::DEFAULT_BODY_LIMIT,
             ..AgentArgs::default()
         }
-        .into_options(home.into())
+        .into_options(store)
     }
 }
 
@@ -224,14 +223,14 @@ impl AgentOptions {
 /// `--on-unknown fail` with a side effect of unknown outcome; [`Terminated`](crate::interrupt::Terminated)
 /// after SIGTERM or SIGHUP (what ran was interrupted and recorded first).
 pub fn run(opts: AgentOptions) -> Result<()> {
-    let store = open_store(&opts.home)?;
-    let files = files_dir(&opts.home);
+    let store = opts.store.store.clone();
+    let files = &opts.store.files;
     let existing = open_session(&store, &opts)?;
     // The provider first, so that a bad set-up creates no empty session.
     let (provider, mut settings) = provider_for(&opts, existing.as_ref())?;
     let workdir = workdir_for(&opts, existing.as_ref())?;
     let interactive = std::io::stdin().is_terminal();
-    let mut env = ToolEnv::new(workdir.clone(), blob_dir(&opts.home));
+    let mut env = ToolEnv::new(workdir.clone(), &opts.store.blobs);
     env.timeout = opts.tool_timeout;
     let system_prompt = match &opts.system_prompt {
         Some(p) => std::fs::read_to_string(p)
@@ -585,14 +584,14 @@ mod tests {
             "hi",
         ])
         .unwrap();
-        let o = cli.agent.into_options(PathBuf::from("/h"));
+        let o = cli.agent.into_options(OpenedStore::dir("/h"));
         assert!(o.continue_latest && o.yes);
         assert_eq!(o.on_unknown, OnUnknown::Mark);
         assert_eq!(o.compact_at, None);
         assert_eq!(o.prompt.as_deref(), Some("hi"));
         assert_eq!(o.read_timeout, Duration::from_secs(300));
         assert!(Cli::try_parse_from(["cairn", "--resume", "x", "--continue"]).is_err());
-        let d = AgentOptions::new("/h");
+        let d = AgentOptions::new(OpenedStore::dir("/h"));
         assert_eq!(
             (d.max_steps, d.compact_at, d.on_unknown),
             (50, Some(100_000), OnUnknown::Ask)

@@ -2,8 +2,8 @@
 //! step in a child process so it can be killed with SIGKILL at a chosen
 //! moment. The parent re-executes its own executable with the environment
 //! variable [`CHILD_ENV`] holding a JSON [`ChildSpec`]; the executable's
-//! `main` must call [`run_if_requested`] first thing and exit with its code
-//! when it returns `Some`.
+//! `main` must call [`run_if_requested`] first thing, with the way it opens
+//! a store from its location, and exit with its code when it returns `Some`.
 //!
 //! The child runs the request with the scripted provider, approving
 //! everything; when a tool named in `crash_after` has done its work (and
@@ -25,6 +25,7 @@ use crate::interrupt::Interrupt;
 use crate::observer::{Acks, Observer, Silent};
 use crate::prompt::Batch;
 use crate::provider::scripted::ScriptedProvider;
+use crate::store::{OpenedStore, Opener};
 use crate::tools::delegate::{Delegate, Make, SharedAfterToolEffect, Subagents};
 use crate::tools::render::{Ledger, RenderPanel};
 use crate::tools::{Registry, ToolEnv, bash::Bash, state::SetState};
@@ -38,7 +39,7 @@ pub const CRASH_MARKER: &str = "@crash-point";
 /// One agent step to run in a child process.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChildSpec {
-    /// The store (a directory or `sqlite:PATH`).
+    /// The store's location, as the command line names it.
     pub home: PathBuf,
     /// The session (full id).
     pub session: String,
@@ -56,10 +57,11 @@ pub struct ChildSpec {
     pub acks: bool,
 }
 
-/// Runs the child step when [`CHILD_ENV`] is set: call first thing in `main`.
-pub fn run_if_requested() -> Option<ExitCode> {
+/// Runs the child step when [`CHILD_ENV`] is set, in the store `open`
+/// opens at the spec's location: call first thing in `main`.
+pub fn run_if_requested(open: Opener) -> Option<ExitCode> {
     let spec = std::env::var(CHILD_ENV).ok()?;
-    Some(match run_spec(&spec) {
+    Some(match run_spec(&spec, open) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("cairn-agent child: {e:#}");
@@ -105,9 +107,9 @@ pub(crate) fn delegating(
     tools.with(Delegate::new(sub))
 }
 
-fn run_spec(text: &str) -> Result<()> {
+fn run_spec(text: &str, open: Opener) -> Result<()> {
     let spec: ChildSpec = serde_json::from_str(text).context("the child spec is not valid JSON")?;
-    let store = cairn_stores::open_store(&spec.home)?;
+    let OpenedStore { store, blobs, .. } = open(&spec.home)?;
     let id = store.resolve(&spec.session)?;
     let session = store.open(&id, Access::Write)?;
     let provider: Arc<dyn crate::provider::Provider> =
@@ -132,7 +134,7 @@ fn run_spec(text: &str) -> Result<()> {
             }
         }
     });
-    let env = ToolEnv::new(&spec.workdir, cairn_stores::blob_dir(&spec.home));
+    let env = ToolEnv::new(&spec.workdir, blobs);
     let tools = delegating(
         storyboard_tools(spec.ledger.as_deref(), &spec.workdir),
         &store,

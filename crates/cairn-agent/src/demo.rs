@@ -41,6 +41,7 @@ use crate::interrupt::Interrupt;
 use crate::observer::Printer;
 use crate::prompt::Batch;
 use crate::provider::scripted::ScriptedProvider;
+use crate::store::OpenedStore;
 use crate::tools::ToolEnv;
 use crate::tools::render::Ledger;
 use crate::tree::TreePrinter;
@@ -177,6 +178,7 @@ struct Tour<'a> {
     capture: Capture,
     store: Store,
     home: PathBuf,
+    blobs: PathBuf,
     workdir: PathBuf,
     script: PathBuf,
     ledger: Ledger,
@@ -209,7 +211,7 @@ impl Tour<'_> {
     fn agent(&self, session: Session) -> Result<Agent> {
         let provider: Arc<dyn crate::provider::Provider> =
             Arc::new(ScriptedProvider::load(&self.script)?);
-        let env = ToolEnv::new(&self.workdir, cairn_stores::blob_dir(&self.home));
+        let env = ToolEnv::new(&self.workdir, &self.blobs);
         let capture = self.capture.clone();
         let tools = delegating(
             storyboard_tools(Some(self.ledger.path()), &self.workdir),
@@ -387,25 +389,26 @@ fn panel_files(workdir: &Path) -> Result<Vec<String>> {
     Ok(names)
 }
 
-/// Runs the demo in the store at `home`, narrating to `out`.
+/// Runs the demo in the store `at`, narrating to `out`.
 ///
 /// # Errors
 ///
 /// I/O and store errors; a child process that cannot be run; a claim of the
 /// demo that does not hold (a bug).
-pub fn run(home: &Path, out: &mut dyn Write, opts: DemoOptions) -> Result<DemoReport> {
+pub fn run(at: &OpenedStore, out: &mut dyn Write, opts: DemoOptions) -> Result<DemoReport> {
+    let home = &at.location;
     let exe = match &opts.exe {
         Some(e) => e.clone(),
         None => std::env::current_exe().context("finding the current executable")?,
     };
-    let store = cairn_stores::open_store(home)?;
+    let store = at.store.clone();
     let session = store.create(NewSession {
         title: Some("comic storyboard (cairn demo)".into()),
         app_state: Some(json!({})),
         ..NewSession::default()
     })?;
     let id = session.id().clone();
-    let workdir = cairn_stores::files_dir(home).join("demo").join(id.as_str());
+    let workdir = at.files.join("demo").join(id.as_str());
     std::fs::create_dir_all(&workdir).with_context(|| format!("creating {}", workdir.display()))?;
     // The ledger stands for a remote billing service, not a file of the
     // workspace: snapshots leave it out, so no rewind ever refunds a charge.
@@ -418,7 +421,8 @@ pub fn run(home: &Path, out: &mut dyn Write, opts: DemoOptions) -> Result<DemoRe
         out,
         capture: Capture::default(),
         store: store.clone(),
-        home: home.to_owned(),
+        home: home.clone(),
+        blobs: at.blobs.clone(),
         workdir: workdir.clone(),
         script: script_path,
         ledger,
@@ -477,7 +481,7 @@ pub fn run(home: &Path, out: &mut dyn Write, opts: DemoOptions) -> Result<DemoRe
     // 3. Rewind.
     t.step(3, "Rewind to panel 1")?;
     t.say("The side plot is dropped: a checkout entry moves the leaf back to `panel-1`, and the files with it (in the REPL: `/rewind panel-1 --files`). Nothing is deleted from the log; panel 2 stays there on its own branch, and its image in the blob store.")?;
-    let blobs = cairn_stores::BlobStore::for_store(home);
+    let blobs = cairn_blobs::BlobStore::new(&at.blobs);
     let restored =
         cairn_workspace::checkout_files(agent.session(), &blobs, Some(&panel1), None, false)
             .context("rewinding the panel files")?;

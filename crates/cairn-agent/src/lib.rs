@@ -5,15 +5,17 @@
 //! streaming, and a scripted provider for offline runs), tools with
 //! declared effect classes ([`tools`]), recovery on resume ([`recovery`]),
 //! compaction ([`compaction`]), Ctrl-C handling ([`interrupt`]), a REPL
-//! ([`repl`]) and `cairn demo` ([`demo`]). The store is a directory or a
-//! SQLite database (`sqlite:PATH`, [`store`]).
+//! ([`repl`]) and `cairn demo` ([`demo`]). The caller opens the store (a
+//! directory, SQLite, Postgres) and hands it over as an [`OpenedStore`]
+//! ([`store`]): the agent links no database driver.
 //!
 //! Entry points for the `cairn` binary:
 //! - [`run`] with [`AgentOptions`] (or [`AgentArgs`], a `clap::Args`) for
 //!   `cairn agent`;
 //! - [`demo::run`] for `cairn demo`;
-//! - [`child::run_if_requested`], to be called first in `main`: the demo
-//!   re-executes the binary to run its crash steps in a child process.
+//! - [`child::run_if_requested`] with an [`Opener`], to be called first in
+//!   `main`: the demo re-executes the binary to run its crash steps in a
+//!   child process, which opens the demo's store again.
 
 pub mod agent;
 mod app;
@@ -37,3 +39,4 @@ pub mod tree;
 pub use agent::{Agent, AgentConfig, OnUnknown, Runtime, TurnEnd};
 pub use app::{ACKS_ENV, AgentArgs, AgentOptions, DEFAULT_MODEL, run};
 pub use demo::{DemoOptions, DemoReport};
+pub use store::{OpenedStore, Opener};

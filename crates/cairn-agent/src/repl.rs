@@ -141,7 +141,7 @@ fn command(agent: &mut Agent, cmd: &str, tree: Option<&TreePrinter>) -> Result<b
             let named = args.iter().find(|a| !a.starts_with("--")).copied();
             let target = entry(agent, named)?;
             if files {
-                let blobs = cairn_stores::BlobStore::new(&agent.runtime().env.blob_dir);
+                let blobs = cairn_blobs::BlobStore::new(&agent.runtime().env.blob_dir);
                 let r = cairn_workspace::checkout_files(
                     agent.session(),
                     &blobs,

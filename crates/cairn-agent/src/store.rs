@@ -1,10 +1,50 @@
-//! How the agent names its store on a command line. Opening a store from
-//! its location, and where tools keep their own files beside it, is
-//! `cairn_stores`' job.
+//! The store the agent is handed, and how it names that store on a command
+//! line. Opening a store from its location (a directory, `sqlite:PATH`, a
+//! `postgres://` URL), and where tools keep their own files beside it, is
+//! the caller's job (the `cairn` binary does it with `cairn_stores`): the
+//! agent links no database driver, and takes an [`OpenedStore`], or an
+//! [`Opener`] where it must open a store again in a child process.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use cairn::Store;
+
+/// A store its caller opened, with the directories beside it the agent
+/// keeps its own files in.
+#[derive(Debug, Clone)]
+pub struct OpenedStore {
+    /// The location it was opened from, as named on the command line
+    /// (printed back as `--store`, and handed to the demo's child process).
+    pub location: PathBuf,
+    /// The store.
+    pub store: Store,
+    /// Where tools keep their own files: the REPL's history, the demo's
+    /// working directories.
+    pub files: PathBuf,
+    /// The blob directory: long tool output, traces, workspace snapshots.
+    pub blobs: PathBuf,
+}
+
+impl OpenedStore {
+    /// The directory store at `home`, which the core opens without any
+    /// driver: sessions in `home/sessions`, tools' files in `home` itself,
+    /// blobs in `home/blobs` (the layout `cairn_stores::files_dir` and
+    /// `blob_dir` give a directory). Nothing is created until it is used.
+    pub fn dir(home: impl Into<PathBuf>) -> OpenedStore {
+        let home = home.into();
+        OpenedStore {
+            store: Store::open_dir(&home),
+            files: home.clone(),
+            blobs: home.join("blobs"),
+            location: home,
+        }
+    }
+}
+
+/// Opens the store at a location, as the command line names it: what the
+/// demo's child process (`crate::child::run_if_requested`) is given to
+/// reach the demo's store.
+pub type Opener = fn(&Path) -> anyhow::Result<OpenedStore>;
 
 /// ` --store SPEC` for a command line that should reach the store `spec`,
 /// or nothing when `spec` is the default store (`$CAIRN_HOME`, else the

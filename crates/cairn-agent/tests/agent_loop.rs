@@ -273,7 +273,7 @@ fn large_output_is_capped_and_the_full_output_kept_as_a_blob() {
         })
         .unwrap();
     let (uri, size) = size.expect("a blob reference");
-    let blobs = cairn_stores::BlobStore::new(h.home.join("blobs"));
+    let blobs = cairn_blobs::BlobStore::new(h.home.join("blobs"));
     let full = String::from_utf8(blobs.get_uri(&uri).unwrap()).unwrap();
     assert_eq!(full.lines().count(), 30000);
     assert_eq!(size, Some(full.len() as u64));

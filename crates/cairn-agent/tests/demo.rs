@@ -9,7 +9,7 @@
 use std::path::PathBuf;
 
 use cairn::{Access, Store};
-use cairn_agent::DemoOptions;
+use cairn_agent::{DemoOptions, OpenedStore};
 use serde_json::json;
 
 #[test]
@@ -21,7 +21,7 @@ fn the_demo_runs_and_its_claims_hold() {
         exe: Some(PathBuf::from(env!("CARGO_BIN_EXE_cairn-agent"))),
         tree_printer: None,
     };
-    let report = cairn_agent::demo::run(&home, &mut out, opts).unwrap();
+    let report = cairn_agent::demo::run(&OpenedStore::dir(&home), &mut out, opts).unwrap();
     let text = String::from_utf8(out).unwrap();
 
     assert_eq!(report.state_after_panel_2, json!({"buff": "exhausted"}));
@@ -105,6 +105,7 @@ fn the_demo_explains_a_missing_child_entry_point() {
         exe: Some(PathBuf::from("/bin/true")),
         tree_printer: None,
     };
-    let e = cairn_agent::demo::run(&dir.path().join("store"), &mut out, opts).unwrap_err();
+    let e = cairn_agent::demo::run(&OpenedStore::dir(dir.path().join("store")), &mut out, opts)
+        .unwrap_err();
     assert!(format!("{e:#}").contains("run_if_requested"), "{e:#}");
 }

@@ -13,7 +13,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use cairn::{EntryId, Session};
-use cairn_stores::BlobStore;
+use cairn_blobs::BlobStore;
 use cairn_workspace::{History, Phase, Scope, WorkspaceError, checkout_files, diff, read_all};
 use pretty_assertions::assert_eq;
 use serde_json::json;
@@ -242,7 +242,7 @@ fn a_file_changed_outside_the_agent_is_never_overwritten_silently() {
         std::fs::read_to_string(h.work.join("a.txt")).unwrap(),
         "one\n"
     );
-    let sha = cairn_stores::blobs::hex(&<sha2::Sha256 as sha2::Digest>::digest(b"mine, by hand\n"));
+    let sha = cairn_blobs::digest(b"mine, by hand\n");
     assert!(blobs(&h).contains(&sha));
 }
 

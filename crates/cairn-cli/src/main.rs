@@ -18,7 +18,7 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     // The demo runs its crash steps as child processes of this executable.
-    if let Some(code) = cairn_agent::child::run_if_requested() {
+    if let Some(code) = cairn_agent::child::run_if_requested(target::open_for_agent) {
         return code;
     }
     let cli = args::Cli::parse();

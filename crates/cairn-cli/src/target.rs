@@ -10,6 +10,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result, anyhow, bail};
 use cairn::{Access, EntryId, Session, SessionId, Store};
+use cairn_agent::OpenedStore;
+use cairn_blobs::BlobStore;
+use cairn_stores::{blob_dir, files_dir};
 
 use crate::args::SessionArg;
 use crate::term::{Lines, Look, Out, clean};
@@ -42,7 +45,25 @@ impl Ctx {
     ///
     /// As [`Ctx::home`].
     pub fn store(&self) -> Result<Store> {
-        open_store(&self.home()?)
+        Ok(open_store(&self.home()?)?)
+    }
+
+    /// The store's blob store (in `cairn_stores::blob_dir` of its location).
+    ///
+    /// # Errors
+    ///
+    /// As [`Ctx::home`].
+    pub fn blobs(&self) -> Result<BlobStore> {
+        Ok(BlobStore::new(blob_dir(&self.home()?)))
+    }
+
+    /// The store opened for the agent, with the directories beside it.
+    ///
+    /// # Errors
+    ///
+    /// As [`Ctx::store`].
+    pub fn opened(&self) -> Result<OpenedStore> {
+        open_for_agent(&self.home()?)
     }
 
     /// Human or JSON output to stdout.
@@ -52,6 +73,22 @@ impl Ctx {
 }
 
 pub use cairn_stores::open_store;
+
+/// Opens the store at `location` for the agent: the store, its tools'
+/// files directory and its blob directory (`cairn_stores`' rules). The
+/// demo's child processes open their store with it too.
+///
+/// # Errors
+///
+/// When the SQLite database or the Postgres store cannot be opened.
+pub fn open_for_agent(location: &Path) -> Result<OpenedStore> {
+    Ok(OpenedStore {
+        store: open_store(location)?,
+        files: files_dir(location),
+        blobs: blob_dir(location),
+        location: location.to_owned(),
+    })
+}
 
 /// How a session was named.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -44,7 +44,7 @@ impl PyStore {
         let spec = location.clone();
         let store = py
             .detach(|| cairn_stores::open_store(&spec))
-            .map_err(|e| CairnError::new_err(format!("{e:#}")))?;
+            .map_err(|e| CairnError::new_err(cairn::with_causes(&e)))?;
         Ok(PyStore {
             store: Arc::new(store),
             location: location.display().to_string(),

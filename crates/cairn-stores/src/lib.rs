@@ -5,25 +5,21 @@
 //! Python package — opens it with [`open_store`], so a location means the
 //! same thing everywhere.
 //!
-//! Beside the store, tools keep files of their own (blobs of long tool
-//! output, the REPL's history, the server's token): [`files_dir`] says where.
-//! Bytes too large for a record go to the store's content-addressed blob
-//! store, [`BlobStore`] (module [`blobs`]: layout, durability, `gc`).
+//! Beside the store, tools keep files of their own (the REPL's history, the
+//! server's token): [`files_dir`] says where. Bytes too large for a record
+//! go to the store's content-addressed blob store (`cairn_blobs::BlobStore`)
+//! in [`blob_dir`].
 //!
 //! [`copy_store`] copies every session of one store into another, whatever
 //! their backends, byte for byte.
 
-pub mod blobs;
-mod copy;
-pub mod syncfs;
-
-pub use blobs::{BlobError, BlobRef, BlobStore, GcReport};
 pub use copy::{Copied, CopyError, CopyOutcome, CopyReport, copy_session, copy_store};
+
+mod copy;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use anyhow::{Context as _, Result};
 use cairn::Store;
 
 /// The kinds of store a location can name.
@@ -53,27 +49,69 @@ impl<'a> Location<'a> {
     }
 }
 
+/// Why a store named by its location could not be opened. The cause
+/// (`source()`) says what is wrong with the database and how to fix it.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OpenStoreError {
+    /// The SQLite database could not be opened or created, or was written
+    /// by a newer cairn.
+    #[error("cannot open the SQLite store {path}")]
+    Sqlite {
+        /// The database's path, as named after `sqlite:`.
+        path: String,
+        /// Why.
+        #[source]
+        source: Box<cairn_sqlite::SqliteError>,
+    },
+    /// The Postgres store could not be reached or opened, or its schema was
+    /// written by a newer cairn.
+    #[error("cannot open the Postgres store {url}")]
+    Postgres {
+        /// The URL, its password hidden.
+        url: String,
+        /// Why.
+        #[source]
+        source: Box<cairn_postgres::PgError>,
+    },
+}
+
 /// Opens the store a location names (a SQLite database is created if
 /// missing; a directory is created on the first session).
 ///
+/// ```
+/// # let dir = tempfile::tempdir()?;
+/// use cairn::NewSession;
+///
+/// let db = format!("sqlite:{}", dir.path().join("cairn.db").display());
+/// let store = cairn_stores::open_store(db.as_ref())?;
+/// let session = store.create(NewSession::default())?;
+/// assert_eq!(store.list()?.len(), 1);
+/// # drop(session);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
 /// # Errors
 ///
-/// When the SQLite database or the Postgres store cannot be opened, or was
-/// written by a newer cairn.
-pub fn open_store(spec: &Path) -> Result<Store> {
+/// [`OpenStoreError`] when the SQLite database or the Postgres store cannot
+/// be opened, or was written by a newer cairn. A directory always opens.
+pub fn open_store(spec: &Path) -> Result<Store, OpenStoreError> {
     match Location::parse(spec) {
         Location::Postgres(url) => {
-            let backend = cairn_postgres::PostgresBackend::open(url).with_context(|| {
-                format!(
-                    "cannot open the Postgres store {}",
-                    cairn_postgres::hide_password(url)
-                )
+            let backend = cairn_postgres::PostgresBackend::open(url).map_err(|source| {
+                OpenStoreError::Postgres {
+                    url: cairn_postgres::hide_password(url),
+                    source: Box::new(source),
+                }
             })?;
             Ok(Store::with_backend(Arc::new(backend)))
         }
         Location::Sqlite(db) => {
-            let backend = cairn_sqlite::SqliteBackend::open(db)
-                .with_context(|| format!("cannot open the SQLite store {db}"))?;
+            let backend =
+                cairn_sqlite::SqliteBackend::open(db).map_err(|source| OpenStoreError::Sqlite {
+                    path: db.to_owned(),
+                    source: Box::new(source),
+                })?;
             Ok(Store::with_backend(Arc::new(backend)))
         }
         Location::Dir(dir) => Ok(Store::open_dir(dir)),
@@ -144,7 +182,7 @@ fn postgres_files_dir(url: &str) -> PathBuf {
 }
 
 /// Where blobs (long tool output, workspace snapshots) are kept for the
-/// store at `spec`: the directory of its [`BlobStore`].
+/// store at `spec`: the directory of its `cairn_blobs::BlobStore`.
 pub fn blob_dir(spec: &Path) -> PathBuf {
     files_dir(spec).join("blobs")
 }
@@ -169,6 +207,28 @@ mod tests {
         );
         assert_eq!(files_dir(Path::new("/x/home")), Path::new("/x/home"));
         assert_eq!(blob_dir(Path::new("/x/home")), Path::new("/x/home/blobs"));
+    }
+
+    #[test]
+    fn a_store_that_cannot_be_opened_is_named_in_the_error_without_its_password() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("a-file");
+        std::fs::write(&file, b"").unwrap();
+        let db = file.join("cairn.db");
+        let e = open_store(Path::new(&format!("sqlite:{}", db.display()))).unwrap_err();
+        assert!(matches!(e, OpenStoreError::Sqlite { .. }));
+        assert_eq!(
+            e.to_string(),
+            format!("cannot open the SQLite store {}", db.display())
+        );
+        let e = open_store(Path::new("postgres://u:secret@127.0.0.1:1/db")).unwrap_err();
+        assert!(matches!(e, OpenStoreError::Postgres { .. }));
+        let text = cairn::with_causes(&e);
+        assert!(
+            text.starts_with("cannot open the Postgres store postgres://u:")
+                && !text.contains("secret"),
+            "{text}"
+        );
     }
 
     #[test]

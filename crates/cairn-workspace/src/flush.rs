@@ -20,7 +20,7 @@
 //! fails the restore before anything is renamed.
 //!
 //! And only on a local file system known to persist everything at
-//! `syncfs` ([`cairn_stores::syncfs::PERSISTS`], by `statfs`'s `f_type`): on FUSE (but
+//! `syncfs` ([`cairn_blobs::syncfs::PERSISTS`], by `statfs`'s `f_type`): on FUSE (but
 //! virtiofs), CIFS, 9p and other network file systems `syncfs` does not ask
 //! the server to persist anything while `fdatasync` does, and overlayfs
 //! before about 5.11 may not report its upper layer's write-back errors.
@@ -70,7 +70,7 @@ pub enum Flush {
 impl Flush {
     /// The flush a restore writing `bytes` under `root` uses. `Auto`:
     /// [`Flush::FileSystem`] when `root`'s file system is one of
-    /// [`cairn_stores::syncfs::PERSISTS`], the kernel's `syncfs` reports write-back errors
+    /// [`cairn_blobs::syncfs::PERSISTS`], the kernel's `syncfs` reports write-back errors
     /// (Linux 5.8 or later) and the dirty data and data under write-back of
     /// the whole system (`/proc/meminfo`'s `Dirty` + `Writeback`) are at
     /// most `bytes` + [`OTHERS_DIRTY_MAX`]; otherwise, or when any of them
@@ -81,8 +81,8 @@ impl Flush {
         {
             match self {
                 Flush::Auto => Flush::choose(
-                    cairn_stores::syncfs::fs_type(root),
-                    cairn_stores::syncfs::kernel_release().as_deref(),
+                    cairn_blobs::syncfs::fs_type(root),
+                    cairn_blobs::syncfs::kernel_release().as_deref(),
                     dirty_bytes(),
                     bytes,
                 ),
@@ -108,7 +108,7 @@ impl Flush {
     ) -> Flush {
         match dirty {
             Some(d)
-                if cairn_stores::syncfs::persists(fs_type, release)
+                if cairn_blobs::syncfs::persists(fs_type, release)
                     && d <= bytes.saturating_add(OTHERS_DIRTY_MAX) =>
             {
                 Flush::FileSystem
@@ -249,7 +249,7 @@ mod tests {
 
     #[test]
     fn syncfs_only_on_a_local_file_system_that_persists_at_syncfs() {
-        // The list itself is cairn_stores::syncfs's (tested there): one
+        // The list itself is cairn_blobs::syncfs's (tested there): one
         // file system on it, and overlayfs and a failed statfs off it.
         let new = Some("6.18.44-fc-v669");
         assert_eq!(Flush::choose(EXT4, new, Some(0), 0), Flush::FileSystem);
@@ -270,6 +270,6 @@ mod tests {
         assert_eq!(dirty_of("Dirty: x kB\nWriteback: 0 kB\n"), None);
         // The real one parses here (Linux).
         assert!(dirty_bytes().is_some());
-        assert!(cairn_stores::syncfs::kernel_release().is_some());
+        assert!(cairn_blobs::syncfs::kernel_release().is_some());
     }
 }

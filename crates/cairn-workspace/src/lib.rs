@@ -14,7 +14,7 @@
 //! ([`Workspace::after`]). Each snapshot is one `cairn.workspace` record
 //! (RECORDS.md §4) listing only the paths that changed (files, symlinks,
 //! directories), whose contents go to the store's blob store
-//! ([`cairn_stores::BlobStore`]) or, for small text files, into the record:
+//! ([`cairn_blobs::BlobStore`]) or, for small text files, into the record:
 //! unchanged files cost nothing.
 //!
 //! [`History`] folds those records into the workspace state at any entry;
@@ -59,7 +59,7 @@ pub enum WorkspaceError {
     Io(cairn::IoFailure),
     /// The blob store failed.
     #[error("the blob store failed")]
-    Blob(#[from] cairn_stores::BlobError),
+    Blob(#[from] cairn_blobs::BlobError),
     /// A record could not be appended.
     #[error("cannot record the workspace snapshot in the session")]
     Append(#[source] cairn::AppendError),

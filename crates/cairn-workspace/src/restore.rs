@@ -17,7 +17,7 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use cairn::{EntryId, Session};
-use cairn_stores::BlobStore;
+use cairn_blobs::BlobStore;
 
 use crate::flush::{FileSystem, Flush};
 use crate::history::History;
@@ -514,7 +514,7 @@ pub fn apply_with(
     // 4. The renames and removals durable: every directory touched.
     for dir in &dirs {
         if dir.exists() {
-            cairn_stores::blobs::sync_dir(dir)?;
+            cairn_blobs::sync_dir(dir)?;
         }
     }
     for (p, state) in &plan.done {

@@ -8,7 +8,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use cairn_stores::BlobStore;
+use cairn_blobs::BlobStore;
 
 use crate::record::{FileState, Manifest};
 use crate::watch::Within;
@@ -178,8 +178,7 @@ impl Snapshotter {
         }
         if !self.keep {
             let mut f = std::fs::File::open(&p).map_err(io_err("read", &p))?;
-            let (sha256, size) =
-                cairn_stores::blobs::digest_of(&mut f).map_err(io_err("read", &p))?;
+            let (sha256, size) = cairn_blobs::digest_of(&mut f).map_err(io_err("read", &p))?;
             return Ok(FileState {
                 sha256: Some(sha256),
                 size,
@@ -192,7 +191,7 @@ impl Snapshotter {
                 && let Ok(text) = String::from_utf8(bytes)
             {
                 return Ok(FileState {
-                    sha256: Some(cairn_stores::blobs::digest(text.as_bytes())),
+                    sha256: Some(cairn_blobs::digest(text.as_bytes())),
                     size: text.len() as u64,
                     text: Some(text),
                     ..stat

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use cairn::testkit::build::{assistant, user};
 use cairn::testkit::child::rerun_ignored;
 use cairn::{Access, Store};
-use cairn_stores::BlobStore;
+use cairn_blobs::BlobStore;
 use cairn_workspace::{
     Flush, Limits, Phase, Snapshotter, Touches, Workspace, checkout_files, plan, read_all,
 };

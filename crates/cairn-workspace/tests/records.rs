@@ -7,7 +7,7 @@
 
 use cairn::testkit::build::user;
 use cairn::{Access, OpRecord, Store, Unknown};
-use cairn_stores::BlobStore;
+use cairn_blobs::BlobStore;
 use cairn_workspace::{KIND, Phase, Scope, WorkspaceError, plan, read_all};
 use serde_json::json;
 

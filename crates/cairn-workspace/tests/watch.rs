@@ -14,7 +14,7 @@ use std::time::SystemTime;
 
 use cairn::testkit::build::user;
 use cairn::{Session, Store};
-use cairn_stores::BlobStore;
+use cairn_blobs::BlobStore;
 use cairn_workspace::{Flush, Limits, Manifest, Snapshotter, Touches, Workspace, plan};
 
 struct Setup {

@@ -11,7 +11,7 @@
 //!
 //! Large outputs are capped: the model sees the head and tail, and the full
 //! output is kept in the store's content-addressed blob store
-//! ([`cairn_stores::BlobStore`]) and referenced by a [`Block::Blob`].
+//! ([`cairn_blobs::BlobStore`]) and referenced by a [`Block::Blob`].
 
 pub mod bash;
 pub mod delegate;
@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cairn::{Block, EffectClass, Session, ToolOutput};
-use cairn_stores::{BlobError, BlobRef, BlobStore};
+use cairn_blobs::{BlobError, BlobRef, BlobStore};
 use cairn_workspace::{Limits, Snapshotter, Touches, Workspace, WorkspaceError};
 use serde_json::Value;
 

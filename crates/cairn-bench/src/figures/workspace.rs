@@ -8,7 +8,7 @@ use std::process::Command;
 
 use anyhow::{Context as _, Result, ensure};
 use cairn::{EntryBody, Message, Role, Session, Store};
-use cairn_stores::BlobStore;
+use cairn_blobs::BlobStore;
 use cairn_workspace::{Limits, Snapshotter, Touches, Workspace, checkout_files};
 
 use super::Bench;
@@ -173,8 +173,7 @@ fn bytes(b: &Bench) -> Result<Figure> {
     let mut zstd_bytes = 0u64;
     for i in 0..CHANGED {
         let edited = text(i + 1000, 32 << 10);
-        zstd_bytes +=
-            zstd::bulk::compress(edited.as_bytes(), cairn_stores::blobs::LEVEL)?.len() as u64;
+        zstd_bytes += zstd::bulk::compress(edited.as_bytes(), cairn_blobs::LEVEL)?.len() as u64;
         std::fs::write(work.join(format!("f{i}.rs")), edited)?;
     }
     let blobs_before = dir_bytes(blobs.dir())?;

@@ -401,12 +401,12 @@ pub fn tree_printer(look: Look) -> cairn_agent::tree::TreePrinter {
 ///
 /// I/O errors, or a claim of the demo that does not hold (a bug).
 pub fn agent(ctx: &Ctx) -> Result<Status> {
-    let home = ctx.home()?;
+    let at = ctx.opened()?;
     let opts = cairn_agent::DemoOptions {
         exe: None,
         tree_printer: Some(tree_printer(ctx.look)),
     };
     let mut stdout = std::io::stdout().lock();
-    cairn_agent::demo::run(&home, &mut stdout, opts)?;
+    cairn_agent::demo::run(&at, &mut stdout, opts)?;
     Ok(Status::Ok)
 }

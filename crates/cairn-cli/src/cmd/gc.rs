@@ -1,10 +1,9 @@
 //! `cairn gc`: removes the blobs no record of any session references
-//! (`cairn_stores::blobs` has the rule that makes it safe while writers run).
+//! (`cairn_blobs` has the rule that makes it safe while writers run).
 
 use std::time::Duration;
 
 use anyhow::Result;
-use cairn_stores::BlobStore;
 use serde_json::json;
 
 use super::Status;
@@ -17,9 +16,8 @@ use crate::target::Ctx;
 /// When a session cannot be read (nothing is removed then), or the blob
 /// directory cannot be listed or a blob removed.
 pub fn run(ctx: &Ctx, grace_secs: u64, json: bool) -> Result<Status> {
-    let home = ctx.home()?;
     let store = ctx.store()?;
-    let blobs = BlobStore::for_store(&home);
+    let blobs = ctx.blobs()?;
     let report = blobs.gc(&store, Duration::from_secs(grace_secs))?;
     let mut out = ctx.out();
     if json {

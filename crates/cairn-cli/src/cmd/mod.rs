@@ -114,7 +114,7 @@ pub fn run(cli: Cli) -> Result<Status> {
         Command::Demo { journal: true } => demo::run(&ctx),
         Command::Demo { journal: false } => demo::agent(&ctx),
         Command::Agent(a) => {
-            let mut opts = a.into_options(ctx.home()?);
+            let mut opts = a.into_options(ctx.opened()?);
             opts.tree_printer = Some(demo::tree_printer(ctx.look));
             cairn_agent::run(opts)?;
             Ok(Status::Ok)

@@ -5,7 +5,6 @@
 
 use anyhow::Result;
 use cairn::Access;
-use cairn_stores::BlobStore;
 use cairn_workspace::{Action, Change, FileState};
 use serde_json::{Value, json};
 
@@ -31,7 +30,7 @@ pub fn checkout(
     let (spec, rest) = target::split(arg, rest, 1)?;
     let (_, session) = target::open(ctx, &spec, Access::Write)?;
     let to = target::entry(&session, &rest[0])?;
-    let blobs = BlobStore::for_store(&ctx.home()?);
+    let blobs = ctx.blobs()?;
     let report = cairn_workspace::checkout_files(&session, &blobs, to.as_ref(), summary, force)?;
     let mut out = ctx.out();
     let target_text = to

@@ -1,8 +1,8 @@
-//! The content-addressed blob store of a cairn store: bytes too large for a
-//! record (long tool output, the workspace snapshots of `cairn-workspace`,
-//! traces) kept once each, by their SHA-256, zstd-compressed.
+//! [`BlobStore`]: one blob directory — storing bytes (once each, by their
+//! SHA-256, zstd-compressed), reading them back verified, making them
+//! durable.
 //!
-//! Layout, under [`crate::blob_dir`]: `<aa>/<sha256>.zst`, where `aa` is the
+//! Layout, under the directory it is given: `<aa>/<sha256>.zst`, where `aa` is the
 //! first two hex digits of the digest. Files written by cairn before this
 //! store (plain bytes named `<sha256>` directly in the directory) are read
 //! too.
@@ -11,30 +11,15 @@
 //! compressed bytes to a temporary name, syncs the file, renames it into
 //! place and syncs the directory before it returns, so a record that names
 //! the digest is appended only after the blob is on disk.
-//!
-//! **Garbage collection** ([`BlobStore::gc`]) removes blobs that no record
-//! of any session of the store references (a record references a blob when
-//! a member named `sha256` in its data holds the digest, or a `uri` is the
-//! blob's [`uri`]). It is safe while writers run, by two rules:
-//!
-//! 1. a blob younger than the grace period (its modification time) is never
-//!    removed: a writer appends the record that references a new blob well
-//!    within it. [`BlobStore::put`] of bytes already stored sets the blob's
-//!    modification time to now, so a blob about to be referenced again is
-//!    young again;
-//! 2. a blob is removed in two steps: renamed to `<sha256>.zst.gc`, then its
-//!    modification time checked again (a `put` may have touched it between
-//!    the listing and the rename) — a young one is renamed back, an old one
-//!    removed. A `put` that finds the blob gone (renamed away) writes it
-//!    afresh, so it never relies on a blob the collector is removing.
 
 use std::fs::File;
 use std::io::{self, Seek, Write};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
-use cairn::{Access, IoFailure, Store};
-use sha2::{Digest, Sha256};
+use cairn::IoFailure;
+
+use crate::{digest, digest_of, valid_digest};
 
 /// The zstd level blobs are written at (zstd's default: fast, and most of
 /// the gain of higher levels on text).
@@ -42,9 +27,6 @@ pub const LEVEL: i32 = 3;
 
 /// The scheme of a blob's URI: `cairn-blob:sha256:<hex>`.
 pub const URI_PREFIX: &str = "cairn-blob:sha256:";
-
-/// The grace period of [`BlobStore::gc`] unless another is given: one hour.
-pub const DEFAULT_GRACE: Duration = Duration::from_secs(3600);
 
 /// A failure of the blob store.
 #[derive(Debug, thiserror::Error)]
@@ -111,7 +93,10 @@ fn decompress(compressed: &[u8]) -> io::Result<Vec<u8>> {
     })
 }
 
-fn io_err<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> BlobError + 'a {
+pub(crate) fn io_err<'a>(
+    action: &'static str,
+    path: &'a Path,
+) -> impl FnOnce(io::Error) -> BlobError + 'a {
     move |source| BlobError::Io(IoFailure::new(action, path.display().to_string(), source))
 }
 
@@ -136,19 +121,6 @@ pub fn uri(sha256: &str) -> String {
     format!("{URI_PREFIX}{sha256}")
 }
 
-/// What [`BlobStore::gc`] did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct GcReport {
-    /// Blobs kept because a record references them.
-    pub referenced: u64,
-    /// Unreferenced blobs kept because they are younger than the grace period.
-    pub young: u64,
-    /// Blobs removed.
-    pub removed: u64,
-    /// Bytes (on disk) freed.
-    pub freed_bytes: u64,
-}
-
 /// The blob directory of one store.
 #[derive(Debug, Clone)]
 pub struct BlobStore {
@@ -159,11 +131,6 @@ impl BlobStore {
     /// The blob store in `dir` (created on the first [`BlobStore::put`]).
     pub fn new(dir: impl Into<PathBuf>) -> BlobStore {
         BlobStore { dir: dir.into() }
-    }
-
-    /// The blob store of the store at `spec` (a directory or `sqlite:PATH`).
-    pub fn for_store(spec: &Path) -> BlobStore {
-        BlobStore::new(crate::blob_dir(spec))
     }
 
     /// Its directory.
@@ -408,7 +375,7 @@ impl BlobStore {
     }
 
     /// Every stored blob: digest, path and bytes on disk.
-    fn stored(&self) -> Result<Vec<(String, PathBuf)>, BlobError> {
+    pub(crate) fn stored(&self) -> Result<Vec<(String, PathBuf)>, BlobError> {
         let mut out = Vec::new();
         let top = match std::fs::read_dir(&self.dir) {
             Ok(d) => d,
@@ -433,156 +400,6 @@ impl BlobStore {
         }
         Ok(out)
     }
-
-    /// Removes every blob that no record of `store` references and that is
-    /// older than `grace` (module docs: why this is safe while writers run).
-    ///
-    /// # Errors
-    ///
-    /// [`BlobError::Unreadable`] when a session cannot be read (nothing is
-    /// removed then); [`BlobError::Io`] when the directory cannot be listed
-    /// or a blob removed.
-    pub fn gc(&self, store: &Store, grace: Duration) -> Result<GcReport, BlobError> {
-        self.gc_with(store, grace, &mut |_, _| {})
-    }
-
-    /// [`BlobStore::gc`], calling `hook(step, sha256)` before (`"rename"`)
-    /// and after (`"renamed"`) each rename of a candidate: the race tests'
-    /// seam.
-    fn gc_with(
-        &self,
-        store: &Store,
-        grace: Duration,
-        hook: &mut dyn FnMut(&str, &str),
-    ) -> Result<GcReport, BlobError> {
-        let mut report = GcReport::default();
-        // Candidates first, references second: a blob stored after the
-        // listing is not a candidate; one stored before it is old only if
-        // its record had time to be appended (rule 1).
-        let now = SystemTime::now();
-        let old = |p: &Path| {
-            std::fs::metadata(p)
-                .and_then(|m| m.modified())
-                .is_ok_and(|t| now.duration_since(t).is_ok_and(|age| age >= grace))
-        };
-        let candidates = self.stored()?;
-        let referenced = referenced_digests(store)?;
-        for (sha, path) in candidates {
-            if referenced.contains(&sha) {
-                report.referenced += 1;
-                continue;
-            }
-            if !old(&path) {
-                report.young += 1;
-                continue;
-            }
-            let mut doomed = path.clone().into_os_string();
-            doomed.push(".gc");
-            let doomed = PathBuf::from(doomed);
-            hook("rename", &sha);
-            if std::fs::rename(&path, &doomed).is_err() {
-                continue; // gone already
-            }
-            hook("renamed", &sha);
-            if !old(&doomed) {
-                // Touched by a `put` between the listing and the rename.
-                std::fs::rename(&doomed, &path).map_err(io_err("restore", &path))?;
-                report.young += 1;
-                continue;
-            }
-            let bytes = std::fs::metadata(&doomed).map_or(0, |m| m.len());
-            std::fs::remove_file(&doomed).map_err(io_err("remove", &doomed))?;
-            report.removed += 1;
-            report.freed_bytes += bytes;
-        }
-        Ok(report)
-    }
-}
-
-/// Every blob digest any record of any session of `store` references.
-fn referenced_digests(store: &Store) -> Result<std::collections::HashSet<String>, BlobError> {
-    let mut out = std::collections::HashSet::new();
-    let unreadable =
-        |session: &str, e: Box<dyn std::error::Error + Send + Sync>| BlobError::Unreadable {
-            session: session.to_owned(),
-            source: e,
-        };
-    let sessions = store
-        .list()
-        .map_err(|e| unreadable("(the listing)", e.into()))?;
-    for summary in sessions {
-        let id = summary.id.to_string();
-        let session = store
-            .open(&summary.id, Access::Read)
-            .map_err(|e| unreadable(&id, e.into()))?;
-        for seq in 0..session.len() {
-            let line = session
-                .raw_record(seq)
-                .map_err(|e| unreadable(&id, e.into()))?;
-            collect_digests(&line, &mut out);
-        }
-    }
-    Ok(out)
-}
-
-/// The digests a record line names: after `"sha256":"` or `cairn-blob:sha256:`.
-fn collect_digests(line: &[u8], out: &mut std::collections::HashSet<String>) {
-    for marker in [&b"\"sha256\":\""[..], URI_PREFIX.as_bytes()] {
-        let mut rest = line;
-        while let Some(i) = memchr::memmem::find(rest, marker) {
-            rest = &rest[i + marker.len()..];
-            if let Some(d) = rest.get(..64).and_then(|d| std::str::from_utf8(d).ok())
-                && valid_digest(d)
-            {
-                out.insert(d.to_owned());
-            }
-        }
-    }
-}
-
-/// Feeds what is written to a hasher.
-struct HashWriter<'a>(&'a mut Sha256);
-
-impl Write for HashWriter<'_> {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.0.update(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-/// Whether `s` is 64 lower-case hex digits.
-pub fn valid_digest(s: &str) -> bool {
-    s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-}
-
-/// The SHA-256 of `bytes`, in lower-case hex: the digest a blob of them
-/// is stored under.
-pub fn digest(bytes: &[u8]) -> String {
-    hex(&Sha256::digest(bytes))
-}
-
-/// The digest and size of everything `r` reads, streamed.
-///
-/// # Errors
-///
-/// When `r` fails.
-pub fn digest_of(r: &mut impl io::Read) -> io::Result<(String, u64)> {
-    let mut hasher = Sha256::new();
-    let size = io::copy(r, &mut HashWriter(&mut hasher))?;
-    Ok((hex(&hasher.finalize()), size))
-}
-
-/// Lower-case hex of `bytes`.
-pub fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write as _;
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        let _ = write!(s, "{b:02x}");
-    }
-    s
 }
 
 /// Syncs a directory, so the names created in it are durable.
@@ -620,7 +437,7 @@ mod tests {
     fn plain_blob_files_of_older_cairn_are_read() {
         let dir = tempfile::tempdir().unwrap();
         let blobs = BlobStore::new(dir.path());
-        let sha = hex(&Sha256::digest(b"old"));
+        let sha = digest(b"old");
         std::fs::write(dir.path().join(&sha), b"old").unwrap();
         assert_eq!(blobs.get(&sha).unwrap(), b"old");
         let uri = format!("file://{}", dir.path().join(&sha).display());
@@ -641,26 +458,9 @@ mod tests {
             blobs.get(&r.sha256),
             Err(BlobError::Damaged { .. })
         ));
-        let other = hex(&Sha256::digest(b"x"));
+        let other = digest(b"x");
         assert!(matches!(blobs.get(&other), Err(BlobError::Missing { .. })));
         assert!(matches!(blobs.get("../x"), Err(BlobError::BadDigest(_))));
-    }
-
-    fn store_referencing(dir: &Path, sha: &str) -> Store {
-        let store = Store::open_dir(dir.join("home"));
-        let s = store.create(cairn::NewSession::default()).unwrap();
-        s.append(cairn::EntryBody::Custom(cairn::Custom {
-            namespace: "test.blobs".into(),
-            visible: false,
-            content: serde_json::json!({"file": {"sha256": sha}}),
-        }))
-        .unwrap();
-        store
-    }
-
-    fn age(path: &Path) {
-        let old = SystemTime::now() - Duration::from_secs(7200);
-        File::open(path).unwrap().set_modified(old).unwrap();
     }
 
     #[test]
@@ -679,109 +479,5 @@ mod tests {
         assert_eq!(blobs.get(&whole.sha256).unwrap(), b"the next blob");
         std::fs::write(&path, &bytes).unwrap();
         assert_eq!(blobs.get(&cut.sha256).unwrap(), big);
-    }
-
-    #[test]
-    fn gc_removes_only_old_unreferenced_blobs() {
-        let dir = tempfile::tempdir().unwrap();
-        let blobs = BlobStore::new(dir.path().join("home/blobs"));
-        let kept = blobs.put(b"referenced").unwrap();
-        let young = blobs.put(b"young").unwrap();
-        let old = blobs.put(b"old").unwrap();
-        age(&blobs.path(&kept.sha256));
-        age(&blobs.path(&old.sha256));
-        let store = store_referencing(dir.path(), &kept.sha256);
-        let report = blobs.gc(&store, DEFAULT_GRACE).unwrap();
-        assert_eq!(
-            report,
-            GcReport {
-                referenced: 1,
-                young: 1,
-                removed: 1,
-                freed_bytes: report.freed_bytes
-            }
-        );
-        assert!(blobs.contains(&kept.sha256) && blobs.contains(&young.sha256));
-        assert!(!blobs.contains(&old.sha256));
-    }
-
-    #[test]
-    fn a_put_between_the_listing_and_the_rename_keeps_the_blob() {
-        let dir = tempfile::tempdir().unwrap();
-        let blobs = BlobStore::new(dir.path().join("home/blobs"));
-        let r = blobs.put(b"about to be referenced again").unwrap();
-        age(&blobs.path(&r.sha256));
-        let store = store_referencing(dir.path(), &"0".repeat(64));
-        let writer = blobs.clone();
-        let report = blobs
-            .gc_with(&store, DEFAULT_GRACE, &mut |step, _| {
-                if step == "rename" {
-                    writer.put(b"about to be referenced again").unwrap();
-                }
-            })
-            .unwrap();
-        assert_eq!(report.removed, 0);
-        assert_eq!(
-            blobs.get(&r.sha256).unwrap(),
-            b"about to be referenced again"
-        );
-    }
-
-    #[test]
-    fn a_put_after_the_rename_writes_the_blob_afresh() {
-        let dir = tempfile::tempdir().unwrap();
-        let blobs = BlobStore::new(dir.path().join("home/blobs"));
-        let r = blobs.put(b"stored while collected").unwrap();
-        age(&blobs.path(&r.sha256));
-        let store = store_referencing(dir.path(), &"0".repeat(64));
-        let writer = blobs.clone();
-        let report = blobs
-            .gc_with(&store, DEFAULT_GRACE, &mut |step, _| {
-                if step == "renamed" {
-                    writer.put(b"stored while collected").unwrap();
-                }
-            })
-            .unwrap();
-        // The old copy went; the writer's fresh copy stays.
-        assert_eq!(report.removed, 1);
-        assert_eq!(blobs.get(&r.sha256).unwrap(), b"stored while collected");
-    }
-
-    #[test]
-    fn gc_removes_nothing_when_a_session_cannot_be_read() {
-        let dir = tempfile::tempdir().unwrap();
-        let blobs = BlobStore::new(dir.path().join("home/blobs"));
-        let r = blobs.put(b"x").unwrap();
-        age(&blobs.path(&r.sha256));
-        let store = store_referencing(dir.path(), &"0".repeat(64));
-        let sessions = dir.path().join("home/sessions");
-        let file = std::fs::read_dir(&sessions)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .find(|p| p.extension().is_some_and(|e| e == "jsonl"))
-            .unwrap();
-        let mut bytes = std::fs::read(&file).unwrap();
-        bytes.extend_from_slice(b"garbage\n{\"seq\":9}\n");
-        let len = bytes.len();
-        bytes[len / 3] ^= 0x55;
-        std::fs::write(&file, bytes).unwrap();
-        assert!(matches!(
-            blobs.gc(&store, DEFAULT_GRACE),
-            Err(BlobError::Unreadable { .. })
-        ));
-        assert!(blobs.contains(&r.sha256));
-    }
-
-    #[test]
-    fn digests_are_found_in_sha256_members_and_blob_uris() {
-        let mut out = std::collections::HashSet::new();
-        let a = "a".repeat(64);
-        let b = "b".repeat(64);
-        let line = format!(
-            r#"{{"data":{{"files":{{"x":{{"sha256":"{a}"}}}},"uri":"cairn-blob:sha256:{b}","sha256":"short"}}}}"#
-        );
-        collect_digests(line.as_bytes(), &mut out);
-        assert_eq!(out.len(), 2);
-        assert!(out.contains(&a) && out.contains(&b));
     }
 }
