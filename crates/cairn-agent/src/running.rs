@@ -95,7 +95,8 @@ pub enum Settled {
     /// None ran, or none was recorded: decide the call as usual.
     NoneRunning,
     /// One ran to its end (now, or while the agent was down) and wrote its
-    /// exit status: its output is the call's outcome.
+    /// exit status (not a signal's: at most 128): its output is the call's
+    /// outcome.
     Known(ToolOutput),
     /// One was stopped, or ended without a status: it runs no more; decide
     /// the call as usual.
@@ -170,14 +171,16 @@ pub fn settle(
                 tell(&format!("pid {pid} stopped with {signal} ({status_text})"));
                 settled = Settled::Stopped;
             }
-            (How::Exited | How::Gone, Some(code)) => {
+            // Above 128: the shell's way of saying a signal ended the
+            // command (SIGKILL: 137): it did not run to its end.
+            (How::Exited | How::Gone, Some(code)) if code <= 128 => {
                 tell(&format!(
                     "pid {pid} ran to its end ({status_text}): its output is the call's result"
                 ));
                 settled = Settled::Known(outcome(started, code, fencing));
             }
-            (How::Exited | How::Gone, None) => {
-                if found.liveness == Liveness::Running {
+            (How::Exited | How::Gone, _) => {
+                if found.liveness == Liveness::Running || status.is_some() {
                     tell(&format!("pid {pid} ended with {status_text}"));
                 }
                 if settled == Settled::NoneRunning {

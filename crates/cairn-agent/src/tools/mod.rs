@@ -17,6 +17,7 @@ pub mod bash;
 pub mod delegate;
 pub mod fs;
 pub mod render;
+pub mod replace;
 pub mod schema;
 pub mod state;
 
