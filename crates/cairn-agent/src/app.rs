@@ -21,6 +21,7 @@ use serde_json::{Map, Value};
 
 use crate::agent::{Agent, AgentConfig, OnRunning, OnUnknown, Runtime};
 use crate::compaction::CompactionPolicy;
+use crate::delegate::{Delegate, SUBAGENT_PROMPT, Subagents};
 use crate::interrupt::Interrupt;
 use crate::observer::{Acks, Event, Observer, Printer, Tee};
 use crate::prompt::{Batch, Console, Prompter};
@@ -28,7 +29,6 @@ use crate::provider::Provider;
 use crate::provider::openai::{DEFAULT_BASE_URL, OpenAiConfig, OpenAiProvider};
 use crate::provider::scripted::ScriptedProvider;
 use crate::term::clean_line;
-use crate::tools::delegate::{Delegate, SUBAGENT_PROMPT, Subagents};
 use crate::tools::{Registry, ToolEnv};
 use crate::tree::TreePrinter;
 use cairn_stores::{blob_dir, files_dir, open_store};
@@ -110,7 +110,7 @@ pub struct AgentArgs {
     #[arg(long, value_name = "BYTES", default_value_t = crate::trace::DEFAULT_BODY_LIMIT, requires = "trace")]
     pub trace_body_limit: usize,
     /// How deep subagents (the `delegate` tool) may nest; 0 offers no `delegate` tool.
-    #[arg(long, value_name = "N", default_value_t = crate::tools::delegate::DEFAULT_MAX_DEPTH)]
+    #[arg(long, value_name = "N", default_value_t = crate::delegate::DEFAULT_MAX_DEPTH)]
     pub max_depth: u32,
 }
 
@@ -214,7 +214,7 @@ impl AgentOptions {
             max_steps: 50,
             compact_at: 100_000,
             tool_timeout: 120,
-            max_depth: crate::tools::delegate::DEFAULT_MAX_DEPTH,
+            max_depth: crate::delegate::DEFAULT_MAX_DEPTH,
             trace_body_limit: crate::trace::DEFAULT_BODY_LIMIT,
             ..AgentArgs::default()
         }

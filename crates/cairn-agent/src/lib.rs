@@ -19,6 +19,7 @@ pub mod agent;
 mod app;
 pub mod child;
 pub mod compaction;
+pub mod delegate;
 pub mod demo;
 pub mod describe;
 pub mod fence;

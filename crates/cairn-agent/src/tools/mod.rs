@@ -14,7 +14,6 @@
 //! ([`cairn_stores::BlobStore`]) and referenced by a [`Block::Blob`].
 
 pub mod bash;
-pub mod delegate;
 pub mod fs;
 pub mod render;
 pub mod replace;
