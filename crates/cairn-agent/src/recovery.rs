@@ -14,7 +14,7 @@
 //!
 //! [`resolve`] runs in this order: the verdict is shown, then the recorded
 //! tool processes of its calls (so a person sees *running* before anything
-//! is decided), then the core's loop drives [`AgentResolver`], then the
+//! is decided), then the core's loop drives the agent's resolver, then the
 //! verdict after it decides [`Next`].
 
 use std::sync::Arc;

@@ -1,7 +1,7 @@
 //! What the agent loop runs with: [`Runtime`] (provider, tools, observer,
 //! prompter, interrupt flag), its [`AgentConfig`] and the resume policies
 //! ([`OnUnknown`], [`OnRunning`]), and the one retry rule of every model
-//! request ([`backoff`]). It sits below the loop ([`crate::agent`]), resume
+//! request (`backoff`). It sits below the loop ([`crate::agent`]), resume
 //! ([`crate::recovery`]) and compaction, which all take a `Runtime`, so
 //! none of them imports another to reach it.
 
