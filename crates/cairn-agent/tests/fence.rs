@@ -23,8 +23,6 @@ use cairn::{Access, Body, OpRecord, Session, SessionId, Store};
 use cairn_agent::fence::{self, Liveness, Started};
 use serde_json::{Value, json};
 
-const BIN: &str = env!("CARGO_BIN_EXE_cairn-agent");
-
 /// The command: its own timestamps around a sleep, then the counted effect.
 const COMMAND: &str = "trap 'echo \"stop $(date +%s%N)\" >> times.txt; exit 143' TERM; \
 echo \"start $(date +%s%N)\" >> times.txt; sleep 2; \
@@ -70,17 +68,8 @@ fn delegating_script() -> Value {
 }
 
 fn agent(d: &Dirs, args: &[&str]) -> Command {
-    let mut cmd = Command::new(BIN);
-    cmd.arg("--store")
-        .arg(&d.home)
-        .arg("--workdir")
-        .arg(&d.work)
-        .arg("--script")
-        .arg(&d.script)
-        .args(["--yes", "--compact-at", "0"])
-        .args(args)
-        .env_remove("CAIRN_AGENT_CHILD")
-        .stdin(Stdio::null());
+    let mut cmd = support::agent_command(&d.home, &d.work, &d.script);
+    cmd.args(args);
     cmd
 }
 
@@ -198,14 +187,9 @@ fn first_process_alive(s: &Session) -> Started {
     p
 }
 
-#[test]
-fn resume_waits_for_a_command_still_running_and_records_its_own_outcome() {
-    let d = dirs(&bash_script());
-    let id = kill_mid_bash(&d);
-    let first = first_process_alive(&open(&d, &id));
-    // Even with --on-unknown rerun: the run still going is waited for, and
-    // having seen it end, there is nothing unknown to re-run.
-    let out = resume(&d, &id, &["--on-running", "wait", "--on-unknown", "rerun"]);
+/// The resume said `first` was running, waited for it, and recorded it
+/// ended by itself with status 0 in `s`; its one run did its effect once.
+fn waited_for_once(d: &Dirs, out: &Output, first: &Started, s: &Session) {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         stdout.contains(&format!("is running: pid {}", first.process.pid)),
@@ -217,13 +201,24 @@ fn resume_waits_for_a_command_still_running_and_records_its_own_outcome() {
         "x\n",
         "the effect happened once"
     );
-    let s = open(&d, &id);
-    let records = process_records(&s);
+    let records = process_records(s);
     let ended = phase(&records, "ended");
     assert_eq!(ended.len(), 1, "{records:#?}");
     assert_eq!(ended[0]["how"], "exited");
     assert_eq!(ended[0]["exit_status"], 0);
     assert_eq!(ended[0]["by"], "cairn-agent --on-running wait");
+}
+
+#[test]
+fn resume_waits_for_a_command_still_running_and_records_its_own_outcome() {
+    let d = dirs(&bash_script());
+    let id = kill_mid_bash(&d);
+    let first = first_process_alive(&open(&d, &id));
+    // Even with --on-unknown rerun: the run still going is waited for, and
+    // having seen it end, there is nothing unknown to re-run.
+    let out = resume(&d, &id, &["--on-running", "wait", "--on-unknown", "rerun"]);
+    let s = open(&d, &id);
+    waited_for_once(&d, &out, &first, &s);
     let (is_error, code, text) = bash_result(&s);
     assert!(!is_error && code.is_none(), "{text}");
     assert!(
@@ -296,23 +291,8 @@ fn resume_finds_a_subagents_command_still_running() {
         &parent,
         &["--on-running", "wait", "--on-unknown", "mark"],
     );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        stdout.contains(&format!("is running: pid {}", first.process.pid)),
-        "{stdout}"
-    );
-    assert_eq!(runs(&read(&d.work.join("times.txt"))), ["end"]);
-    assert_eq!(
-        read(&d.work.join("out.txt")),
-        "x\n",
-        "the effect happened once"
-    );
     let c = open(&d, &child);
-    let records = process_records(&c);
-    let ended = phase(&records, "ended");
-    assert_eq!(ended.len(), 1, "{records:#?}");
-    assert_eq!(ended[0]["how"], "exited");
-    assert_eq!(ended[0]["exit_status"], 0);
+    waited_for_once(&d, &out, &first, &c);
     support::every_call_answered(&c).unwrap();
     let p = open(&d, &parent);
     support::every_call_answered(&p).unwrap();

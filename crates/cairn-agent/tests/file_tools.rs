@@ -18,8 +18,6 @@ use cairn::{SessionId, Store};
 use cairn_agent::tools::replace::replace_file;
 use serde_json::{Value, json};
 
-const BIN: &str = env!("CARGO_BIN_EXE_cairn-agent");
-
 /// Set in the re-executed test binary: the file [`writer_child`] rewrites.
 const WRITER_ENV: &str = "CAIRN_TEST_TORN_WRITER";
 
@@ -129,16 +127,8 @@ impl Agent {
 
     /// One agent process: `prompt`, resuming `session` when given.
     fn run(&self, prompt: &str, session: Option<&SessionId>) -> SessionId {
-        let mut cmd = Command::new(BIN);
-        cmd.arg("--store")
-            .arg(&self.home)
-            .arg("--workdir")
-            .arg(&self.work)
-            .arg("--script")
-            .arg(&self.script)
-            .args(["--yes", "--compact-at", "0", "-p", prompt])
-            .env_remove("CAIRN_AGENT_CHILD")
-            .stdin(Stdio::null());
+        let mut cmd = support::agent_command(&self.home, &self.work, &self.script);
+        cmd.args(["-p", prompt]);
         if let Some(s) = session {
             cmd.arg("--resume").arg(s.to_string());
         }
