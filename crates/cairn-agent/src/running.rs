@@ -134,7 +134,11 @@ pub fn settle(
             Liveness::Gone => (How::Gone, fence::exit_status(started)),
             Liveness::Running => {
                 tell(&found.describe());
-                match fencing.on_running {
+                // A second Ctrl-C or a termination signal, exiting, kills it.
+                fencing
+                    .interrupt
+                    .set_running_group(Some(started.process.pgid));
+                let ended = match fencing.on_running {
                     OnRunning::Wait => {
                         tell(&format!(
                             "waiting for pid {} to end (at most until its timeout; Ctrl-C stops it)",
@@ -150,7 +154,9 @@ pub fn settle(
                         ));
                         fence::stop(started)
                     }
-                }
+                };
+                fencing.interrupt.set_running_group(None);
+                ended
             }
         };
         let ended = Ended {
@@ -283,5 +289,33 @@ impl<R: Resolver> Resolver for Fenced<'_, R> {
 
     fn done(&mut self, action: &Action) {
         self.inner.done(action);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_rerun_while_a_process_cannot_be_checked_and_a_known_outcome_is_recorded() {
+        let rerun = || Decision::Rerun {
+            by: Some("person".to_owned()),
+        };
+        let unverifiable = Settled::Unverifiable("another host".to_owned());
+        assert_eq!(
+            fenced_decision(unverifiable.clone(), rerun),
+            Decision::MarkUnknown
+        );
+        assert_eq!(
+            fenced_decision(unverifiable, || Decision::Stop("no".to_owned())),
+            Decision::Stop("no".to_owned())
+        );
+        let out = ToolOutput::text("done");
+        assert_eq!(
+            fenced_decision(Settled::Known(out.clone()), rerun),
+            Decision::Outcome(out)
+        );
+        assert_eq!(fenced_decision(Settled::Stopped, rerun), rerun());
+        assert_eq!(fenced_decision(Settled::NoneRunning, rerun), rerun());
     }
 }

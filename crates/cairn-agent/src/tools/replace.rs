@@ -96,19 +96,8 @@ pub fn replace_file(
 ///
 /// A message for the model saying which rule the path breaks.
 pub fn confine(workdir: &Path, path: &Path) -> Result<PathBuf, String> {
-    let root = std::path::absolute(workdir)
-        .map_err(|e| format!("cannot resolve the working directory: {e}"))?;
-    let abs = std::path::absolute(path).map_err(|e| format!("cannot resolve the path: {e}"))?;
-    let mut folded = PathBuf::new();
-    for c in abs.components() {
-        match c {
-            Component::ParentDir => {
-                folded.pop();
-            }
-            Component::CurDir => {}
-            other => folded.push(other),
-        }
-    }
+    let root = fold(workdir).map_err(|e| format!("cannot resolve the working directory: {e}"))?;
+    let folded = fold(path).map_err(|e| format!("cannot resolve the path: {e}"))?;
     let Ok(rel) = folded.strip_prefix(&root) else {
         return Err(format!(
             "{} is outside the working directory {}; the file tools only change files inside it",
@@ -139,6 +128,26 @@ pub fn confine(workdir: &Path, path: &Path) -> Result<PathBuf, String> {
     Ok(folded)
 }
 
+/// `path` made absolute, with `.` and `..` folded lexically: the one form
+/// of a path the content lines name.
+///
+/// # Errors
+///
+/// When the current directory cannot be read (a relative `path`).
+pub fn fold(path: &Path) -> io::Result<PathBuf> {
+    let mut folded = PathBuf::new();
+    for c in std::path::absolute(path)?.components() {
+        match c {
+            Component::ParentDir => {
+                folded.pop();
+            }
+            Component::CurDir => {}
+            other => folded.push(other),
+        }
+    }
+    Ok(folded)
+}
+
 /// The SHA-256 of `bytes`, in hex.
 pub fn sha256_hex(bytes: &[u8]) -> String {
     Sha256::digest(bytes)
@@ -147,8 +156,10 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
         .collect()
 }
 
-/// The content line a file tool's result ends with.
+/// The content line a file tool's result ends with (the path as [`fold`]
+/// gives it).
 pub fn content_line(path: &Path, bytes: &[u8]) -> Block {
+    let path = fold(path).unwrap_or_else(|_| path.to_owned());
     Block::Text {
         text: format!("[sha256 {} {}]", sha256_hex(bytes), path.display()),
     }
@@ -187,7 +198,8 @@ pub fn last_seen(session: &Session, path: &Path) -> Result<Option<String>, cairn
 
 /// The newest content line naming `path` in results of the file tools.
 fn newest(messages: &[Message], path: &Path) -> Option<String> {
-    let want = path.display().to_string();
+    let want = fold(path).unwrap_or_else(|_| path.to_owned());
+    let want = want.display().to_string();
     let mut tools = std::collections::HashMap::new();
     let mut last = None;
     for m in messages {
@@ -295,5 +307,10 @@ mod tests {
         let (h, p) = parse_line(&text).unwrap();
         assert_eq!((h, p), (sha256_hex(b"x").as_str(), "/w/a b.txt"));
         assert!(parse_line("[sha256 nothex /p]").is_none());
+        // `./` and `..` name the same file as the plain path.
+        let Block::Text { text } = content_line(Path::new("/w/./x/../a b.txt"), b"x") else {
+            panic!()
+        };
+        assert_eq!(parse_line(&text).unwrap().1, "/w/a b.txt");
     }
 }
