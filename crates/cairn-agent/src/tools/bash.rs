@@ -183,11 +183,10 @@ impl Tool for Bash {
             call.interrupt.set_running_group(None);
             remove_files();
             return ToolOutput::error(format!(
-                "Not run: the record of its process could not be written, so it was stopped before it started ({why})."
+                "Not run: its process could not be recorded and let go, so it was stopped before the command started ({why})."
             ));
         }
         let started = Instant::now();
-        call.interrupt.set_running_group(Some(child.id()));
         let end = loop {
             match child.try_wait() {
                 Ok(Some(status)) => break End::Exited(status),
