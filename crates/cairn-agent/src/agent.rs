@@ -24,96 +24,31 @@ use std::time::Instant;
 use anyhow::{Context as _, Result};
 use cairn::view::ViewBuilder;
 use cairn::{Message, Operation, Outcome, Role, Session, Store, ToolTicket};
-use cairn_workspace::Touches;
 use serde_json::Value;
 
-use crate::compaction::{self, CompactionPolicy};
-use crate::interrupt::Interrupt;
-use crate::observer::{Event, Observer};
-use crate::prompt::{Approval, Prompter};
-use crate::provider::retry::RetryPolicy;
-use crate::provider::{ChatRequest, Provider, ProviderError, Purpose};
-use crate::recovery;
+use crate::compaction;
+use crate::observer::Event;
+use crate::prompt::Approval;
+use crate::provider::{ChatRequest, Purpose};
+use crate::recovery::{self, Next};
+use crate::runtime::{Backoff, backoff};
+use crate::snapshot;
 use crate::stream::{Streamed, stream_traced};
-use crate::tools::{Registry, Tool, ToolCall, ToolEnv};
+use crate::tools::{Tool, ToolCall};
 
-/// What to do, on resume, with a `SideEffect` call that may or may not have run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
-pub enum OnUnknown {
-    /// Ask the person (without a terminal: mark).
-    #[default]
-    Ask,
-    /// Record the outcome as unknown (`TOOL_OUTCOME_UNKNOWN`).
-    Mark,
-    /// Run it again.
-    Rerun,
-    /// Stop with an error, leaving the session as it is.
-    Fail,
-}
+pub use crate::runtime::{
+    AfterToolEffect, AgentConfig, DEFAULT_SYSTEM_PROMPT, OnRunning, OnUnknown, Runtime,
+};
 
-/// How the loop behaves.
-#[derive(Debug, Clone)]
-pub struct AgentConfig {
-    /// The system prompt.
-    pub system_prompt: Option<String>,
-    /// Model calls per operation before it stops (`max_steps`).
-    pub max_steps: u32,
-    /// Run side-effect tools without asking.
-    pub auto_approve: bool,
-    /// Side effects of unknown outcome, on resume.
-    pub on_unknown: OnUnknown,
-    /// Retries of transient provider errors.
-    pub retry: RetryPolicy,
-    /// When and how to compact.
-    pub compaction: CompactionPolicy,
-    /// Inject session memory after the system prompt.
-    pub memory: bool,
-    /// Record each exchange with the model server (`--trace`).
-    pub trace: Option<crate::trace::TraceConfig>,
-}
-
-impl Default for AgentConfig {
-    fn default() -> AgentConfig {
-        AgentConfig {
-            system_prompt: Some(DEFAULT_SYSTEM_PROMPT.to_owned()),
-            max_steps: 50,
-            auto_approve: false,
-            on_unknown: OnUnknown::Ask,
-            retry: RetryPolicy::default(),
-            compaction: CompactionPolicy::default(),
-            memory: true,
-            trace: None,
-        }
-    }
-}
-
-/// The default system prompt.
-pub const DEFAULT_SYSTEM_PROMPT: &str = "You are a careful software agent working in the person's project directory. \
-Use the tools to read, search, edit files and run commands; prefer reading before changing. \
-Tools that change things may need the person's approval. Keep answers short and say what you did.";
-
-/// Called after a tool's effect and before its result is recorded: the
-/// crash point of the demo and the crash tests. Receives the tool's name and the call id.
-pub type AfterToolEffect = Box<dyn Fn(&str, &str) + Send + Sync>;
-
-/// Everything the loop uses besides the session.
-pub struct Runtime {
-    /// Where replies come from.
-    pub provider: Arc<dyn Provider>,
-    /// The tools.
-    pub tools: Registry,
-    /// Where tools work.
-    pub env: ToolEnv,
-    /// How the loop behaves.
-    pub config: AgentConfig,
-    /// Who hears about it.
-    pub observer: Box<dyn Observer>,
-    /// Who is asked.
-    pub prompter: Box<dyn Prompter>,
-    /// Ctrl-C.
-    pub interrupt: Interrupt,
-    /// The crash point for tests and the demo.
-    pub after_tool_effect: Option<AfterToolEffect>,
+/// What resuming did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Resumed {
+    /// The verdict found.
+    pub before: cairn::Verdict,
+    /// What was done, in words.
+    pub actions: Vec<String>,
+    /// How the resumed operation ended, when it was continued.
+    pub end: Option<TurnEnd>,
 }
 
 /// How an operation ended.
@@ -190,13 +125,41 @@ impl Agent {
         Ok(())
     }
 
-    /// Acts on the recovery verdict: see [`recovery::resume`].
+    /// Acts on the recovery verdict ([`recovery::resolve`]), then carries
+    /// on the open operation when there is one (retrying an interrupted
+    /// model call).
     ///
     /// # Errors
     ///
-    /// Append errors; `--on-unknown fail` with a side effect of unknown outcome.
-    pub fn resume(&mut self) -> Result<recovery::Resumed> {
-        recovery::resume(&self.session, &mut self.rt)
+    /// Append errors; `--on-unknown fail` with a side effect of unknown
+    /// outcome (the session is left unchanged); a verdict recovery could
+    /// not settle.
+    pub fn resume(&mut self) -> Result<Resumed> {
+        let recovered = recovery::resolve(&self.session, &mut self.rt)?;
+        let mut actions = recovered.actions;
+        let end = match recovered.next {
+            Next::Continue {
+                provider_interrupted,
+            } => {
+                let what = if provider_interrupted {
+                    "the model call was interrupted: asking again and continuing the operation"
+                } else {
+                    "continuing the open operation"
+                };
+                self.rt.observer.event(&Event::Recovery(what));
+                actions.push(what.to_owned());
+                match self.session.resume_operation() {
+                    Some(op) => Some(drive(op, &self.session, &mut self.rt)?),
+                    None => None,
+                }
+            }
+            Next::Nothing => None,
+        };
+        Ok(Resumed {
+            before: recovered.before,
+            actions,
+            end,
+        })
     }
 
     /// Runs one operation for the person's `text` (resuming first if an
@@ -240,7 +203,7 @@ impl Agent {
 }
 
 /// Runs the loop of an open operation to its end.
-pub(crate) fn drive(op: Operation<'_>, session: &Session, rt: &mut Runtime) -> Result<TurnEnd> {
+fn drive(op: Operation<'_>, session: &Session, rt: &mut Runtime) -> Result<TurnEnd> {
     let mut steps = 0u32;
     loop {
         if rt.interrupt.is_set() {
@@ -387,7 +350,14 @@ fn model_step(op: &Operation<'_>, session: &Session, rt: &mut Runtime) -> Result
             entry: Some(ticket.entry()),
             retry,
         };
-        crate::trace::record_streamed(session, rt, traced, &streamed, exchange.as_ref())?;
+        crate::trace::record_streamed(
+            session,
+            rt.config.trace,
+            &rt.env.blob_dir,
+            traced,
+            &streamed,
+            exchange.as_ref(),
+        )?;
         match streamed {
             Streamed::Done(Ok(reply)) => {
                 let latency = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
@@ -438,37 +408,6 @@ fn model_step(op: &Operation<'_>, session: &Session, rt: &mut Runtime) -> Result
                 return Ok(Step::Interrupted);
             }
         }
-    }
-}
-
-/// What follows a failed model request.
-pub(crate) enum Backoff {
-    /// The error is transient and the wait is over: ask again.
-    Retry,
-    /// The wait was interrupted.
-    Interrupted,
-    /// Not retried (not transient, or the retries are used up).
-    GiveUp,
-}
-
-/// The one retry rule of every model request (replies and summaries): when
-/// the policy retries `error` after `retry` retries, announce the retry and
-/// wait its delay, awake to interrupts.
-pub(crate) fn backoff(rt: &mut Runtime, retry: &mut u32, error: &ProviderError) -> Backoff {
-    if !rt.config.retry.should_retry(*retry, error) {
-        return Backoff::GiveUp;
-    }
-    let delay = rt.config.retry.delay(*retry, error);
-    *retry += 1;
-    rt.observer.event(&Event::Retry {
-        error,
-        delay,
-        retry: *retry,
-    });
-    if rt.interrupt.sleep(delay) {
-        Backoff::Interrupted
-    } else {
-        Backoff::Retry
     }
 }
 
@@ -612,7 +551,7 @@ pub(crate) fn run_call(
         }
     }
     if let Some(touches) = tool.touches(args, &rt.env)
-        && let Err(why) = snapshot_before(rt, session, call_id, &touches)
+        && let Err(why) = snapshot::before(rt, session, call_id, &touches)
     {
         deny(op, rt, call_id, name, &why)?;
         return Ok(Flow::Continue);
@@ -654,7 +593,7 @@ pub(crate) fn execute(
     if let Some(touches) = tool.touches(args, &rt.env) {
         // Before the result (T2), whose sync makes the record durable.
         let at = ticket.result_entry().clone();
-        snapshot_after(rt, session, at, &call_id, &name, &touches);
+        snapshot::after(rt, session, at, &call_id, &name, &touches);
     }
     let appended = op.record_result(ticket, output.clone())?;
     if let Some(entry) = &appended.id {
@@ -670,48 +609,4 @@ pub(crate) fn execute(
     } else {
         Flow::Continue
     })
-}
-
-/// The workspace snapshot before a call that touches files (appended
-/// before its T1, or synced by the caller); `Err` is the result text of a
-/// call not run because it could not be taken.
-pub(crate) fn snapshot_before(
-    rt: &mut Runtime,
-    session: &Session,
-    call_id: &str,
-    touches: &Touches,
-) -> std::result::Result<(), String> {
-    let leaf = session.leaf();
-    let taken = rt.env.workspace(session).and_then(|w| {
-        w.map(|w| w.before(session, leaf, call_id, touches))
-            .transpose()
-    });
-    taken.map(drop).map_err(|e| {
-        format!(
-            "Not run: the workspace snapshot before it could not be taken, so a rewind could not undo it ({}).",
-            cairn::with_causes(&e)
-        )
-    })
-}
-
-/// The workspace snapshot after a call that touches files, at its result's
-/// entry; a failure is a notice (the next snapshot sees the changes).
-pub(crate) fn snapshot_after(
-    rt: &mut Runtime,
-    session: &Session,
-    at: cairn::EntryId,
-    call_id: &str,
-    name: &str,
-    touches: &Touches,
-) {
-    let taken = rt.env.workspace(session).and_then(|w| {
-        w.map(|w| w.after(session, at, call_id, touches))
-            .transpose()
-    });
-    if let Err(e) = taken {
-        rt.observer.event(&Event::Notice(&format!(
-            "the workspace snapshot after {name} failed: {}",
-            cairn::with_causes(&e)
-        )));
-    }
 }

@@ -19,8 +19,9 @@ use anyhow::{Context as _, Result, bail};
 use cairn::{Access, EntryBody, NewSession, Outcome, Session, Settings, Store};
 use serde_json::{Map, Value};
 
-use crate::agent::{Agent, AgentConfig, OnUnknown, Runtime};
+use crate::agent::{Agent, AgentConfig, OnRunning, OnUnknown, Runtime};
 use crate::compaction::CompactionPolicy;
+use crate::delegate::{Delegate, SUBAGENT_PROMPT, Subagents};
 use crate::interrupt::Interrupt;
 use crate::observer::{Acks, Event, Observer, Printer, Tee};
 use crate::prompt::{Batch, Console, Prompter};
@@ -29,7 +30,6 @@ use crate::provider::openai::{DEFAULT_BASE_URL, OpenAiConfig, OpenAiProvider};
 use crate::provider::scripted::ScriptedProvider;
 use crate::store::OpenedStore;
 use crate::term::clean_line;
-use crate::tools::delegate::{Delegate, SUBAGENT_PROMPT, Subagents};
 use crate::tools::{Registry, ToolEnv};
 use crate::tree::TreePrinter;
 
@@ -73,6 +73,10 @@ pub struct AgentArgs {
     /// On resume, what to do with a side effect that may or may not have run.
     #[arg(long, value_enum, value_name = "POLICY", default_value = "ask")]
     pub on_unknown: OnUnknown,
+    /// On resume, what to do with a tool process of an interrupted call that
+    /// still runs: wait for it to end, or stop it (a re-run never starts beside it).
+    #[arg(long, value_enum, value_name = "POLICY", default_value = "wait")]
+    pub on_running: OnRunning,
     /// Model calls per request before the agent stops.
     #[arg(long, value_name = "N", default_value_t = 50)]
     pub max_steps: u32,
@@ -106,7 +110,7 @@ pub struct AgentArgs {
     #[arg(long, value_name = "BYTES", default_value_t = crate::trace::DEFAULT_BODY_LIMIT, requires = "trace")]
     pub trace_body_limit: usize,
     /// How deep subagents (the `delegate` tool) may nest; 0 offers no `delegate` tool.
-    #[arg(long, value_name = "N", default_value_t = crate::tools::delegate::DEFAULT_MAX_DEPTH)]
+    #[arg(long, value_name = "N", default_value_t = crate::delegate::DEFAULT_MAX_DEPTH)]
     pub max_depth: u32,
 }
 
@@ -124,6 +128,7 @@ impl AgentArgs {
             script: self.script,
             prompt: self.prompt,
             on_unknown: self.on_unknown,
+            on_running: self.on_running,
             max_steps: self.max_steps,
             compact_at: (self.compact_at > 0).then_some(self.compact_at),
             tool_timeout: Duration::from_secs(self.tool_timeout.max(1)),
@@ -164,6 +169,8 @@ pub struct AgentOptions {
     pub prompt: Option<String>,
     /// Side effects of unknown outcome, on resume.
     pub on_unknown: OnUnknown,
+    /// Tool processes still running, on resume.
+    pub on_running: OnRunning,
     /// Step limit.
     pub max_steps: u32,
     /// Compaction budget (`None`: off).
@@ -206,7 +213,7 @@ impl AgentOptions {
             max_steps: 50,
             compact_at: 100_000,
             tool_timeout: 120,
-            max_depth: crate::tools::delegate::DEFAULT_MAX_DEPTH,
+            max_depth: crate::delegate::DEFAULT_MAX_DEPTH,
             trace_body_limit: crate::trace::DEFAULT_BODY_LIMIT,
             ..AgentArgs::default()
         }
@@ -242,6 +249,7 @@ pub fn run(opts: AgentOptions) -> Result<()> {
         max_steps: opts.max_steps,
         auto_approve: opts.yes,
         on_unknown: opts.on_unknown,
+        on_running: opts.on_running,
         compaction: CompactionPolicy {
             budget_tokens: opts.compact_at,
             keep_recent_tokens: opts.compact_at.map_or(20_000, |b| (b / 5).max(1)),

@@ -20,13 +20,14 @@ use anyhow::{Context as _, Result};
 use cairn::Access;
 use serde::{Deserialize, Serialize};
 
-use crate::agent::{Agent, Runtime};
+use crate::agent::{Agent, AgentConfig, OnUnknown, Runtime};
+use crate::compaction::CompactionPolicy;
+use crate::delegate::{Delegate, Make, SharedAfterToolEffect, Subagents};
 use crate::interrupt::Interrupt;
 use crate::observer::{Acks, Observer, Silent};
 use crate::prompt::Batch;
 use crate::provider::scripted::ScriptedProvider;
 use crate::store::{OpenedStore, Opener};
-use crate::tools::delegate::{Delegate, Make, SharedAfterToolEffect, Subagents};
 use crate::tools::render::{Ledger, RenderPanel};
 use crate::tools::{Registry, ToolEnv, bash::Bash, state::SetState};
 
@@ -70,6 +71,25 @@ pub fn run_if_requested(open: Opener) -> Option<ExitCode> {
     })
 }
 
+/// The storyboard agent's system prompt.
+pub const SYSTEM_PROMPT: &str = "You draw a comic storyboard panel by panel. Keep the hero's state (buff, skill) in the app state with set_state, and render each panel with render_panel.";
+
+/// How the storyboard agent runs, here and in its child processes: the
+/// storyboard prompt, side effects approved, unknown outcomes marked, no
+/// compaction.
+pub(crate) fn storyboard_config() -> AgentConfig {
+    AgentConfig {
+        system_prompt: Some(SYSTEM_PROMPT.to_owned()),
+        auto_approve: true,
+        on_unknown: OnUnknown::Mark,
+        compaction: CompactionPolicy {
+            budget_tokens: None,
+            keep_recent_tokens: 0,
+        },
+        ..AgentConfig::default()
+    }
+}
+
 /// The storyboard's tools: `set_state`, `render_panel` (when a ledger is
 /// given, 10 credits a panel) and `bash`.
 pub fn storyboard_tools(ledger: Option<&std::path::Path>, workdir: &std::path::Path) -> Registry {
@@ -96,10 +116,10 @@ pub(crate) fn delegating(
         tools: tools.clone(),
         env: env.clone(),
         config: crate::agent::AgentConfig {
-            system_prompt: Some(crate::tools::delegate::SUBAGENT_PROMPT.to_owned()),
-            ..crate::demo::storyboard_config()
+            system_prompt: Some(crate::delegate::SUBAGENT_PROMPT.to_owned()),
+            ..storyboard_config()
         },
-        max_depth: crate::tools::delegate::DEFAULT_MAX_DEPTH,
+        max_depth: crate::delegate::DEFAULT_MAX_DEPTH,
         observer,
         prompter: Arc::new(|| Box::new(Batch)),
         after_tool_effect,
@@ -147,7 +167,7 @@ fn run_spec(text: &str, open: Opener) -> Result<()> {
         provider,
         tools,
         env,
-        config: crate::demo::storyboard_config(),
+        config: storyboard_config(),
         observer: observer(),
         prompter: Box::new(Batch),
         interrupt: Interrupt::new(),

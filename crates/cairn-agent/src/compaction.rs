@@ -19,29 +19,12 @@ use cairn::{
     Block, Compaction, ContextMessage, EntryBody, EntryId, Message, Messages, Role, Session, Source,
 };
 
-use crate::agent::{Backoff, Runtime, backoff};
 use crate::observer::Event;
 use crate::provider::{ChatRequest, Purpose, result_text};
+use crate::runtime::{Backoff, Runtime, backoff};
 use crate::stream::{Streamed, stream_traced};
 
-/// When and how much to compact.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CompactionPolicy {
-    /// Compact when the view's estimated tokens pass this (`None`: never).
-    pub budget_tokens: Option<usize>,
-    /// Keep at most about this many tokens of recent context.
-    pub keep_recent_tokens: usize,
-}
-
-impl Default for CompactionPolicy {
-    /// Compact past 100 000 tokens, keeping about 20 000.
-    fn default() -> CompactionPolicy {
-        CompactionPolicy {
-            budget_tokens: Some(100_000),
-            keep_recent_tokens: 20_000,
-        }
-    }
-}
+pub use crate::runtime::CompactionPolicy;
 
 const SUMMARY_PROMPT: &str = "You summarise a conversation between a person and an AI agent so that the agent can continue without the full history. \
 Keep the person's goals and requests, decisions, what was done (files changed, commands run, their results), what failed, the current state and the next steps. \
@@ -170,7 +153,14 @@ fn compact_keeping(session: &Session, rt: &mut Runtime, keep: usize) -> Result<O
             entry: None,
             retry,
         };
-        crate::trace::record_streamed(session, rt, request, &streamed, exchange.as_ref())?;
+        crate::trace::record_streamed(
+            session,
+            rt.config.trace,
+            &rt.env.blob_dir,
+            request,
+            &streamed,
+            exchange.as_ref(),
+        )?;
         match streamed {
             Streamed::Done(Ok(reply)) if !reply.text.trim().is_empty() => break reply.text,
             Streamed::Done(Ok(_)) => {

@@ -34,9 +34,10 @@ use anyhow::{Context as _, Result, bail, ensure};
 use cairn::{Access, Block, NewSession, Session, SessionId, Store, Verdict};
 use serde_json::{Value, json};
 
-use crate::agent::{Agent, AgentConfig, OnUnknown, Runtime};
-use crate::child::{CHILD_ENV, CRASH_MARKER, ChildSpec, delegating, storyboard_tools};
-use crate::compaction::CompactionPolicy;
+use crate::agent::{Agent, Runtime};
+use crate::child::{
+    CHILD_ENV, CRASH_MARKER, ChildSpec, delegating, storyboard_config, storyboard_tools,
+};
 use crate::interrupt::Interrupt;
 use crate::observer::Printer;
 use crate::prompt::Batch;
@@ -46,8 +47,7 @@ use crate::tools::ToolEnv;
 use crate::tools::render::Ledger;
 use crate::tree::TreePrinter;
 
-/// The storyboard agent's system prompt.
-pub const SYSTEM_PROMPT: &str = "You draw a comic storyboard panel by panel. Keep the hero's state (buff, skill) in the app state with set_state, and render each panel with render_panel.";
+pub use crate::child::SYSTEM_PROMPT;
 
 /// Options of the demo.
 #[derive(Clone, Default)]
@@ -360,22 +360,6 @@ fn tool_result(session: &Session, tool: &str) -> Result<Option<(String, Option<S
             _ => None,
         })
     }))
-}
-
-/// How the storyboard agent runs, here and in its child processes: the
-/// storyboard prompt, side effects approved, unknown outcomes marked, no
-/// compaction.
-pub(crate) fn storyboard_config() -> AgentConfig {
-    AgentConfig {
-        system_prompt: Some(SYSTEM_PROMPT.to_owned()),
-        auto_approve: true,
-        on_unknown: OnUnknown::Mark,
-        compaction: CompactionPolicy {
-            budget_tokens: None,
-            keep_recent_tokens: 0,
-        },
-        ..AgentConfig::default()
-    }
 }
 
 /// The names of the panel images in the demo's working directory.

@@ -11,7 +11,6 @@
 //! signals; [`Interrupt::install_signals`] wires it to SIGINT, SIGTERM and
 //! SIGHUP (on a thread of its own, so the handler may print and exit).
 
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -203,16 +202,14 @@ fn signal_name(signal: i32) -> String {
     }
 }
 
-/// Kills process group `pgid` (nothing for 0).
+/// Sends SIGKILL to process group `pgid` (nothing for 0).
 pub(crate) fn kill_group(pgid: u32) {
-    if pgid == 0 {
-        return;
+    let group = i32::try_from(pgid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw);
+    if let Some(group) = group {
+        let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
     }
-    let _ = Command::new("kill")
-        .args(["-KILL", "--", &format!("-{pgid}")])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
 }
 
 #[cfg(test)]

@@ -1,14 +1,21 @@
 //! Resume: the agent's [`Resolver`] for cairn's one recovery loop
-//! ([`cairn::recover_with`]), then the loop goes on.
+//! ([`cairn::recover_with`]). [`resolve`] settles the verdict and says what
+//! comes next ([`Next`]); the loop ([`crate::agent::Agent::resume`]) then
+//! carries on the open operation — recovery never calls back into it.
 //!
 //! | verdict | what the agent decides |
 //! |---|---|
-//! | `IndeterminateTool` | `ReadOnly`/`Idempotent` calls are re-run with their recorded idempotency key; for `SideEffect` calls the person decides (`--on-unknown`): re-run, mark `TOOL_OUTCOME_UNKNOWN`, or tell what happened |
+//! | `IndeterminateTool` | first, the tool processes recorded for each call are checked ([`crate::running`]): one that still runs is shown as *running* and waited for or stopped (`--on-running`), and one that ran to its end gives the call its own output as the result; then `ReadOnly`/`Idempotent` calls are re-run with their recorded idempotency key; for `SideEffect` calls the person decides (`--on-unknown`): re-run, mark `TOOL_OUTCOME_UNKNOWN`, or tell what happened (never a re-run while a process of the call cannot be checked) |
 //! | `AwaitingApproval` | the approval is asked again (the old prompt died with the process) |
 //! | `ToolsNotStarted` | the calls run (validation and approval as usual); calls a person denied are answered as denied; after the operation ended, or with no operation, they are closed `TOOL_NOT_STARTED` |
-//! | `ProviderInterrupted` | the model call is retried, and the loop goes on |
-//! | `Ready` with an open operation | the loop goes on |
-//! | `Finished`, or no operation | nothing to do |
+//! | `ProviderInterrupted` | [`Next::Continue`]: the model call is retried, and the loop goes on |
+//! | `Ready` with an open operation | [`Next::Continue`]: the loop goes on |
+//! | `Finished`, or no operation | [`Next::Nothing`] |
+//!
+//! [`resolve`] runs in this order: the verdict is shown, then the recorded
+//! tool processes of its calls (so a person sees *running* before anything
+//! is decided), then the core's loop drives the agent's resolver, then the
+//! verdict after it decides [`Next`].
 
 use std::sync::Arc;
 
@@ -20,35 +27,51 @@ use cairn::{
 };
 use serde_json::Value;
 
-use crate::agent::{OnUnknown, Runtime, TurnEnd, drive};
 use crate::observer::Event;
 use crate::prompt::{Approval, UnknownChoice};
+use crate::running::{self, Fencing};
+use crate::runtime::{OnUnknown, Runtime};
+use crate::snapshot;
 use crate::tools::{Tool, ToolCall};
 
 /// The result text of a call not run because the person interrupted the agent.
 const INTERRUPTED: &str =
     "Not run: the person interrupted the agent (Ctrl-C) before this call started.";
 
-/// What resuming did.
+/// What the loop does once recovery settled the verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    /// Carry on the open operation; `provider_interrupted`: its last model
+    /// call never got its reply, so the loop asks again.
+    Continue {
+        /// The last model call was interrupted.
+        provider_interrupted: bool,
+    },
+    /// Nothing is open: take new input.
+    Nothing,
+}
+
+/// What recovery did, and what comes next.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Resumed {
+pub struct Recovered {
     /// The verdict found.
     pub before: Verdict,
     /// What was done, in words.
     pub actions: Vec<String>,
-    /// How the resumed operation ended, when it was continued.
-    pub end: Option<TurnEnd>,
+    /// What the loop does now.
+    pub next: Next,
 }
 
-/// Resolves the session's verdict through cairn's recovery loop, then
-/// continues the open operation (retrying an interrupted model call).
+/// Resolves the session's verdict through cairn's recovery loop, after
+/// settling the tool processes of calls that may have run, and says what
+/// the loop does next.
 ///
 /// # Errors
 ///
 /// Append errors; with [`OnUnknown::Fail`], a side effect of unknown
 /// outcome (the session is left unchanged); a verdict recovery could not
 /// settle.
-pub fn resume(session: &Session, rt: &mut Runtime) -> Result<Resumed> {
+pub fn resolve(session: &Session, rt: &mut Runtime) -> Result<Recovered> {
     let before = session.verdict()?;
     if !matches!(
         before,
@@ -56,20 +79,26 @@ pub fn resume(session: &Session, rt: &mut Runtime) -> Result<Resumed> {
     ) {
         rt.observer.event(&Event::Verdict(&before));
     }
+    let mut actions = Vec::new();
+    for found in running::survey(session, &before) {
+        let what = found.describe();
+        rt.observer.event(&Event::Recovery(&what));
+        actions.push(what);
+    }
     let mut agent = AgentResolver {
         session,
         rt: &mut *rt,
-        actions: Vec::new(),
+        actions,
     };
     let report = cairn::recover_with(session, &mut agent);
-    let mut actions = agent.actions;
+    let actions = agent.actions;
     match report {
         Ok(_) => {}
         Err(RecoveryError::Stopped(why)) => bail!("{why}"),
         Err(e) => return Err(e.into()),
     }
     let after = session.verdict()?;
-    let end = match (&after, session.resume_operation()) {
+    let next = match (&after, session.resume_operation().is_some()) {
         (
             Verdict::IndeterminateTool { .. }
             | Verdict::AwaitingApproval { .. }
@@ -79,23 +108,31 @@ pub fn resume(session: &Session, rt: &mut Runtime) -> Result<Resumed> {
             "recovery did not settle (verdict {}); run `cairn recover` to inspect",
             after.name()
         ),
-        (Verdict::ProviderInterrupted { .. } | Verdict::Ready { .. }, Some(op)) => {
-            let what = if matches!(after, Verdict::ProviderInterrupted { .. }) {
-                "the model call was interrupted: asking again and continuing the operation"
-            } else {
-                "continuing the open operation"
-            };
-            rt.observer.event(&Event::Recovery(what));
-            actions.push(what.to_owned());
-            Some(drive(op, session, rt)?)
-        }
-        _ => None,
+        (Verdict::ProviderInterrupted { .. }, true) => Next::Continue {
+            provider_interrupted: true,
+        },
+        (Verdict::Ready { .. }, true) => Next::Continue {
+            provider_interrupted: false,
+        },
+        _ => Next::Nothing,
     };
-    Ok(Resumed {
+    Ok(Recovered {
         before,
         actions,
-        end,
+        next,
     })
+}
+
+/// How the agent settles tool processes: its `--on-running`, its interrupt
+/// flag, its blob store and output cap.
+pub fn fencing(rt: &Runtime) -> Fencing {
+    Fencing {
+        on_running: rt.config.on_running,
+        by: format!("cairn-agent --on-running {}", rt.config.on_running.name()),
+        interrupt: rt.interrupt.clone(),
+        blob_dir: rt.env.blob_dir.clone(),
+        output_cap: rt.env.output_cap,
+    }
 }
 
 /// The agent's decisions: its tools, its prompter and its flags.
@@ -151,7 +188,24 @@ impl AgentResolver<'_> {
         }
     }
 
+    /// A call that may have run: its recorded processes settled first
+    /// ([`running::settle`]), then decided ([`AgentResolver::unknown`]).
     fn indeterminate(&mut self, call: &cairn::ToolDispatched, arguments: &Value) -> Decision {
+        let fencing = fencing(self.rt);
+        let session = self.session;
+        match running::settle(session, &call.call_id, &fencing, &mut |w| {
+            self.say(w.to_owned())
+        }) {
+            Ok(settled) => running::fenced_decision(settled, || self.unknown(call, arguments)),
+            Err(e) => Decision::Stop(format!(
+                "the record of what became of a tool process could not be written: {}",
+                cairn::with_causes(&e)
+            )),
+        }
+    }
+
+    /// A call of unknown outcome none of whose processes runs.
+    fn unknown(&mut self, call: &cairn::ToolDispatched, arguments: &Value) -> Decision {
         let tool = self.rt.tools.get(&call.tool).map(Arc::clone);
         let summary = tool
             .as_ref()
@@ -312,15 +366,14 @@ impl ToolRunner for AgentResolver<'_> {
         if let Some(t) = &touches {
             // Its T1 is written already: the pre-image is synced here, so
             // it is durable before the tool starts.
-            let before = crate::agent::snapshot_before(self.rt, self.session, call_id, t)
-                .and_then(|()| {
-                    self.session.sync().map_err(|e| {
-                        format!(
-                            "Not run: the workspace snapshot before it could not be made durable ({}).",
-                            cairn::with_causes(&e)
-                        )
-                    })
-                });
+            let before = snapshot::before(self.rt, self.session, call_id, t).and_then(|()| {
+                self.session.sync().map_err(|e| {
+                    format!(
+                        "Not run: the workspace snapshot before it could not be made durable ({}).",
+                        cairn::with_causes(&e)
+                    )
+                })
+            });
             if let Err(why) = before {
                 return ToolOutput::error(why);
             }
@@ -331,7 +384,7 @@ impl ToolRunner for AgentResolver<'_> {
         }
         if let Some(t) = &touches {
             match dispatched_result_entry(self.session, call_id) {
-                Some(at) => crate::agent::snapshot_after(self.rt, self.session, at, call_id, name, t),
+                Some(at) => snapshot::after(self.rt, self.session, at, call_id, name, t),
                 None => self.rt.observer.event(&Event::Notice(&format!(
                     "no workspace snapshot after {name}: its dispatch record was not found (the next snapshot sees its changes)"
                 ))),

@@ -58,7 +58,7 @@ pub struct Request<'a> {
     pub retry: u32,
 }
 
-/// Appends the trace record of a streamed request, when the runtime traces
+/// Appends the trace record of a streamed request, when tracing is on (`config`)
 /// and the provider gave an exchange.
 ///
 /// # Errors
@@ -66,19 +66,20 @@ pub struct Request<'a> {
 /// As [`record`].
 pub(crate) fn record_streamed(
     session: &Session,
-    rt: &crate::agent::Runtime,
+    config: Option<TraceConfig>,
+    blob_dir: &std::path::Path,
     request: Request<'_>,
     streamed: &Streamed,
     exchange: Option<&Exchange>,
 ) -> Result<()> {
-    let (Some(config), Some(exchange)) = (rt.config.trace, exchange) else {
+    let (Some(config), Some(exchange)) = (config, exchange) else {
         return Ok(());
     };
     let error = match streamed {
         Streamed::Done(Err(e)) => Some(e),
         Streamed::Done(Ok(_)) | Streamed::Interrupted { .. } => None,
     };
-    record(session, config, &rt.env.blob_dir, request, exchange, error)
+    record(session, config, blob_dir, request, exchange, error)
 }
 
 /// Appends the trace record of one exchange.

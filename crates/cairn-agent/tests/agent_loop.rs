@@ -444,7 +444,7 @@ fn resume_with(
     on_unknown: OnUnknown,
 ) -> (
     cairn_agent::Agent,
-    anyhow::Result<cairn_agent::recovery::Resumed>,
+    anyhow::Result<cairn_agent::agent::Resumed>,
 ) {
     let mut rt = h.runtime(
         Harness::scripted(serde_json::from_str(DONE).unwrap()),

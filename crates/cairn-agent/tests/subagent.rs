@@ -119,9 +119,10 @@ fn a_child_killed_mid_tool_is_recovered_first_and_the_parent_call_ends_honestly(
         verdict(&child)
     );
 
-    let out = agent(&home, &work, &script_path, &["--resume", parent.as_str()])
-        .output()
-        .unwrap();
+    // The child's command still runs (a SIGKILL does not reach its group):
+    // stopped, its outcome stays unknown.
+    let resume = ["--resume", parent.as_str(), "--on-running", "stop"];
+    let out = agent(&home, &work, &script_path, &resume).output().unwrap();
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),

@@ -483,7 +483,12 @@ Example:
         /// Resolve without asking.
         #[arg(long, value_enum)]
         policy: Option<RecoverPolicy>,
-        /// Print JSON: {session, running, before, actions, after} (with --all,
+        /// While resolving, what to do with a recorded tool process of a
+        /// call that may have run and that still runs: wait for it to end
+        /// (its output is then the call's result), or stop its process group.
+        #[arg(long, value_enum, value_name = "POLICY", default_value = "wait")]
+        on_running: cairn_agent::OnRunning,
+        /// Print JSON: {session, running, processes, before, actions, after} (with --all,
         /// {recovered: [{session, actions, after}], skipped: [...]}).
         #[arg(long)]
         json: bool,

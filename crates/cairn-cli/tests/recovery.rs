@@ -195,3 +195,99 @@ fn regression_checkout_onto_an_assistant_with_tool_calls_left_them_dangling() {
         EntryBody::Message(_)
     ));
 }
+
+/// `cairn recover` on a session whose agent was SIGKILLed while its bash
+/// command ran: the command is shown as running before anything is
+/// decided, stopped under `--on-running stop`, the log says so, and only
+/// then is the call recorded as of unknown outcome.
+#[test]
+fn cairn_recover_shows_and_stops_a_tool_process_still_running() {
+    let home = Home::new();
+    let work = home.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let script = home.path().join("script.json");
+    let command = "echo started >> times.txt; sleep 30; echo x >> out.txt";
+    std::fs::write(
+        &script,
+        json!({"turns": [{"replies": [
+            {"text": "Running.", "tool_calls": [{"name": "bash", "arguments": {"command": command}}]},
+            {"text": "Done."}]}]})
+        .to_string(),
+    )
+    .unwrap();
+    let mut agent = std::process::Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .env_remove("CAIRN_HOME")
+        .arg("--store")
+        .arg(home.path())
+        .arg("agent")
+        .arg("--workdir")
+        .arg(&work)
+        .arg("--script")
+        .arg(&script)
+        .args(["--yes", "-p", "go"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while !std::fs::read_to_string(work.join("times.txt")).is_ok_and(|t| t.contains("started")) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the command never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    agent.kill().unwrap(); // SIGKILL
+    agent.wait().unwrap();
+    let id = home.store().list().unwrap()[0].id.to_string();
+
+    let look: Value = home.json(&["recover", &id, "--json"]);
+    let processes = look["processes"].as_array().unwrap();
+    assert_eq!(processes.len(), 1, "{look}");
+    assert!(
+        processes[0].as_str().unwrap().contains("is running: pid"),
+        "{look}"
+    );
+
+    let done: Value = home.json(&[
+        "recover",
+        &id,
+        "--policy",
+        "unknown",
+        "--on-running",
+        "stop",
+        "--json",
+    ]);
+    let settled = done["settled"].to_string();
+    assert!(settled.contains("stopped with SIGTERM"), "{done}");
+    assert!(
+        done["actions"][0]
+            .as_str()
+            .unwrap()
+            .ends_with("(bash) as TOOL_OUTCOME_UNKNOWN"),
+        "{done}"
+    );
+    assert!(!work.join("out.txt").exists(), "stopped before its effect");
+    let s = home
+        .store()
+        .open(&SessionId::parse(&id).unwrap(), Access::Read)
+        .unwrap();
+    let ended: Vec<Value> = s
+        .op_records()
+        .into_iter()
+        .filter(|(_, k)| k == "agent.process")
+        .filter_map(|(seq, _)| match s.record(seq).unwrap().body {
+            cairn::Body::Op(cairn::OpRecord::Ignored(u)) if u.data["phase"] == "ended" => {
+                Some(u.data)
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ended.len(), 1);
+    assert_eq!(ended[0]["how"], json!({"stopped": {"signal": "SIGTERM"}}));
+    assert_eq!(ended[0]["by"], "cairn recover --on-running stop");
+    // Nothing runs any more: a second look finds no process running.
+    let again: Value = home.json(&["recover", &id, "--json"]);
+    assert_eq!(again["processes"], json!([]), "{again}");
+}

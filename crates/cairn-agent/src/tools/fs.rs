@@ -1,20 +1,37 @@
 //! File tools: `read_file`, `list_dir`, `grep` (read-only) and
 //! `write_file`, `edit_file` (side effects). Paths are relative to the
 //! working directory unless absolute.
+//!
+//! `write_file` and `edit_file` change only files inside the working
+//! directory, never through a symlink, and replace a file whole (a synced
+//! temporary file renamed over it: a crash leaves the old content or the
+//! new). They refuse to overwrite a file that changed since this session
+//! last read or wrote it — unless it is new, or the call says
+//! `overwrite: true` — so an edit the person made meanwhile is never lost
+//! silently: the results of `read_file`, `write_file` and `edit_file` end
+//! with the content's hash, and the check reads it back from the branch
+//! ([`super::replace`]).
 
 use std::path::Path;
 
-use cairn::{EffectClass, ToolOutput};
+use cairn::{Block, EffectClass, ToolOutput};
 use regex::RegexBuilder;
 use serde_json::{Value, json};
 
 use cairn_workspace::Touches;
 
+use super::replace::{confine, content_line, last_seen, replace_file, sha256_hex};
 use super::{Tool, ToolCall, ToolEnv, capped_text};
 
 const MAX_READ_BYTES: u64 = 8 << 20;
 
+/// A text file's content.
 fn read_text(path: &Path) -> Result<String, String> {
+    read_file(path).map(|(t, _)| t)
+}
+
+/// A text file's content, as text and as the bytes read.
+fn read_file(path: &Path) -> Result<(String, Vec<u8>), String> {
     let meta =
         std::fs::metadata(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     if meta.is_dir() {
@@ -31,7 +48,52 @@ fn read_text(path: &Path) -> Result<String, String> {
     if bytes.iter().take(8192).any(|b| *b == 0) {
         return Err(format!("{} looks like a binary file", path.display()));
     }
-    Ok(String::from_utf8_lossy(&bytes).into_owned())
+    Ok((String::from_utf8_lossy(&bytes).into_owned(), bytes))
+}
+
+/// The message of a write refused because `path` changed since the
+/// session last saw it.
+fn changed(path: &Path) -> ToolOutput {
+    ToolOutput::error(format!(
+        "{} changed since you last read it; read it again before writing (or pass overwrite: true to replace it anyway)",
+        path.display()
+    ))
+}
+
+/// Whether `path`, holding `bytes` now, may be replaced: it is what the
+/// session last read or wrote (or the session never saw it), or the call
+/// says `overwrite: true`. `Err` is the result to give.
+fn fresh(path: &Path, bytes: &[u8], call: &ToolCall<'_>) -> Result<(), ToolOutput> {
+    if call.bool("overwrite") == Some(true) {
+        return Ok(());
+    }
+    match last_seen(call.session, path) {
+        Ok(Some(seen)) if seen != sha256_hex(bytes) => Err(changed(path)),
+        Ok(_) => Ok(()),
+        Err(e) => Err(ToolOutput::error(format!(
+            "Not written: what this session last saw of {} could not be read back ({})",
+            path.display(),
+            cairn::with_causes(&e)
+        ))),
+    }
+}
+
+/// Replaces `path` with `bytes` (see [`replace_file`]); the result names
+/// the new content's hash.
+fn write_whole(path: &Path, bytes: &[u8], done: String) -> ToolOutput {
+    match replace_file(path, bytes, &mut |_| Ok(())) {
+        Ok(()) => ToolOutput {
+            content: vec![Block::Text { text: done }, content_line(path, bytes)],
+            is_error: false,
+            code: None,
+        },
+        Err(e) => ToolOutput::error(format!("cannot write {}: {e}", path.display())),
+    }
+}
+
+/// The `overwrite` argument's schema.
+fn overwrite_schema() -> Value {
+    json!({"type": "boolean", "description": "Replace the file even if it changed since you last read or wrote it (default false: such a write is refused)."})
 }
 
 /// A successful output, capped as [`capped_text`].
@@ -120,7 +182,7 @@ impl PathTool for ReadFile {
         })
     }
     fn run_on(&self, path: &Path, call: &ToolCall<'_>) -> ToolOutput {
-        let text = match read_text(path) {
+        let (text, bytes) = match read_file(path) {
             Ok(t) => t,
             Err(e) => return ToolOutput::error(e),
         };
@@ -140,7 +202,9 @@ impl PathTool for ReadFile {
                 offset.saturating_add(limit)
             ));
         }
-        capped(call.env, &out)
+        let mut output = capped(call.env, &out);
+        output.content.push(content_line(path, &bytes));
+        output
     }
 }
 
@@ -300,33 +364,43 @@ pub struct WriteFile;
 
 impl PathTool for WriteFile {
     const NAME: &'static str = "write_file";
-    const DESCRIPTION: &'static str =
-        "Create or overwrite a text file with the given content (parent directories are created).";
+    const DESCRIPTION: &'static str = "Create or overwrite a text file with the given content (parent directories are created). An existing file that changed since you last read or wrote it is not overwritten unless overwrite is true.";
     const EFFECT: EffectClass = EffectClass::SideEffect;
     const DEFAULT_PATH: &'static str = "";
     fn parameters(&self) -> Value {
         json!({
             "type": "object",
-            "properties": {"path": {"type": "string", "minLength": 1}, "content": {"type": "string"}},
+            "properties": {
+                "path": {"type": "string", "minLength": 1},
+                "content": {"type": "string"},
+                "overwrite": overwrite_schema()
+            },
             "required": ["path", "content"],
             "additionalProperties": false
         })
     }
     fn run_on(&self, path: &Path, call: &ToolCall<'_>) -> ToolOutput {
         let content = call.str("content").unwrap_or_default();
+        let path = match confine(&call.env.workdir, path) {
+            Ok(p) => p,
+            Err(why) => return ToolOutput::error(format!("Not written: {why}.")),
+        };
+        match std::fs::read(&path) {
+            Ok(old) => {
+                if let Err(refused) = fresh(&path, &old, call) {
+                    return refused;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return ToolOutput::error(format!("cannot read {}: {e}", path.display())),
+        }
         if let Some(parent) = path.parent()
             && let Err(e) = std::fs::create_dir_all(parent)
         {
             return ToolOutput::error(format!("cannot create {}: {e}", parent.display()));
         }
-        match std::fs::write(path, content) {
-            Ok(()) => ToolOutput::text(format!(
-                "wrote {} bytes to {}",
-                content.len(),
-                path.display()
-            )),
-            Err(e) => ToolOutput::error(format!("cannot write {}: {e}", path.display())),
-        }
+        let done = format!("wrote {} bytes to {}", content.len(), path.display());
+        write_whole(&path, content.as_bytes(), done)
     }
 }
 
@@ -336,7 +410,7 @@ pub struct EditFile;
 
 impl PathTool for EditFile {
     const NAME: &'static str = "edit_file";
-    const DESCRIPTION: &'static str = "Replace old_string with new_string in a file. old_string must occur exactly once unless replace_all is true.";
+    const DESCRIPTION: &'static str = "Replace old_string with new_string in a file. old_string must occur exactly once unless replace_all is true. A file that changed since you last read or wrote it is not edited unless overwrite is true.";
     const EFFECT: EffectClass = EffectClass::SideEffect;
     const DEFAULT_PATH: &'static str = "";
     fn parameters(&self) -> Value {
@@ -346,17 +420,26 @@ impl PathTool for EditFile {
                 "path": {"type": "string", "minLength": 1},
                 "old_string": {"type": "string", "minLength": 1},
                 "new_string": {"type": "string"},
-                "replace_all": {"type": "boolean"}
+                "replace_all": {"type": "boolean"},
+                "overwrite": overwrite_schema()
             },
             "required": ["path", "old_string", "new_string"],
             "additionalProperties": false
         })
     }
     fn run_on(&self, path: &Path, call: &ToolCall<'_>) -> ToolOutput {
-        let text = match read_text(path) {
+        let path = match confine(&call.env.workdir, path) {
+            Ok(p) => p,
+            Err(why) => return ToolOutput::error(format!("Not edited: {why}.")),
+        };
+        let path = path.as_path();
+        let (text, bytes) = match read_file(path) {
             Ok(t) => t,
             Err(e) => return ToolOutput::error(e),
         };
+        if let Err(refused) = fresh(path, &bytes, call) {
+            return refused;
+        }
         let old = call.str("old_string").unwrap_or_default();
         let new = call.str("new_string").unwrap_or_default();
         let count = text.matches(old).count();
@@ -375,14 +458,12 @@ impl PathTool for EditFile {
         } else {
             text.replacen(old, new, 1)
         };
-        match std::fs::write(path, edited) {
-            Ok(()) => ToolOutput::text(format!(
-                "replaced {} occurrence(s) in {}",
-                if all { count } else { 1 },
-                path.display()
-            )),
-            Err(e) => ToolOutput::error(format!("cannot write {}: {e}", path.display())),
-        }
+        let done = format!(
+            "replaced {} occurrence(s) in {}",
+            if all { count } else { 1 },
+            path.display()
+        );
+        write_whole(path, edited.as_bytes(), done)
     }
 }
 
@@ -422,9 +503,16 @@ mod tests {
             &env,
             json!({"path": "a.txt", "offset": 2, "limit": 2}),
         );
+        let content = format!(
+            "[sha256 {} {}]",
+            sha256_hex(b"one\ntwo\nthree\ntwo\n"),
+            dir.path().join("a.txt").display()
+        );
         assert_eq!(
             text(&o),
-            "     2\ttwo\n     3\tthree\n… (1 more lines; read on with offset 4)\n"
+            format!(
+                "     2\ttwo\n     3\tthree\n… (1 more lines; read on with offset 4)\n\n{content}"
+            )
         );
         let o = run(
             &ReadFile,

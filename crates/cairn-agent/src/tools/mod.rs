@@ -14,9 +14,9 @@
 //! ([`cairn_blobs::BlobStore`]) and referenced by a [`Block::Blob`].
 
 pub mod bash;
-pub mod delegate;
 pub mod fs;
 pub mod render;
+pub mod replace;
 pub mod schema;
 pub mod state;
 

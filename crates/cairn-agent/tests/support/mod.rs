@@ -447,3 +447,23 @@ pub fn branch_bodies(session: &Session) -> Vec<EntryBody> {
         .map(|(e, _)| e.body)
         .collect()
 }
+
+/// The `cairn-agent` binary on a store, a working directory and a script,
+/// approving side effects, without compaction, stdin closed.
+pub fn agent_command(
+    home: &std::path::Path,
+    work: &std::path::Path,
+    script: &std::path::Path,
+) -> std::process::Command {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_cairn-agent"));
+    cmd.arg("--store")
+        .arg(home)
+        .arg("--workdir")
+        .arg(work)
+        .arg("--script")
+        .arg(script)
+        .args(["--yes", "--compact-at", "0"])
+        .env_remove("CAIRN_AGENT_CHILD")
+        .stdin(std::process::Stdio::null());
+    cmd
+}

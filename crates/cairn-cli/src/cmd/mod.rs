@@ -138,15 +138,17 @@ pub fn run(cli: Cli) -> Result<Status> {
         Command::Recover {
             all: true,
             policy: Some(policy),
+            on_running,
             json,
             ..
-        } => ops::recover_all(&ctx, policy, json),
+        } => ops::recover_all(&ctx, policy, on_running, json),
         Command::Recover {
             target,
             policy,
+            on_running,
             json,
             ..
-        } => ops::recover(&ctx, &target, policy, json),
+        } => ops::recover(&ctx, &target, policy, on_running, json),
         Command::Memory { target, json } => ops::memory(&ctx, &target, json),
         Command::Copy { from, to } => copy::run(&ctx, &from, &to),
         Command::Gc { grace_secs, json } => gc::run(&ctx, grace_secs, json),

@@ -1,11 +1,19 @@
 //! The operation-journal commands: `cairn recover` (the recovery verdict,
 //! and its resolution by policy or by asking), and `cairn memory` (the session memory derived from the branch).
+//!
+//! Before a call that may have run is decided, the tool processes the agent
+//! recorded for it are checked (`cairn_agent::running`): the verdict shows
+//! one that still runs as *running*, and resolution waits for it or stops
+//! it (`--on-running`) before it records anything — the resolver is
+//! wrapped in `Fenced`, the same seam the agent's resume uses.
 
 use std::io::{BufRead, IsTerminal, Write};
 
 use anyhow::{Result, bail};
 use cairn::memory::MemoryConfig;
 use cairn::{Access, Decision, Pending, Policy, Resolver, ToolOutput, Verdict, recover_with};
+use cairn_agent::OnRunning;
+use cairn_agent::running::{self, Fenced, Fencing};
 use serde_json::json;
 
 use super::Status;
@@ -22,8 +30,14 @@ use crate::term::{Lines, Out, Style, clean};
 ///
 /// Opening the store or claiming; a session that fails to recover is
 /// reported and the others are still recovered (exit 2 at the end).
-pub fn recover_all(ctx: &Ctx, policy: RecoverPolicy, json: bool) -> Result<Status> {
+pub fn recover_all(
+    ctx: &Ctx,
+    policy: RecoverPolicy,
+    on_running: OnRunning,
+    json: bool,
+) -> Result<Status> {
     let store = ctx.store()?;
+    let fencing = fencing(ctx, on_running)?;
     let mut seen: Vec<cairn::SessionId> = Vec::new();
     let mut recovered = Vec::new();
     let mut skipped = Vec::new();
@@ -65,7 +79,11 @@ pub fn recover_all(ctx: &Ctx, policy: RecoverPolicy, json: bool) -> Result<Statu
             }
         };
         let resolved = match policy {
-            RecoverPolicy::Unknown => recover_with(&session, &mut Policy::close_all()),
+            RecoverPolicy::Unknown => {
+                let tell = |w: &str| eprintln!("{id}: {}", clean(w, Lines::Flatten));
+                let mut r = Fenced::new(Policy::close_all(), &session, fencing.clone(), tell);
+                recover_with(&session, &mut r)
+            }
         };
         match resolved {
             Ok(report) => recovered.push((id, report)),
@@ -129,6 +147,7 @@ pub fn recover(
     ctx: &Ctx,
     arg: &SessionArg,
     policy: Option<RecoverPolicy>,
+    on_running: OnRunning,
     json: bool,
 ) -> Result<Status> {
     let spec = target::spec(arg)?;
@@ -142,31 +161,56 @@ pub fn recover(
     // A read-only look at a session another process holds: its open
     // operation is in progress, not interrupted.
     let running = access == Access::Read && store.status(session.id())? == cairn::Status::Running;
-    let report = match policy {
-        Some(RecoverPolicy::Unknown) => recover_with(&session, &mut Policy::close_all())?,
-        None if interactive => recover_with(&session, &mut Asker)?,
-        None => {
-            let v = session.verdict()?;
-            cairn::RecoveryReport {
-                before: v.clone(),
-                actions: Vec::new(),
-                after: v,
-            }
-        }
-    };
+    // The tool processes of calls that may have run, shown before anything
+    // is decided (a wait can take a while).
+    let before = session.verdict()?;
+    let processes: Vec<String> = running::survey(&session, &before)
+        .iter()
+        .map(running::Found::describe)
+        .collect();
     let mut out = ctx.out();
+    if !json {
+        describe_verdict(&mut out, &before, running)?;
+        for p in &processes {
+            out.line(&format!("  {}", clean(p, Lines::Flatten)))?;
+        }
+        out.flush()?;
+    }
+    let mut told = Vec::new();
+    let tell = |w: &str| {
+        if !json {
+            eprintln!("{}", clean(w, Lines::Flatten));
+        }
+        told.push(w.to_owned());
+    };
+    let fencing = fencing(ctx, on_running)?;
+    let report = match policy {
+        Some(RecoverPolicy::Unknown) => recover_with(
+            &session,
+            &mut Fenced::new(Policy::close_all(), &session, fencing, tell),
+        )?,
+        None if interactive => {
+            recover_with(&session, &mut Fenced::new(Asker, &session, fencing, tell))?
+        }
+        None => cairn::RecoveryReport {
+            before: before.clone(),
+            actions: Vec::new(),
+            after: before,
+        },
+    };
     if json {
         let actions: Vec<String> = report.actions.iter().map(ToString::to_string).collect();
         out.json(&json!({
             "session": session.id(),
             "running": running,
+            "processes": processes,
             "before": report.before,
+            "settled": told,
             "actions": actions,
             "after": report.after,
         }))?;
         return Ok(Status::Ok);
     }
-    describe_verdict(&mut out, &report.before, running)?;
     for a in &report.actions {
         out.line(&format!(
             "  done: {}",
@@ -186,6 +230,18 @@ pub fn recover(
     }
     out.flush()?;
     Ok(Status::Ok)
+}
+
+/// How `cairn recover` settles tool processes: `--on-running`, the store's
+/// blob directory for a long output.
+fn fencing(ctx: &Ctx, on_running: OnRunning) -> Result<Fencing> {
+    Ok(Fencing {
+        on_running,
+        by: format!("cairn recover --on-running {}", on_running.name()),
+        interrupt: cairn_agent::interrupt::Interrupt::new(),
+        blob_dir: cairn_stores::blob_dir(&ctx.home()?),
+        output_cap: 16 << 10,
+    })
 }
 
 fn needs_resolution(v: &Verdict) -> bool {

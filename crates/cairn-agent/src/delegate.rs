@@ -23,12 +23,12 @@ use cairn::{
 };
 use serde_json::{Value, json};
 
-use super::{Registry, Tool, ToolCall, ToolEnv};
 use crate::agent::{Agent, AgentConfig, Runtime};
 use crate::interrupt::Interrupt;
 use crate::observer::Observer;
 use crate::prompt::Prompter;
 use crate::provider::Provider;
+use crate::tools::{Registry, Tool, ToolCall, ToolEnv};
 
 /// How deep subagents may nest by default: a top-level agent's children
 /// (depth 1) may delegate once more (depth 2).
