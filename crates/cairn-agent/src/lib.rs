@@ -44,5 +44,5 @@ pub mod tree;
 pub use agent::{Agent, Resumed, TurnEnd};
 pub use app::{ACKS_ENV, AgentArgs, AgentOptions, DEFAULT_MODEL, run};
 pub use demo::{DemoOptions, DemoReport};
-pub use store::{OpenedStore, Opener};
 pub use runtime::{AgentConfig, OnRunning, OnUnknown, Runtime};
+pub use store::{OpenedStore, Opener};

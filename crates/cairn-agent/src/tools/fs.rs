@@ -20,8 +20,9 @@ use serde_json::{Value, json};
 
 use cairn_workspace::Touches;
 
-use super::replace::{confine, content_line, last_seen, replace_file, sha256_hex};
+use super::replace::{confine, content_line, last_seen, replace_file};
 use super::{Tool, ToolCall, ToolEnv, capped_text};
+use cairn_blobs::digest as sha256_hex;
 
 const MAX_READ_BYTES: u64 = 8 << 20;
 

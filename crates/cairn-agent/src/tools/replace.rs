@@ -20,7 +20,7 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 
 use cairn::{Block, EntryBody, Message, Session};
-use sha2::{Digest, Sha256};
+use cairn_blobs::digest as sha256_hex;
 
 /// The tools whose results carry a content line.
 const FILE_TOOLS: [&str; 3] = ["read_file", "write_file", "edit_file"];
@@ -146,14 +146,6 @@ pub fn fold(path: &Path) -> io::Result<PathBuf> {
         }
     }
     Ok(folded)
-}
-
-/// The SHA-256 of `bytes`, in hex.
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
 
 /// The content line a file tool's result ends with (the path as [`fold`]
