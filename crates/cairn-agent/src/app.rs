@@ -27,11 +27,11 @@ use crate::prompt::{Batch, Console, Prompter};
 use crate::provider::Provider;
 use crate::provider::openai::{DEFAULT_BASE_URL, OpenAiConfig, OpenAiProvider};
 use crate::provider::scripted::ScriptedProvider;
-use crate::term::clean_line;
+use crate::repl::TreePrinter;
 use crate::tools::delegate::{Delegate, SUBAGENT_PROMPT, Subagents};
 use crate::tools::{Registry, ToolEnv};
-use crate::tree::TreePrinter;
 use cairn_stores::{blob_dir, files_dir, open_store};
+use cairn_view::term::clean_line;
 
 /// Set to `1` to print `@ack` lines for every acknowledged record (crash tests).
 pub const ACKS_ENV: &str = "CAIRN_AGENT_ACKS";

@@ -41,9 +41,9 @@ use crate::interrupt::Interrupt;
 use crate::observer::Printer;
 use crate::prompt::Batch;
 use crate::provider::scripted::ScriptedProvider;
+use crate::repl::TreePrinter;
 use crate::tools::ToolEnv;
 use crate::tools::render::Ledger;
-use crate::tree::TreePrinter;
 
 /// The storyboard agent's system prompt.
 pub const SYSTEM_PROMPT: &str = "You draw a comic storyboard panel by panel. Keep the hero's state (buff, skill) in the app state with set_state, and render each panel with render_panel.";
@@ -268,7 +268,7 @@ impl Tour<'_> {
         let mut buf = Vec::new();
         match printer {
             Some(p) => p(session, &mut buf)?,
-            None => crate::tree::render(session, &mut buf)?,
+            None => cairn_view::tree::render(session, &mut buf)?,
         }
         for line in String::from_utf8_lossy(&buf).lines() {
             writeln!(self.out, "     {line}")?;

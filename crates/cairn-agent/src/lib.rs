@@ -20,7 +20,6 @@ mod app;
 pub mod child;
 pub mod compaction;
 pub mod demo;
-pub mod describe;
 pub mod interrupt;
 pub mod observer;
 pub mod prompt;
@@ -29,10 +28,8 @@ pub mod recovery;
 pub mod repl;
 pub mod store;
 pub mod stream;
-pub mod term;
 pub mod tools;
 pub mod trace;
-pub mod tree;
 
 pub use agent::{Agent, AgentConfig, OnUnknown, Runtime, TurnEnd};
 pub use app::{ACKS_ENV, AgentArgs, AgentOptions, DEFAULT_MODEL, run};

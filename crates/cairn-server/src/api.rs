@@ -24,7 +24,7 @@ use serde_json::{Value, json};
 use crate::app::{AppState, Json, Path, Query, blocking, json, no_content};
 use crate::error::ApiError;
 use crate::hub::{Handle, Hub};
-use crate::shapes;
+use cairn_view::shapes;
 
 /// The session API's routes.
 pub fn routes() -> Router<AppState> {
@@ -437,12 +437,7 @@ async fn history(
 /// A stored record as JSON (`shapes::record`).
 pub fn record_json(s: &Session, seq: u64) -> Result<Value, ApiError> {
     let raw = s.raw_record(seq)?;
-    shapes::record(&raw).map_err(|e| {
-        ApiError::internal(
-            format!("record {seq} is not JSON: {e}"),
-            "the session changed underneath the server; run `cairn fsck` on it",
-        )
-    })
+    Ok(shapes::record(&raw)?)
 }
 
 #[derive(Debug, Deserialize)]
@@ -483,9 +478,8 @@ fn state(s: &Session, ctx: Arc<Context>) -> Result<Value, ApiError> {
 }
 
 fn tree(_: &Hub, s: &Session) -> Result<Value, ApiError> {
-    let view = cairn_agent::tree::TreeView::load(s);
-    shapes::tree(s, &view)
-        .map_err(|e| ApiError::internal(format!("{e:#}"), "run `cairn fsck` on the session"))
+    let view = cairn_view::tree::TreeView::load(s);
+    Ok(shapes::tree(s, &view)?)
 }
 
 fn steps(_: &Hub, s: &Session) -> Result<Value, ApiError> {

@@ -6,6 +6,7 @@
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use cairn::{AppendError, InputError, LookupError, OpenError, ReadError, StoreError};
+use cairn_view::ViewError;
 use serde_json::json;
 
 /// An error answered to a client.
@@ -197,6 +198,18 @@ impl From<LookupError> for ApiError {
                 "unknown_entry",
                 message,
                 "name an entry by its id, a unique prefix of it, or a label (GET /sessions/{id}/tree lists them)",
+            ),
+        }
+    }
+}
+
+impl From<ViewError> for ApiError {
+    fn from(e: ViewError) -> ApiError {
+        match e {
+            ViewError::Read(r) => ApiError::from(r),
+            other => ApiError::internal(
+                cairn::with_causes(&other),
+                "the session could not be shown; run `cairn fsck` on it",
             ),
         }
     }

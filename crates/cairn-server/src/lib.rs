@@ -34,7 +34,6 @@ mod error;
 mod hub;
 mod openapi;
 mod ops;
-pub mod shapes;
 mod stream;
 mod web;
 

@@ -5,11 +5,10 @@
 
 use std::cell::RefCell;
 
-use cairn::{
-    ActiveCompaction, Context, ContextMessage, ContextStream, ReadError, Session, Source, Store,
-};
-use cairn_agent::describe::entry_line;
-use cairn_agent::tree::TreeView;
+use crate::ViewError;
+use crate::describe::entry_line;
+use crate::tree::TreeView;
+use cairn::{ActiveCompaction, Context, ContextMessage, ContextStream, Session, Source, Store};
 use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
 use serde_json::{Value, json};
 
@@ -17,13 +16,13 @@ use serde_json::{Value, json};
 ///
 /// # Errors
 ///
-/// [`ReadError`] when a message of the context cannot be read.
-pub fn context(session: &Session, ctx: &Context) -> Result<Value, ReadError> {
+/// [`ViewError::Read`] when a message of the context cannot be read.
+pub fn context(session: &Session, ctx: &Context) -> Result<Value, ViewError> {
     // Every message read first, so that the shape cannot fail half way.
     for m in ctx.messages() {
-        m.message()?;
+        m.message().map_err(ViewError::Read)?;
     }
-    Ok(serde_json::to_value(ContextShape { session, ctx }).unwrap_or(Value::Null))
+    serde_json::to_value(ContextShape { session, ctx }).map_err(ViewError::Json)
 }
 
 /// The shape of [`context`], serialized as it is written (`context --json`
@@ -204,10 +203,10 @@ pub fn session(store: &Store, s: &Session) -> Value {
 ///
 /// # Errors
 ///
-/// When the stored line is not a JSON object (it verified at open, so only
-/// if the file changed underneath).
-pub fn record(raw: &[u8]) -> anyhow::Result<Value> {
-    let mut v: Value = serde_json::from_slice(raw)?;
+/// [`ViewError::Record`] when the stored line is not a JSON object (it
+/// verified at open, so only if the file changed underneath).
+pub fn record(raw: &[u8]) -> Result<Value, ViewError> {
+    let mut v: Value = serde_json::from_slice(raw).map_err(ViewError::Record)?;
     if let Value::Object(m) = &mut v {
         m.remove("crc");
     }
@@ -219,9 +218,9 @@ pub fn record(raw: &[u8]) -> anyhow::Result<Value> {
 ///
 /// # Errors
 ///
-/// When an entry's record cannot be read back.
-pub fn tree(session: &Session, view: &TreeView) -> Result<Value, serde_json::Error> {
-    serde_json::to_value(TreeShape { session, view })
+/// [`ViewError::Json`] when an entry's record cannot be read back.
+pub fn tree(session: &Session, view: &TreeView) -> Result<Value, ViewError> {
+    serde_json::to_value(TreeShape { session, view }).map_err(ViewError::Json)
 }
 
 /// The shape of [`tree`], serialized as it is written (`tree --json` streams
@@ -314,7 +313,8 @@ mod stream_tests {
     }
 
     #[test]
-    fn streamed_context_json_is_byte_identical_to_the_value_it_replaced() -> anyhow::Result<()> {
+    fn streamed_context_json_is_byte_identical_to_the_value_it_replaced()
+    -> Result<(), Box<dyn std::error::Error>> {
         let s = Session::create(&MemoryBackend::new(), NewSession::default())?;
         s.append(user("a \u{1b} \"quoted\" question"))?;
         let kept = s.append(assistant("an answer"))?.id;
@@ -338,10 +338,13 @@ mod stream_tests {
 
     /// The tree shape as it was built before it streamed: every body read
     /// first, then one `Value` per node.
-    fn tree_as_values(session: &Session, view: &TreeView) -> anyhow::Result<Value> {
+    fn tree_as_values(
+        session: &Session,
+        view: &TreeView,
+    ) -> Result<Value, Box<dyn std::error::Error>> {
         let read = (0..view.nodes.len())
             .map(|n| view.read(session, n))
-            .collect::<anyhow::Result<Vec<(EntryBody, String)>>>()?;
+            .collect::<Result<Vec<(EntryBody, String)>, ViewError>>()?;
         let nodes: Vec<Value> = view
             .nodes
             .iter()
@@ -371,12 +374,13 @@ mod stream_tests {
     }
 
     #[test]
-    fn streamed_tree_json_is_byte_identical_to_the_value_it_replaced() -> anyhow::Result<()> {
+    fn streamed_tree_json_is_byte_identical_to_the_value_it_replaced()
+    -> Result<(), Box<dyn std::error::Error>> {
         let s = Session::create(&MemoryBackend::new(), NewSession::default())?;
         let root = s
             .append(user("list the files"))?
             .id
-            .ok_or_else(|| anyhow::anyhow!("an entry has an id"))?;
+            .ok_or("an entry has an id")?;
         s.append(EntryBody::Message(calls(
             "looking",
             &[("c1", "ls", json!({"dir": "."}))],
@@ -410,14 +414,14 @@ mod stream_tests {
 
     #[test]
     fn streamed_context_of_an_indexed_session_is_byte_identical_to_the_context_shape()
-    -> anyhow::Result<()> {
+    -> Result<(), Box<dyn std::error::Error>> {
         let home = tempfile::tempdir()?;
         let store = Store::open_dir(home.path());
         let s = store.create(NewSession::default())?;
         let root = s
             .append(user("a \u{1b} question"))?
             .id
-            .ok_or_else(|| anyhow::anyhow!("an entry has an id"))?;
+            .ok_or("an entry has an id")?;
         let kept = s
             .append(EntryBody::Message(calls(
                 "looking",
