@@ -16,10 +16,11 @@ use axum::http::{HeaderValue, Method, StatusCode, header, request::Parts};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use futures_util::FutureExt as _;
+use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::auth::{self, Auth};
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorCode};
 use crate::hub::Hub;
 use crate::{api, ops, stream, web};
 
@@ -64,7 +65,7 @@ async fn not_found() -> ApiError {
 async fn method_not_allowed() -> ApiError {
     ApiError::new(
         StatusCode::METHOD_NOT_ALLOWED,
-        "method_not_allowed",
+        ErrorCode::MethodNotAllowed,
         "this path does not take that method",
         "GET /openapi.json lists the methods of every path",
     )
@@ -174,7 +175,7 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for Json<T> {
         if !json {
             return Err(ApiError::new(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                "unsupported_media_type",
+                ErrorCode::UnsupportedMediaType,
                 "the body must be JSON",
                 "send the header Content-Type: application/json",
             ));
@@ -183,7 +184,7 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for Json<T> {
             if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
                 ApiError::new(
                     StatusCode::PAYLOAD_TOO_LARGE,
-                    "too_large",
+                    ErrorCode::TooLarge,
                     "the request body is larger than the server accepts",
                     "send fewer records per request, or start the server with a larger --max-body",
                 )
@@ -194,7 +195,7 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for Json<T> {
         let invalid = |why: String| {
             ApiError::new(
                 StatusCode::BAD_REQUEST,
-                "invalid_json",
+                ErrorCode::InvalidJson,
                 format!("the body is not the JSON this path takes: {why}"),
                 "GET /openapi.json gives the schema of every request body",
             )
@@ -252,9 +253,30 @@ impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for Path<T>
     }
 }
 
-/// A response with a JSON body and a status.
-pub fn json(status: StatusCode, v: &serde_json::Value) -> Response {
-    (status, axum::Json(v)).into_response()
+/// An answer: a status and a body of type `T`, serialized here. A body
+/// that cannot be serialized is a 500 naming the request, never a `null`.
+#[derive(Debug)]
+pub struct Reply<T>(pub StatusCode, pub T);
+
+impl<T: Serialize> IntoResponse for Reply<T> {
+    fn into_response(self) -> Response {
+        match serde_json::to_vec(&self.1) {
+            Ok(body) => (
+                self.0,
+                [(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/json"),
+                )],
+                body,
+            )
+                .into_response(),
+            Err(e) => ApiError::internal(
+                format!("cannot serialize the answer: {e}"),
+                "this is a bug in cairn; report it with the request id",
+            )
+            .into_response(),
+        }
+    }
 }
 
 /// Whether a request changes something (and so needs a same-origin check

@@ -18,7 +18,7 @@
 //! id and the server goes on.
 //!
 //! ```no_run
-//! # async fn run() -> anyhow::Result<()> {
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! let store = cairn::Store::open_dir("/tmp/cairn-home");
 //! let options = cairn_server::Options::default();
 //! let server = cairn_server::Server::bind(store, std::path::Path::new("/tmp/cairn-home"), options).await?;
@@ -42,13 +42,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context as _, Result};
 use axum::Router;
 use tokio::net::TcpListener;
 
 pub use app::AppState;
 pub use auth::{Auth, TOKEN_FILE};
-pub use error::ApiError;
+pub use error::{ApiError, ErrorCode, ServerError};
 pub use openapi::document as openapi_document;
 
 /// How the server runs.
@@ -100,7 +99,11 @@ impl Server {
     ///
     /// An invalid token, a token file that cannot be read or written, or an
     /// address that cannot be bound.
-    pub async fn bind(store: cairn::Store, files_dir: &Path, options: Options) -> Result<Server> {
+    pub async fn bind(
+        store: cairn::Store,
+        files_dir: &Path,
+        options: Options,
+    ) -> Result<Server, ServerError> {
         Server::bind_with(store, files_dir, options, Router::new()).await
     }
 
@@ -116,7 +119,7 @@ impl Server {
         files_dir: &Path,
         options: Options,
         extra: Router<AppState>,
-    ) -> Result<Server> {
+    ) -> Result<Server, ServerError> {
         let (auth, token_file) = match options.token {
             Some(t) => (Auth::new(t)?, None),
             None => {
@@ -130,9 +133,13 @@ impl Server {
             max_body: options.max_body,
             poll: options.poll,
         };
-        let listener = TcpListener::bind(options.listen)
-            .await
-            .with_context(|| format!("cannot listen on {}", options.listen))?;
+        let listener =
+            TcpListener::bind(options.listen)
+                .await
+                .map_err(|source| ServerError::Listen {
+                    addr: options.listen,
+                    source,
+                })?;
         let app = app::router(state.clone(), extra);
         Ok(Server {
             listener,
@@ -164,7 +171,7 @@ impl Server {
     /// # Errors
     ///
     /// When accepting connections fails for good.
-    pub async fn run(self) -> Result<()> {
+    pub async fn run(self) -> Result<(), ServerError> {
         self.run_until(std::future::pending()).await
     }
 
@@ -173,7 +180,10 @@ impl Server {
     /// # Errors
     ///
     /// When accepting connections fails for good.
-    pub async fn run_until(self, stop: impl Future<Output = ()> + Send + 'static) -> Result<()> {
+    pub async fn run_until(
+        self,
+        stop: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), ServerError> {
         let hub = Arc::clone(&self.state.hub);
         let sweeper = tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_millis(100));
@@ -186,7 +196,7 @@ impl Server {
         let served = axum::serve(self.listener, self.app)
             .with_graceful_shutdown(stop)
             .await
-            .context("the server stopped");
+            .map_err(ServerError::Serve);
         sweeper.abort();
         served
     }

@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde::Deserialize;
 
-use crate::app::{AppState, Path};
+use crate::app::{AppState, Path, Reply};
 use crate::auth;
 use crate::error::ApiError;
 
@@ -97,5 +97,5 @@ async fn asset(Path(file): Path<String>) -> Result<Response, ApiError> {
 }
 
 async fn openapi() -> Response {
-    axum::Json(crate::openapi::document()).into_response()
+    Reply(StatusCode::OK, crate::openapi::document()).into_response()
 }

@@ -12,6 +12,7 @@
 
 pub mod describe;
 mod error;
+pub mod schema;
 pub mod shapes;
 pub mod term;
 pub mod tree;

@@ -1,32 +1,171 @@
-//! The JSON shapes of sessions, contexts and records: what the HTTP API
-//! answers, and what the CLI prints for `--json` and `export --format json`
-//! (documented in the CLI's README and in `/openapi.json`; fields are only
-//! ever added).
+//! The JSON shapes of sessions, contexts, trees and records: what the HTTP
+//! API answers, and what the CLI prints for `--json` and `export --format
+//! json` (documented in the CLI's README and in `/openapi.json`, whose
+//! schemas are derived from these types; fields are only ever added).
+//!
+//! Each shape is a type ([`SessionJson`], [`ContextJson`], [`TreeJson`]).
+//! The CLI writes large contexts and trees as it reads them
+//! ([`ContextShape`], [`ContextStreamShape`], [`TreeShape`]: one message or
+//! one entry's record in memory at a time); their bytes are those of the
+//! type's (tested below).
 
+use std::borrow::Cow;
 use std::cell::RefCell;
+use std::collections::BTreeMap;
+
+use cairn::{
+    ActiveCompaction, Context, ContextMessage, ContextStream, EntryId, Message, Session, SessionId,
+    Source, Store,
+};
+use serde::Serialize;
+use serde::ser::{SerializeMap, SerializeSeq, Serializer};
+use serde_json::{Map, Value};
+use utoipa::ToSchema;
 
 use crate::ViewError;
 use crate::describe::entry_line;
+use crate::schema;
 use crate::tree::TreeView;
-use cairn::{ActiveCompaction, Context, ContextMessage, ContextStream, Session, Source, Store};
-use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
-use serde_json::{Value, json};
 
-/// `context --json`, and the `context` field of `show --json`.
+/// A session's context as the model sees it, with the app state, settings
+/// and labels: `context --json`, the `context` field of `show --json`, and
+/// `GET /sessions/{id}/context`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[schema(as = Context)]
+pub struct ContextJson<'a> {
+    /// The session.
+    #[schema(value_type = String)]
+    pub session: SessionId,
+    /// The entry the context is as of.
+    #[schema(value_type = Option<String>)]
+    pub leaf: Option<EntryId>,
+    /// The messages, oldest first.
+    pub messages: Vec<ContextMessageJson<'a>>,
+    /// The application state.
+    pub app_state: Value,
+    /// The settings.
+    #[schema(value_type = Object)]
+    pub settings: Map<String, Value>,
+    /// The labels: name → entry.
+    #[schema(value_type = BTreeMap<String, String>)]
+    pub labels: BTreeMap<String, EntryId>,
+    /// The compaction in force.
+    pub compaction: Option<CompactionJson>,
+}
+
+/// One message of a context.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[schema(as = ContextMessage)]
+pub struct ContextMessageJson<'a> {
+    /// The entry it comes from.
+    #[schema(value_type = String)]
+    pub entry: EntryId,
+    /// What made it.
+    pub source: MessageSource,
+    /// The namespace of a custom entry's message.
+    pub namespace: Option<String>,
+    /// The message.
+    #[schema(value_type = schema::Message)]
+    pub message: Cow<'a, Message>,
+}
+
+/// What made a context message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum MessageSource {
+    /// A message entry.
+    Message,
+    /// The summary of the compaction in force.
+    CompactionSummary,
+    /// The summary a checkout left.
+    CheckoutSummary,
+    /// A custom entry shown to the model.
+    Custom,
+    /// A source this version does not name.
+    Other,
+}
+
+impl MessageSource {
+    /// Its name, as the JSON writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MessageSource::Message => "message",
+            MessageSource::CompactionSummary => "compaction_summary",
+            MessageSource::CheckoutSummary => "checkout_summary",
+            MessageSource::Custom => "custom",
+            MessageSource::Other => "other",
+        }
+    }
+}
+
+/// The compaction in force in a context.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[schema(as = Compaction)]
+pub struct CompactionJson {
+    /// The compaction entry.
+    #[schema(value_type = String)]
+    pub entry: EntryId,
+    /// Its summary.
+    pub summary: String,
+    /// The first entry it keeps.
+    #[schema(value_type = Option<String>)]
+    pub first_kept: Option<EntryId>,
+    /// The context's tokens before it.
+    pub tokens_before: Option<u64>,
+}
+
+impl CompactionJson {
+    /// The shape of `c`.
+    pub fn of(c: &ActiveCompaction) -> CompactionJson {
+        CompactionJson {
+            entry: c.entry.clone(),
+            summary: c.summary.clone(),
+            first_kept: c.first_kept.clone(),
+            tokens_before: c.tokens_before,
+        }
+    }
+}
+
+impl<'a> ContextMessageJson<'a> {
+    /// The shape of `m`, reading its message now if it was not yet.
+    ///
+    /// # Errors
+    ///
+    /// [`ViewError::Read`] when the message cannot be read.
+    pub fn of(m: &'a ContextMessage) -> Result<ContextMessageJson<'a>, ViewError> {
+        let (source, namespace) = source_of(m.source());
+        Ok(ContextMessageJson {
+            entry: m.entry().clone(),
+            source,
+            namespace: namespace.map(str::to_owned),
+            message: Cow::Borrowed(m.message().map_err(ViewError::Read)?),
+        })
+    }
+}
+
+/// The context `ctx` of `session` as its shape, every message read now.
 ///
 /// # Errors
 ///
 /// [`ViewError::Read`] when a message of the context cannot be read.
-pub fn context(session: &Session, ctx: &Context) -> Result<Value, ViewError> {
-    // Every message read first, so that the shape cannot fail half way.
-    for m in ctx.messages() {
-        m.message().map_err(ViewError::Read)?;
-    }
-    serde_json::to_value(ContextShape { session, ctx }).map_err(ViewError::Json)
+pub fn context<'a>(session: &Session, ctx: &'a Context) -> Result<ContextJson<'a>, ViewError> {
+    Ok(ContextJson {
+        session: session.id().clone(),
+        leaf: ctx.leaf().cloned(),
+        messages: ctx
+            .messages()
+            .iter()
+            .map(ContextMessageJson::of)
+            .collect::<Result<_, _>>()?,
+        app_state: ctx.app_state().clone(),
+        settings: ctx.settings().clone(),
+        labels: ctx.labels().clone(),
+        compaction: ctx.compaction().map(CompactionJson::of),
+    })
 }
 
-/// The shape of [`context`], serialized as it is written (`context --json`
-/// streams it: the messages are never copied into a `Value`).
+/// [`ContextJson`] written as it is read (`show --json`, the JSON export):
+/// the messages are not collected first.
 pub struct ContextShape<'a> {
     /// The session.
     pub session: &'a Session,
@@ -44,26 +183,27 @@ impl Serialize for ContextShape<'_> {
         m.serialize_entry("app_state", ctx.app_state())?;
         m.serialize_entry("settings", ctx.settings())?;
         m.serialize_entry("labels", ctx.labels())?;
-        m.serialize_entry("compaction", &ctx.compaction().map(compaction_shape))?;
+        m.serialize_entry("compaction", &ctx.compaction().map(CompactionJson::of))?;
         m.end()
     }
-}
-
-fn compaction_shape(c: &ActiveCompaction) -> Value {
-    json!({
-        "entry": c.entry,
-        "summary": c.summary,
-        "first_kept": c.first_kept,
-        "tokens_before": c.tokens_before,
-    })
 }
 
 struct Messages<'a>(&'a Context);
 
 impl Serialize for Messages<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_seq(self.0.messages().iter().map(MessageShape::of))
+        let mut seq = s.serialize_seq(Some(self.0.messages().len()))?;
+        for m in self.0.messages().iter() {
+            seq.serialize_element(&message_json(m)?)?;
+        }
+        seq.end()
     }
+}
+
+/// A context message's shape, a message that cannot be read failing the
+/// serialization with the reason.
+fn message_json<E: serde::ser::Error>(m: &ContextMessage) -> Result<ContextMessageJson<'_>, E> {
+    ContextMessageJson::of(m).map_err(|e| E::custom(cairn::with_causes(&e)))
 }
 
 /// [`ContextShape`] of a [`ContextStream`]: the same bytes, with each
@@ -97,7 +237,7 @@ impl Serialize for ContextStreamShape<'_> {
         m.serialize_entry("labels", st.labels())?;
         m.serialize_entry(
             "compaction",
-            &self.compaction.borrow().as_ref().map(compaction_shape),
+            &self.compaction.borrow().as_ref().map(CompactionJson::of),
         )?;
         m.end()
     }
@@ -114,12 +254,12 @@ impl Serialize for StreamedMessages<'_> {
             .stream
             .each_message(&mut |m| {
                 if failed.is_none()
-                    && let Err(e) = seq.serialize_element(&MessageShape::of(m))
+                    && let Err(e) = message_json(m).and_then(|j| seq.serialize_element(&j))
                 {
                     failed = Some(e);
                 }
             })
-            .map_err(|e| serde::ser::Error::custom(format!("{e:#}")))?;
+            .map_err(|e| serde::ser::Error::custom(cairn::with_causes(&e)))?;
         if let Some(e) = failed {
             return Err(e);
         }
@@ -128,75 +268,132 @@ impl Serialize for StreamedMessages<'_> {
     }
 }
 
-/// One context message: `entry`, `source`, `namespace`, `message` (read
-/// now if it was not yet; a message that cannot be read fails the
-/// serialization with the reason).
-struct MessageShape<'a>(&'a ContextMessage);
-
-impl MessageShape<'_> {
-    fn of(m: &ContextMessage) -> MessageShape<'_> {
-        MessageShape(m)
-    }
-}
-
-impl Serialize for MessageShape<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let m = self.0;
-        let message = m
-            .message()
-            .map_err(|e| serde::ser::Error::custom(cairn::with_causes(&e)))?;
-        let (source, namespace) = source_name(m.source());
-        let mut map = s.serialize_map(Some(4))?;
-        map.serialize_entry("entry", m.entry())?;
-        map.serialize_entry("source", source)?;
-        map.serialize_entry("namespace", &namespace)?;
-        map.serialize_entry("message", message)?;
-        map.end()
+fn source_of(source: &Source) -> (MessageSource, Option<&str>) {
+    match source {
+        Source::Message => (MessageSource::Message, None),
+        Source::CompactionSummary => (MessageSource::CompactionSummary, None),
+        Source::CheckoutSummary => (MessageSource::CheckoutSummary, None),
+        Source::Custom(ns) => (MessageSource::Custom, Some(ns.as_str())),
+        _ => (MessageSource::Other, None),
     }
 }
 
 /// The name of a context message's source, and the namespace of a custom one.
 pub fn source_name(source: &Source) -> (&'static str, Option<&str>) {
-    match source {
-        Source::Message => ("message", None),
-        Source::CompactionSummary => ("compaction_summary", None),
-        Source::CheckoutSummary => ("checkout_summary", None),
-        Source::Custom(ns) => ("custom", Some(ns.as_str())),
-        _ => ("other", None),
-    }
+    let (s, ns) = source_of(source);
+    (s.as_str(), ns)
 }
 
-/// The `session` field of `show --json` and `export --format json`.
-pub fn session(store: &Store, s: &Session) -> Value {
+/// A session's metadata: the `session` field of `show --json` and `export
+/// --format json`, and (with its status) what the HTTP API answers for a
+/// session.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct SessionJson {
+    /// Its id.
+    #[schema(value_type = String)]
+    pub id: SessionId,
+    /// Its title.
+    pub title: Option<String>,
+    /// Where it is stored.
+    pub location: String,
+    /// The format version of its log.
+    pub format: u32,
+    /// What wrote its header.
+    pub writer: String,
+    /// When it was created (RFC 3339).
+    pub created: String,
+    /// When its last record was written (RFC 3339).
+    pub updated: String,
+    /// The working directory it was created in.
+    pub cwd: Option<String>,
+    /// Number of records, header included.
+    pub records: u64,
+    /// Number of entries.
+    pub entries: usize,
+    /// The current leaf.
+    #[schema(value_type = Option<String>)]
+    pub leaf: Option<EntryId>,
+    /// The session and entry it was forked from.
+    pub forked_from: Option<ForkedFromJson>,
+    /// The session and call that spawned it (a subagent).
+    pub spawned_by: Option<SpawnedByJson>,
+    /// Whether a writer holds it now.
+    pub in_use: bool,
+    /// The torn tail the open cut or found.
+    pub torn_tail: Option<TornTailJson>,
+}
+
+/// Where a fork came from.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ForkedFromJson {
+    /// The session.
+    #[schema(value_type = String)]
+    pub session: SessionId,
+    /// The entry the fork holds the branch up to.
+    #[schema(value_type = Option<String>)]
+    pub entry: Option<EntryId>,
+}
+
+/// What spawned a subagent's session.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct SpawnedByJson {
+    /// The parent session.
+    #[schema(value_type = String)]
+    pub session: SessionId,
+    /// The tool call that spawned it.
+    pub call_id: String,
+    /// How deep it is below the top session.
+    pub depth: u32,
+}
+
+/// A torn tail found when the session was opened.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct TornTailJson {
+    /// Where it starts, in bytes.
+    pub offset: u64,
+    /// How long it is, in bytes.
+    pub len: u64,
+    /// What is wrong with it.
+    pub problem: String,
+    /// Whether it was cut.
+    pub cut: bool,
+    /// Where its bytes were saved.
+    pub saved_to: Option<String>,
+}
+
+/// The shape of session `s` of `store`.
+pub fn session(store: &Store, s: &Session) -> SessionJson {
     let h = s.header();
-    let torn = s.open_report().torn.as_ref().map(|t| {
-        json!({
-            "offset": t.offset,
-            "len": t.len,
-            "problem": t.problem,
-            "cut": t.cut,
-            "saved_to": t.saved_to,
-        })
-    });
-    json!({
-        "id": s.id(),
-        "title": s.title(),
-        "location": s.location(),
-        "format": h.format,
-        "writer": h.writer,
-        "created": h.created,
-        "updated": s.updated(),
-        "cwd": h.cwd,
-        "records": s.len(),
-        "entries": s.entry_count(),
-        "leaf": s.leaf(),
-        "forked_from": h.lineage.forked_from.as_ref().map(|f| json!({"session": f.session, "entry": f.entry})),
-        "spawned_by": h.lineage.parent.as_ref().map(|p| json!({
-            "session": p.session, "call_id": p.call_id, "depth": p.depth,
-        })),
-        "in_use": store.backend().writer_active(s.id()),
-        "torn_tail": torn,
-    })
+    SessionJson {
+        id: s.id().clone(),
+        title: s.title(),
+        location: s.location().to_owned(),
+        format: h.format,
+        writer: h.writer.clone(),
+        created: h.created.clone(),
+        updated: s.updated(),
+        cwd: h.cwd.clone(),
+        records: s.len(),
+        entries: s.entry_count(),
+        leaf: s.leaf(),
+        forked_from: h.lineage.forked_from.as_ref().map(|f| ForkedFromJson {
+            session: f.session.clone(),
+            entry: f.entry.clone(),
+        }),
+        spawned_by: h.lineage.parent.as_ref().map(|p| SpawnedByJson {
+            session: p.session.clone(),
+            call_id: p.call_id.clone(),
+            depth: p.depth,
+        }),
+        in_use: store.backend().writer_active(s.id()),
+        torn_tail: s.open_report().torn.as_ref().map(|t| TornTailJson {
+            offset: t.offset,
+            len: t.len,
+            problem: t.problem.clone(),
+            cut: t.cut,
+            saved_to: t.saved_to.clone(),
+        }),
+    }
 }
 
 /// A stored record as JSON: the line's fields without the checksum.
@@ -213,19 +410,101 @@ pub fn record(raw: &[u8]) -> Result<Value, ViewError> {
     Ok(v)
 }
 
-/// `tree --json`, and `GET /sessions/{id}/tree`: every entry with its one-line
-/// summary, labels, children and whether it is on the active branch.
+/// A session's tree: `tree --json` and `GET /sessions/{id}/tree`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[schema(as = Tree)]
+pub struct TreeJson {
+    /// The session.
+    #[schema(value_type = String)]
+    pub session: SessionId,
+    /// The leaf.
+    #[schema(value_type = Option<String>)]
+    pub leaf: Option<EntryId>,
+    /// The active branch, root first.
+    #[schema(value_type = Vec<String>)]
+    pub active: Vec<EntryId>,
+    /// The labels: name → entry.
+    #[schema(value_type = BTreeMap<String, String>)]
+    pub labels: BTreeMap<String, EntryId>,
+    /// Every entry, in append order.
+    pub nodes: Vec<NodeJson>,
+}
+
+/// One entry of a tree, with its one-line summary.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[schema(as = TreeNode)]
+pub struct NodeJson {
+    /// Its id.
+    #[schema(value_type = String)]
+    pub id: EntryId,
+    /// Its parent.
+    #[schema(value_type = Option<String>)]
+    pub parent: Option<EntryId>,
+    /// Its record's position in the log.
+    pub seq: u64,
+    /// When it was written (RFC 3339).
+    pub ts: String,
+    /// Its kind.
+    pub kind: String,
+    /// What it is, in one line.
+    pub summary: String,
+    /// The labels pointing at it.
+    pub labels: Vec<String>,
+    /// Whether it is on the active branch.
+    pub active: bool,
+    /// Its children, in append order.
+    #[schema(value_type = Vec<String>)]
+    pub children: Vec<EntryId>,
+}
+
+impl NodeJson {
+    /// Node `n` of `view`, its record read now.
+    ///
+    /// # Errors
+    ///
+    /// [`ViewError`] when the entry's record cannot be read back.
+    pub fn read(session: &Session, view: &TreeView, n: usize) -> Result<NodeJson, ViewError> {
+        let node = &view.nodes[n];
+        let (body, ts) = view.read(session, n)?;
+        let d = entry_line(&body);
+        Ok(NodeJson {
+            id: node.id.clone(),
+            parent: node.parent.map(|p| view.nodes[p].id.clone()),
+            seq: node.seq,
+            ts,
+            kind: body.kind().to_owned(),
+            summary: format!("{} {}", d.tag, d.text),
+            labels: node.labels.clone(),
+            active: node.active,
+            children: node
+                .children
+                .iter()
+                .map(|&c| view.nodes[c].id.clone())
+                .collect(),
+        })
+    }
+}
+
+/// The tree of `session`, every entry's record read now.
 ///
 /// # Errors
 ///
-/// [`ViewError::Json`] when an entry's record cannot be read back.
-pub fn tree(session: &Session, view: &TreeView) -> Result<Value, ViewError> {
-    serde_json::to_value(TreeShape { session, view }).map_err(ViewError::Json)
+/// [`ViewError`] when an entry's record cannot be read back.
+pub fn tree(session: &Session, view: &TreeView) -> Result<TreeJson, ViewError> {
+    Ok(TreeJson {
+        session: session.id().clone(),
+        leaf: session.leaf(),
+        active: session.branch(),
+        labels: session.labels(),
+        nodes: (0..view.nodes.len())
+            .map(|n| NodeJson::read(session, view, n))
+            .collect::<Result<_, _>>()?,
+    })
 }
 
-/// The shape of [`tree`], serialized as it is written (`tree --json` streams
-/// it): each entry's record is read when its node is written and dropped
-/// after, so memory holds the tree's structure and one body.
+/// [`TreeJson`] written as it is read (`tree --json`): each entry's record
+/// is read when its node is written and dropped after, so memory holds the
+/// tree's structure and one body.
 pub struct TreeShape<'a> {
     /// The session.
     pub session: &'a Session,
@@ -252,38 +531,13 @@ impl Serialize for TreeNodes<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let TreeShape { session, view } = *self.0;
         let mut seq = s.serialize_seq(Some(view.nodes.len()))?;
-        for (i, n) in view.nodes.iter().enumerate() {
-            let (body, ts) = view
-                .read(session, i)
-                .map_err(|e| serde::ser::Error::custom(format!("{e:#}")))?;
-            let d = entry_line(&body);
-            seq.serialize_element(&NodeShape {
-                id: &n.id,
-                parent: n.parent.map(|p| &view.nodes[p].id),
-                seq: n.seq,
-                ts: &ts,
-                kind: body.kind(),
-                summary: format!("{} {}", d.tag, d.text),
-                labels: &n.labels,
-                active: n.active,
-                children: n.children.iter().map(|&c| &view.nodes[c].id).collect(),
-            })?;
+        for n in 0..view.nodes.len() {
+            let node = NodeJson::read(session, view, n)
+                .map_err(|e| serde::ser::Error::custom(cairn::with_causes(&e)))?;
+            seq.serialize_element(&node)?;
         }
         seq.end()
     }
-}
-
-#[derive(serde::Serialize)]
-struct NodeShape<'a> {
-    id: &'a cairn::EntryId,
-    parent: Option<&'a cairn::EntryId>,
-    seq: u64,
-    ts: &'a str,
-    kind: &'a str,
-    summary: String,
-    labels: &'a [String],
-    active: bool,
-    children: Vec<&'a cairn::EntryId>,
 }
 
 #[cfg(test)]
@@ -291,6 +545,7 @@ mod stream_tests {
     use super::*;
     use cairn::testkit::build::{assistant, calls, tool_result, user};
     use cairn::{Compaction, EntryBody, MemoryBackend, NewEntry, NewSession, Parent};
+    use serde_json::json;
 
     /// The shape as it was built before it streamed: a `Value` per message.
     fn as_values(session: &Session, ctx: &Context) -> Value {
@@ -333,6 +588,7 @@ mod stream_tests {
             streamed,
             serde_json::to_string_pretty(&as_values(&s, &ctx))?
         );
+        assert_eq!(streamed, serde_json::to_string_pretty(&context(&s, &ctx)?)?);
         Ok(())
     }
 
@@ -408,7 +664,7 @@ mod stream_tests {
             streamed,
             serde_json::to_string_pretty(&tree_as_values(&s, &view)?)?
         );
-        assert_eq!(tree(&s, &view)?, tree_as_values(&s, &view)?);
+        assert_eq!(serde_json::to_string_pretty(&tree(&s, &view)?)?, streamed);
         Ok(())
     }
 
