@@ -18,14 +18,14 @@ use cairn::{
     SessionId, SessionSummary, Status, Verdict,
 };
 use cairn_view::schema;
-use cairn_view::shapes::{self, ContextJson, SessionJson, TreeJson};
+use cairn_view::shapes::{self, Ack, ContextJson, SessionJson, TreeJson};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::{IntoParams, ToSchema};
 
-use crate::app::{AppState, Json, Path, Query, Reply, blocking, no_content};
 use crate::error::{ApiError, BatchFailure, ErrorCode, ErrorDetail};
+use crate::extract::{AppState, Json, Path, Query, Reply, blocking, no_content};
 use crate::hub::{Handle, Hub};
 
 /// The session API's routes.
@@ -53,6 +53,27 @@ pub struct SessionPath {
     /// The session: its id or a unique prefix of it.
     #[param(pattern = "^[0-9A-Za-z]{1,64}$")]
     pub id: String,
+}
+
+/// What to do next about a verdict, in one sentence.
+pub fn next_action(v: &Verdict) -> &'static str {
+    match v {
+        Verdict::IndeterminateTool { .. } => {
+            "tools started and have no result: re-run read-only and idempotent ones with their key, decide side effects, or record them unknown (POST /sessions/{id}/recover)"
+        }
+        Verdict::Finished { .. } => "nothing to do: the operation finished",
+        Verdict::AwaitingApproval { .. } => {
+            "a person was asked and never answered: ask again, or deny (POST /sessions/{id}/recover)"
+        }
+        Verdict::ProviderInterrupted { .. } => {
+            "a model request got no reply; nothing external happened: retry the attempt"
+        }
+        Verdict::ToolsNotStarted { .. } => {
+            "the model asked for tools that never started: run them, or close them as not started (POST /sessions/{id}/recover)"
+        }
+        Verdict::Ready { .. } => "nothing pending: continue",
+        _ => "see docs/DESIGN.md §4 for this verdict",
+    }
 }
 
 /// The route of a view of the session `{id}`: `f` runs on it, opened for
@@ -391,27 +412,6 @@ struct AppendBody {
     /// this seq.
     #[schema(minimum = 0, maximum = 9007199254740991_u64)]
     expected_seq: Option<u64>,
-}
-
-/// One record's acknowledgement: its seq, and its id when it is an entry.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct Ack {
-    /// Its position in the log.
-    #[schema(minimum = 0, maximum = 9007199254740991_u64)]
-    seq: u64,
-    /// The entry's id (null for an operation record).
-    #[schema(value_type = Option<String>)]
-    id: Option<EntryId>,
-}
-
-impl Ack {
-    /// The acknowledgement of `a`.
-    pub fn of(a: &cairn::Appended) -> Ack {
-        Ack {
-            seq: a.seq,
-            id: a.id.clone(),
-        }
-    }
 }
 
 /// A batch appended.
@@ -759,7 +759,7 @@ fn verdict(hub: &Hub, s: &Session) -> Result<VerdictView, ApiError> {
     Ok(VerdictView {
         session: s.id().clone(),
         status: s.phase().status(live),
-        action: crate::ops::next_action(&verdict),
+        action: next_action(&verdict),
         verdict,
     })
 }

@@ -8,13 +8,13 @@
 use std::fs;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use crate::app::{AppState, is_write};
 use crate::error::{ApiError, ErrorCode, ServerError};
 
 /// The file, in the store's files directory, that keeps a generated token.
@@ -139,8 +139,8 @@ fn cookie(headers: &HeaderMap) -> Option<&str> {
 
 /// Whether the request was signed in (for the web page, which shows the
 /// login form otherwise).
-pub fn signed_in(state: &AppState, headers: &HeaderMap) -> bool {
-    proof(&state.auth, headers).is_some()
+pub fn signed_in(auth: &Auth, headers: &HeaderMap) -> bool {
+    proof(auth, headers).is_some()
 }
 
 /// Paths open without the token: the login form and the static assets it
@@ -150,11 +150,11 @@ fn public(path: &str) -> bool {
 }
 
 /// The middleware: every other path needs the token.
-pub async fn guard(State(state): State<AppState>, req: Request, next: Next) -> Response {
+pub async fn guard(State(auth): State<Arc<Auth>>, req: Request, next: Next) -> Response {
     if public(req.uri().path()) {
         return next.run(req).await;
     }
-    match proof(&state.auth, req.headers()) {
+    match proof(&auth, req.headers()) {
         Some(Proof::Bearer) => next.run(req).await,
         Some(Proof::Cookie) if is_write(req.method()) && !same_origin(req.headers()) => {
             ApiError::new(
@@ -181,6 +181,12 @@ pub async fn guard(State(state): State<AppState>, req: Request, next: Next) -> R
             res
         }
     }
+}
+
+/// Whether a request changes something (and so needs a same-origin check
+/// when authenticated by cookie).
+pub fn is_write(m: &Method) -> bool {
+    !matches!(*m, Method::GET | Method::HEAD | Method::OPTIONS)
 }
 
 /// Whether a request's `Origin` (which browsers send on every write) is the

@@ -12,10 +12,9 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use cairn::{AppendError, InputError, LookupError, OpenError, ReadError, StoreError};
 use cairn_view::ViewError;
+use cairn_view::shapes::Ack;
 use serde::Serialize;
 use utoipa::ToSchema;
-
-use crate::api::Ack;
 
 /// The stable, machine-readable code of an error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
@@ -130,6 +129,7 @@ pub struct ErrorBody {
 
 /// An error as the body writes it.
 #[derive(Debug, Clone, Serialize, ToSchema)]
+#[schema(as = ErrorFields)]
 pub struct ErrorJson {
     /// The stable code.
     pub code: ErrorCode,

@@ -31,6 +31,7 @@ mod api;
 mod app;
 mod auth;
 mod error;
+mod extract;
 mod hub;
 mod openapi;
 mod ops;
@@ -45,9 +46,9 @@ use std::time::Duration;
 use axum::Router;
 use tokio::net::TcpListener;
 
-pub use app::AppState;
 pub use auth::{Auth, TOKEN_FILE};
 pub use error::{ApiError, ErrorCode, ServerError};
+pub use extract::AppState;
 pub use openapi::document as openapi_document;
 
 /// How the server runs.

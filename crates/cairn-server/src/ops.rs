@@ -17,14 +17,15 @@ use cairn::{
     Policy, Role, Session, Status, ToolDispatched, ToolOutput, Usage, Verdict,
 };
 use cairn_view::schema;
+use cairn_view::shapes::Ack;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
-use crate::api::{Ack, SessionPath, view, write};
-use crate::app::{AppState, Json, Path, Reply};
+use crate::api::{SessionPath, view, write};
 use crate::error::{ApiError, ErrorCode};
+use crate::extract::{AppState, Json, Path, Reply};
 use crate::hub::Hub;
 
 /// The operation API's routes.
@@ -73,27 +74,6 @@ pub struct ApprovalPath {
     /// The tool call's id.
     #[param(pattern = "^[!-~]{1,128}$")]
     pub call_id: String,
-}
-
-/// What to do next about a verdict, in one sentence.
-pub fn next_action(v: &Verdict) -> &'static str {
-    match v {
-        Verdict::IndeterminateTool { .. } => {
-            "tools started and have no result: re-run read-only and idempotent ones with their key, decide side effects, or record them unknown (POST /sessions/{id}/recover)"
-        }
-        Verdict::Finished { .. } => "nothing to do: the operation finished",
-        Verdict::AwaitingApproval { .. } => {
-            "a person was asked and never answered: ask again, or deny (POST /sessions/{id}/recover)"
-        }
-        Verdict::ProviderInterrupted { .. } => {
-            "a model request got no reply; nothing external happened: retry the attempt"
-        }
-        Verdict::ToolsNotStarted { .. } => {
-            "the model asked for tools that never started: run them, or close them as not started (POST /sessions/{id}/recover)"
-        }
-        Verdict::Ready { .. } => "nothing pending: continue",
-        _ => "see docs/DESIGN.md §4 for this verdict",
-    }
 }
 
 /// Runs `f` with the session's open operation, which must be `op`.

@@ -26,8 +26,8 @@ use tokio_stream::wrappers::ReceiverStream;
 use utoipa::IntoParams;
 
 use crate::api::{SessionPath, record_json};
-use crate::app::{AppState, Path, Query, blocking};
 use crate::error::{ApiError, ErrorCode};
+use crate::extract::{AppState, Path, Query, blocking};
 use crate::hub::Hub;
 
 /// Most records sent per wake-up (the rest follow at once).

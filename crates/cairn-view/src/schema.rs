@@ -175,8 +175,8 @@ pub enum Block {
         uri: String,
         /// Its media type.
         media_type: Option<String>,
-        /// Its size in bytes.
-        #[schema(minimum = 0)]
+        /// Its size in bytes (any 64-bit unsigned integer).
+        #[schema(minimum = 0, format = "uint64")]
         size: Option<u64>,
     },
 }

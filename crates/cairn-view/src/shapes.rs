@@ -288,6 +288,7 @@ pub fn source_name(source: &Source) -> (&'static str, Option<&str>) {
 /// --format json`, and (with its status) what the HTTP API answers for a
 /// session.
 #[derive(Debug, Clone, Serialize, ToSchema)]
+#[schema(as = SessionMeta)]
 pub struct SessionJson {
     /// Its id.
     #[schema(value_type = String)]
@@ -325,6 +326,7 @@ pub struct SessionJson {
 
 /// Where a fork came from.
 #[derive(Debug, Clone, Serialize, ToSchema)]
+#[schema(as = ForkedFrom)]
 pub struct ForkedFromJson {
     /// The session.
     #[schema(value_type = String)]
@@ -336,6 +338,7 @@ pub struct ForkedFromJson {
 
 /// What spawned a subagent's session.
 #[derive(Debug, Clone, Serialize, ToSchema)]
+#[schema(as = SpawnedBy)]
 pub struct SpawnedByJson {
     /// The parent session.
     #[schema(value_type = String)]
@@ -348,6 +351,7 @@ pub struct SpawnedByJson {
 
 /// A torn tail found when the session was opened.
 #[derive(Debug, Clone, Serialize, ToSchema)]
+#[schema(as = TornTail)]
 pub struct TornTailJson {
     /// Where it starts, in bytes.
     pub offset: u64,
@@ -393,6 +397,28 @@ pub fn session(store: &Store, s: &Session) -> SessionJson {
             cut: t.cut,
             saved_to: t.saved_to.clone(),
         }),
+    }
+}
+
+/// One record's acknowledgement: its seq, and its id when it is an entry
+/// (what `cairn append` prints per record and the HTTP API answers).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct Ack {
+    /// Its position in the log.
+    #[schema(minimum = 0, maximum = 9007199254740991_u64)]
+    pub seq: u64,
+    /// The entry's id (null for an operation record).
+    #[schema(value_type = Option<String>)]
+    pub id: Option<EntryId>,
+}
+
+impl Ack {
+    /// The acknowledgement of `a`.
+    pub fn of(a: &cairn::Appended) -> Ack {
+        Ack {
+            seq: a.seq,
+            id: a.id.clone(),
+        }
     }
 }
 
