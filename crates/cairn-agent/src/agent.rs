@@ -507,7 +507,10 @@ pub(crate) fn run_call(
         Err(why) => {
             rt.observer.event(&Event::ToolCall {
                 call_id,
-                summary: &format!("{name}: {}", crate::term::excerpt(&args.to_string(), 100)),
+                summary: &format!(
+                    "{name}: {}",
+                    cairn_view::term::excerpt(&args.to_string(), 100)
+                ),
             });
             deny(op, rt, call_id, name, &why)?;
             return Ok(Flow::Continue);

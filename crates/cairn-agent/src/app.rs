@@ -28,10 +28,10 @@ use crate::prompt::{Batch, Console, Prompter};
 use crate::provider::Provider;
 use crate::provider::openai::{DEFAULT_BASE_URL, OpenAiConfig, OpenAiProvider};
 use crate::provider::scripted::ScriptedProvider;
+use crate::repl::TreePrinter;
 use crate::store::OpenedStore;
-use crate::term::clean_line;
 use crate::tools::{Registry, ToolEnv};
-use crate::tree::TreePrinter;
+use cairn_view::term::clean_line;
 
 /// Set to `1` to print `@ack` lines for every acknowledged record (crash tests).
 pub const ACKS_ENV: &str = "CAIRN_AGENT_ACKS";

@@ -233,7 +233,7 @@ impl Tool for Delegate {
 
     fn summary(&self, arguments: &Value) -> String {
         let task = arguments.get("task").and_then(Value::as_str).unwrap_or("");
-        format!("delegate: {}", crate::term::excerpt(task, 100))
+        format!("delegate: {}", cairn_view::term::excerpt(task, 100))
     }
 }
 

@@ -42,10 +42,10 @@ use crate::interrupt::Interrupt;
 use crate::observer::Printer;
 use crate::prompt::Batch;
 use crate::provider::scripted::ScriptedProvider;
+use crate::repl::TreePrinter;
 use crate::store::OpenedStore;
 use crate::tools::ToolEnv;
 use crate::tools::render::Ledger;
-use crate::tree::TreePrinter;
 
 pub use crate::child::SYSTEM_PROMPT;
 
@@ -270,7 +270,7 @@ impl Tour<'_> {
         let mut buf = Vec::new();
         match printer {
             Some(p) => p(session, &mut buf)?,
-            None => crate::tree::render(session, &mut buf)?,
+            None => cairn_view::tree::render(session, &mut buf)?,
         }
         for line in String::from_utf8_lossy(&buf).lines() {
             writeln!(self.out, "     {line}")?;

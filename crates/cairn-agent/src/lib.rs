@@ -23,7 +23,6 @@ pub mod child;
 pub mod compaction;
 pub mod delegate;
 pub mod demo;
-pub mod describe;
 pub mod fence;
 pub mod interrupt;
 pub mod observer;
@@ -36,10 +35,8 @@ pub mod runtime;
 mod snapshot;
 pub mod store;
 pub mod stream;
-pub mod term;
 pub mod tools;
 pub mod trace;
-pub mod tree;
 
 pub use agent::{Agent, Resumed, TurnEnd};
 pub use app::{ACKS_ENV, AgentArgs, AgentOptions, DEFAULT_MODEL, run};

@@ -9,7 +9,7 @@ use std::time::Duration;
 use cairn::{Block, EntryId, Message, Outcome, SessionId, ToolOutput, Verdict};
 
 use crate::provider::{ProviderError, StreamEvent, result_text};
-use crate::term::{clean, excerpt};
+use cairn_view::term::{clean, excerpt};
 
 /// Something the agent did or saw.
 #[derive(Debug)]

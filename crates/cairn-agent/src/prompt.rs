@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use rustyline::DefaultEditor;
 use rustyline::error::ReadlineError;
 
-use crate::term::clean_line;
+use cairn_view::term::clean_line;
 
 /// An answer to an approval prompt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

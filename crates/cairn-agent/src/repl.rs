@@ -5,14 +5,19 @@
 //! number (`s0005`: the state right after that step).
 
 use std::io::Write;
+use std::sync::Arc;
 
 use anyhow::{Context as _, Result, bail};
-use cairn::{Access, EntryId};
+use cairn::{Access, EntryId, Session};
+use cairn_view::term::{clean, clean_line, excerpt};
+use cairn_view::tree::describe;
 
 use crate::agent::Agent;
 use crate::prompt::Input;
-use crate::term::{clean, clean_line, excerpt};
-use crate::tree::{TreePrinter, describe};
+
+/// Draws a session's tree for `/tree` and the demo (the CLI passes its own,
+/// richer one; without one, [`cairn_view::tree::render`]).
+pub type TreePrinter = Arc<dyn Fn(&Session, &mut dyn Write) -> Result<()> + Send + Sync>;
 
 /// The commands, for `/help`.
 pub const HELP: &str = "\
@@ -109,7 +114,7 @@ fn command(agent: &mut Agent, cmd: &str, tree: Option<&TreePrinter>) -> Result<b
         "help" | "h" | "?" => writeln!(out, "{HELP}")?,
         "steps" => {
             for s in agent.session().steps()? {
-                let c = crate::describe::step_cells(&s);
+                let c = cairn_view::describe::step_cells(&s);
                 let indent = if s.parent.is_some() { "  " } else { "" };
                 writeln!(
                     out,
@@ -130,7 +135,7 @@ fn command(agent: &mut Agent, cmd: &str, tree: Option<&TreePrinter>) -> Result<b
         }
         "tree" => match tree {
             Some(draw) => draw(agent.session(), &mut out)?,
-            None => crate::tree::render(agent.session(), &mut out)?,
+            None => cairn_view::tree::render(agent.session(), &mut out)?,
         },
         "rewind" | "checkout" => {
             if agent.session().resume_operation().is_some() {

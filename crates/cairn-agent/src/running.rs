@@ -59,7 +59,7 @@ impl Found {
             "pid {} (group {}), `{}`",
             p.pid,
             p.pgid,
-            crate::term::excerpt(&self.started.command, 100)
+            cairn_view::term::excerpt(&self.started.command, 100)
         );
         match &self.liveness {
             Liveness::Running => format!("call {} is running: {what}", self.started.call_id),

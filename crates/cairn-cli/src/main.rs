@@ -8,7 +8,6 @@
 mod args;
 mod cmd;
 mod report;
-mod shapes;
 mod target;
 mod term;
 

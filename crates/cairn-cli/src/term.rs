@@ -3,8 +3,8 @@
 //!
 //! Everything a session holds came from a model, a tool or a host, and may
 //! contain escape sequences that would recolour, retitle, hide text in or
-//! otherwise drive the terminal. [`clean`] (the agent's sanitiser,
-//! `cairn_agent::term::sanitize`: one rule for both) turns every control
+//! otherwise drive the terminal. [`clean`] (`cairn_view::term::sanitize`,
+//! the one rule the agent uses too) turns every control
 //! character (C0, DEL, C1 — so ESC, CSI and OSC introducers among them) and
 //! every bidirectional-override character into a visible escape such as
 //! `\x1b` or `\u{202e}`. [`Out`] passes every piece of human output through
@@ -20,7 +20,7 @@ use crate::args::ColorChoice;
 
 /// The sanitiser the agent uses too: `clean(text, Lines::Keep)` keeps
 /// newlines and tabs, `Lines::Flatten` makes them spaces.
-pub use cairn_agent::term::{Lines, Style, sanitize as clean};
+pub use cairn_view::term::{Lines, Style, sanitize as clean};
 
 /// Escapes DEL and C1 controls in serialized JSON (which serde already
 /// escapes below U+0020), so JSON printed to a terminal cannot drive it either.

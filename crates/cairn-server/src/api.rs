@@ -6,31 +6,33 @@
 //! Protocol's threads where the concepts match: a session is a thread, its
 //! log the history, a fork a copy.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::response::Response;
 use axum::routing::{MethodRouter, get, post};
 use cairn::{
     Context, Durability, EntryId, InputParent, InputRecord, NewEntry, NewSession, Parent, Session,
-    SessionId, SessionSummary, Status,
+    SessionId, SessionSummary, Status, Verdict,
 };
-use serde::Deserialize;
+use cairn_view::schema;
+use cairn_view::shapes::{self, Ack, ContextJson, SessionJson, TreeJson};
 use serde::de::DeserializeOwned;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use utoipa::{IntoParams, ToSchema};
 
-use crate::app::{AppState, Json, Path, Query, blocking, json, no_content};
-use crate::error::ApiError;
+use crate::error::{ApiError, BatchFailure, ErrorCode, ErrorDetail};
+use crate::extract::{AppState, Json, Path, Query, Reply, blocking, no_content};
 use crate::hub::{Handle, Hub};
-use crate::shapes;
 
 /// The session API's routes.
 pub fn routes() -> Router<AppState> {
     Router::new()
         .route("/sessions", get(list).post(create))
-        .route("/sessions/{id}", view(session_json).delete(remove))
+        .route("/sessions/{id}", view(get_session).delete(remove))
         .route("/sessions/{id}/records", post(append))
         .route("/sessions/{id}/history", get(history))
         .route("/sessions/{id}/context", view_at(context))
@@ -44,23 +46,57 @@ pub fn routes() -> Router<AppState> {
         .route("/sessions/{id}/labels", change(label))
 }
 
+/// The path of every route under one session.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct SessionPath {
+    /// The session: its id or a unique prefix of it.
+    #[param(pattern = "^[0-9A-Za-z]{1,64}$")]
+    pub id: String,
+}
+
+/// What to do next about a verdict, in one sentence.
+pub fn next_action(v: &Verdict) -> &'static str {
+    match v {
+        Verdict::IndeterminateTool { .. } => {
+            "tools started and have no result: re-run read-only and idempotent ones with their key, decide side effects, or record them unknown (POST /sessions/{id}/recover)"
+        }
+        Verdict::Finished { .. } => "nothing to do: the operation finished",
+        Verdict::AwaitingApproval { .. } => {
+            "a person was asked and never answered: ask again, or deny (POST /sessions/{id}/recover)"
+        }
+        Verdict::ProviderInterrupted { .. } => {
+            "a model request got no reply; nothing external happened: retry the attempt"
+        }
+        Verdict::ToolsNotStarted { .. } => {
+            "the model asked for tools that never started: run them, or close them as not started (POST /sessions/{id}/recover)"
+        }
+        Verdict::Ready { .. } => "nothing pending: continue",
+        _ => "see docs/DESIGN.md §4 for this verdict",
+    }
+}
+
 /// The route of a view of the session `{id}`: `f` runs on it, opened for
 /// reading ([`read`]), and what it returns is the answer.
-pub fn view(f: fn(&Hub, &Session) -> Result<Value, ApiError>) -> MethodRouter<AppState> {
+pub fn view<T: Serialize + Send + 'static>(
+    f: fn(&Hub, &Session) -> Result<T, ApiError>,
+) -> MethodRouter<AppState> {
     get(
-        move |State(st): State<AppState>, Path(id): Path<String>| async move {
-            Ok::<_, ApiError>(json(StatusCode::OK, &read(&st, id, f).await?))
+        move |State(st): State<AppState>, Path(p): Path<SessionPath>| async move {
+            Ok::<_, ApiError>(Reply(StatusCode::OK, read(&st, p.id, f).await?))
         },
     )
 }
 
 /// The route of a view of the session `{id}` as of the entry `?at=` (the
 /// leaf without it): `f` runs on the session and the context there.
-fn view_at(f: fn(&Session, Arc<Context>) -> Result<Value, ApiError>) -> MethodRouter<AppState> {
+fn view_at<T: Serialize + Send + 'static>(
+    f: fn(&Session, Arc<Context>) -> Result<T, ApiError>,
+) -> MethodRouter<AppState> {
     get(
-        move |State(st): State<AppState>, Path(id): Path<String>, Query(q): Query<AtQuery>| async move {
-            let v = read(&st, id, move |_, s| f(s, context_at(s, q.at.as_deref())?)).await?;
-            Ok::<_, ApiError>(json(StatusCode::OK, &v))
+        move |State(st): State<AppState>, Path(p): Path<SessionPath>, Query(q): Query<AtQuery>| async move {
+            let v = read(&st, p.id, move |_, s| f(s, context_at(s, q.at.as_deref())?)).await?;
+            Ok::<_, ApiError>(Reply(StatusCode::OK, v))
         },
     )
 }
@@ -68,13 +104,13 @@ fn view_at(f: fn(&Session, Arc<Context>) -> Result<Value, ApiError>) -> MethodRo
 /// The route of a change to the session `{id}` with a JSON body `B`: `f`
 /// runs on the session held for writing ([`write`]), and what it returns
 /// is the answer.
-fn change<B: DeserializeOwned + Send + 'static>(
-    f: fn(&Session, B) -> Result<Value, ApiError>,
+fn change<B: DeserializeOwned + Send + 'static, T: Serialize + Send + 'static>(
+    f: fn(&Session, B) -> Result<T, ApiError>,
 ) -> MethodRouter<AppState> {
     post(
-        move |State(st): State<AppState>, Path(id): Path<String>, Json(b): Json<B>| async move {
-            let v = write(&st, id, move |_, h| f(&h.session, b)).await?;
-            Ok::<_, ApiError>(json(StatusCode::OK, &v))
+        move |State(st): State<AppState>, Path(p): Path<SessionPath>, Json(b): Json<B>| async move {
+            let v = write(&st, p.id, move |_, h| f(&h.session, b)).await?;
+            Ok::<_, ApiError>(Reply(StatusCode::OK, v))
         },
     )
 }
@@ -120,7 +156,7 @@ pub async fn write<T: Send + 'static>(
 }
 
 fn poisoned<T>(r: &Result<T, ApiError>) -> bool {
-    matches!(r, Err(e) if e.code == "write_failed")
+    matches!(r, Err(e) if e.code == ErrorCode::WriteFailed)
 }
 
 /// The largest integer a JSON number holds exactly (2^53 - 1): the bound of
@@ -138,29 +174,61 @@ pub fn bounded(name: &str, v: Option<u64>) -> Result<(), ApiError> {
     }
 }
 
-#[derive(Debug, Deserialize)]
+/// `GET /sessions`'s filters and page.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 struct ListQuery {
+    /// Only sessions of this status.
+    #[param(value_type = Option<schema::Status>)]
     status: Option<String>,
+    /// Only sessions whose title or first message contains this
+    /// (case-insensitive).
     title: Option<String>,
+    /// Only sessions updated after this RFC 3339 time.
     updated_after: Option<String>,
+    /// Only sessions updated before this RFC 3339 time.
     updated_before: Option<String>,
+    /// Page size.
+    #[param(minimum = 1, maximum = 1000, default = 50)]
     limit: Option<usize>,
+    /// Sessions to skip.
+    #[param(minimum = 0, maximum = 9007199254740991_u64, default = 0)]
     offset: Option<usize>,
 }
 
+/// A page of the listing.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SessionList {
+    /// The sessions of the page, newest first.
+    #[schema(value_type = Vec<schema::Summary>)]
+    sessions: Vec<SessionSummary>,
+    /// How many sessions match.
+    total: usize,
+    /// Sessions skipped.
+    offset: usize,
+    /// Page size.
+    #[schema(minimum = 1)]
+    limit: usize,
+}
+
+/// List sessions, newest first.
+#[utoipa::path(get, path = "/sessions", params(ListQuery),
+    responses((status = 200, description = "A page of the listing.", body = SessionList)))]
 async fn list(
     State(st): State<AppState>,
     Query(q): Query<ListQuery>,
-) -> Result<Response, ApiError> {
+) -> Result<Reply<SessionList>, ApiError> {
     let status = match &q.status {
         None => None,
-        Some(s) => Some(serde_json::from_value::<Status>(json!(s)).map_err(|_| {
-            ApiError::bad_request(
-                format!("unknown status {s:?}"),
-                "status is one of init, running, interrupted, paused, succeeded, failed",
-            )
-        })?),
+        Some(s) => Some(
+            serde_json::from_value::<Status>(Value::String(s.clone())).map_err(|_| {
+                ApiError::bad_request(
+                    format!("unknown status {s:?}"),
+                    "status is one of init, running, interrupted, paused, succeeded, failed",
+                )
+            })?,
+        ),
     };
     let limit = q.limit.unwrap_or(50);
     if !(1..=1000).contains(&limit) {
@@ -174,8 +242,8 @@ async fn list(
     let hub = Arc::clone(&st.hub);
     let all = blocking(move || Ok(hub.store().list()?)).await?;
     let title = q.title.as_deref().map(str::to_lowercase);
-    let matching: Vec<&SessionSummary> = all
-        .iter()
+    let matching: Vec<SessionSummary> = all
+        .into_iter()
         .filter(|s| status.is_none_or(|st| s.status == st))
         .filter(|s| {
             title.as_deref().is_none_or(|t| {
@@ -198,30 +266,39 @@ async fn list(
                 .is_none_or(|b| s.updated.as_str() < b)
         })
         .collect();
-    let page: Vec<&&SessionSummary> = matching.iter().skip(offset).take(limit).collect();
-    Ok(json(
+    let total = matching.len();
+    let sessions = matching.into_iter().skip(offset).take(limit).collect();
+    Ok(Reply(
         StatusCode::OK,
-        &json!({
-            "sessions": page,
-            "total": matching.len(),
-            "offset": offset,
-            "limit": limit,
-        }),
+        SessionList {
+            sessions,
+            total,
+            offset,
+            limit,
+        },
     ))
 }
 
-#[derive(Debug, Deserialize)]
+/// A new session.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct CreateBody {
+    /// Its title.
     title: Option<String>,
+    /// The initial application state (`{}` when left out).
+    #[schema(value_type = Option<Object>)]
     app_state: Option<Value>,
+    /// The working directory it belongs to.
     cwd: Option<String>,
 }
 
+/// Create a session.
+#[utoipa::path(post, path = "/sessions", request_body = CreateBody,
+    responses((status = 201, description = "Created.", body = SessionInfo)))]
 async fn create(
     State(st): State<AppState>,
     Json(b): Json<CreateBody>,
-) -> Result<Response, ApiError> {
+) -> Result<Reply<SessionInfo>, ApiError> {
     if b.app_state.as_ref().is_some_and(|v| !v.is_object()) {
         return Err(ApiError::bad_request(
             "app_state must be a JSON object",
@@ -238,36 +315,63 @@ async fn create(
         })?;
         let h = hub.adopt(s);
         hub.changed();
-        session_json(&hub, &h.session)
+        Ok(SessionInfo::of(&hub, &h.session))
     })
     .await?;
-    Ok(json(StatusCode::CREATED, &body))
+    Ok(Reply(StatusCode::CREATED, body))
 }
 
 /// A session as the API shows it: the CLI's shape, with its status.
-fn session_json(hub: &Hub, s: &Session) -> Result<Value, ApiError> {
-    let mut v = shapes::session(hub.store(), s);
-    if let Value::Object(m) = &mut v {
-        let live = hub.store().backend().writer_active(s.id());
-        m.insert("status".into(), json!(s.phase().status(live)));
-    }
-    Ok(v)
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = Session)]
+pub struct SessionInfo {
+    /// The session's metadata, as `cairn show --json` prints it.
+    #[serde(flatten)]
+    session: SessionJson,
+    /// Its status.
+    #[schema(value_type = schema::Status)]
+    status: Status,
 }
 
-#[derive(Debug, Deserialize)]
+impl SessionInfo {
+    fn of(hub: &Hub, s: &Session) -> SessionInfo {
+        let live = hub.store().backend().writer_active(s.id());
+        SessionInfo {
+            session: shapes::session(hub.store(), s),
+            status: s.phase().status(live),
+        }
+    }
+}
+
+/// Get a session.
+#[utoipa::path(get, path = "/sessions/{id}", params(SessionPath),
+    responses((status = 200, description = "The session.", body = SessionInfo)))]
+fn get_session(hub: &Hub, s: &Session) -> Result<SessionInfo, ApiError> {
+    Ok(SessionInfo::of(hub, s))
+}
+
+/// `DELETE /sessions/{id}`'s confirmation.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 struct DeleteQuery {
+    /// The session's full id, again.
+    #[param(required = true, value_type = String)]
     confirm: Option<String>,
 }
 
+/// Delete a session (guarded: repeat its full id in confirm; refused while
+/// an operation is open or another process writes it).
+#[utoipa::path(delete, path = "/sessions/{id}", params(SessionPath, DeleteQuery),
+    responses((status = 204, description = "Deleted.")))]
 async fn remove(
     State(st): State<AppState>,
-    Path(id): Path<String>,
+    Path(p): Path<SessionPath>,
     Query(q): Query<DeleteQuery>,
-) -> Result<Response, ApiError> {
+) -> Result<axum::response::Response, ApiError> {
     let hub = Arc::clone(&st.hub);
     blocking(move || {
-        let id = hub.resolve(&id)?;
+        let id = hub.resolve(&p.id)?;
         if q.confirm.as_deref() != Some(id.as_str()) {
             return Err(ApiError::bad_request(
                 format!("deleting session {id} needs confirmation"),
@@ -279,7 +383,7 @@ async fn remove(
         let h = hub.writer(&id)?;
         if h.session.resume_operation().is_some() {
             return Err(ApiError::conflict(
-                "operation_open",
+                ErrorCode::OperationOpen,
                 format!("session {id} has an open operation"),
                 "finish the operation (or recover the session) before deleting it",
             ));
@@ -294,19 +398,40 @@ async fn remove(
     Ok(no_content())
 }
 
-#[derive(Debug, Deserialize)]
+/// A batch of records to append.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct AppendBody {
+    /// The records, in order.
+    #[schema(value_type = Vec<schema::InputRecord>, min_items = 1)]
     records: Vec<Value>,
+    /// sync (the default), group or buffered (docs/DESIGN.md §3.1).
+    #[schema(value_type = Option<schema::Durability>)]
     durability: Option<String>,
+    /// Refuse the batch (409 seq_mismatch) unless the first record would get
+    /// this seq.
+    #[schema(minimum = 0, maximum = 9007199254740991_u64)]
     expected_seq: Option<u64>,
 }
 
+/// A batch appended.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Appended {
+    /// Each record's acknowledgement, in order.
+    appended: Vec<Ack>,
+    /// The seq the next record will get.
+    next_seq: u64,
+}
+
+/// Append a batch of records; each is acknowledged with its seq and id once
+/// durable under the durability asked for.
+#[utoipa::path(post, path = "/sessions/{id}/records", params(SessionPath), request_body = AppendBody,
+    responses((status = 200, description = "Appended.", body = Appended)))]
 async fn append(
     State(st): State<AppState>,
-    Path(id): Path<String>,
+    Path(p): Path<SessionPath>,
     Json(b): Json<AppendBody>,
-) -> Result<Response, ApiError> {
+) -> Result<Reply<Appended>, ApiError> {
     let durability = match b.durability.as_deref() {
         None => Durability::Sync,
         Some(d) => d.parse().map_err(|_| {
@@ -322,14 +447,14 @@ async fn append(
             "send {\"records\": [{\"kind\": K, \"data\": D}, …]}",
         ));
     }
-    let v = write(&st, id, move |_, h| {
+    let v = write(&st, p.id, move |_, h| {
         let s = &h.session;
         bounded("expected_seq", b.expected_seq)?;
         if let Some(expected) = b.expected_seq
             && expected != s.len()
         {
             return Err(ApiError::conflict(
-                "seq_mismatch",
+                ErrorCode::SeqMismatch,
                 format!(
                     "expected the next record to be seq {expected}, but it is {}: someone else appended",
                     s.len()
@@ -353,12 +478,12 @@ async fn append(
         result
     })
     .await?;
-    Ok(json(StatusCode::OK, &v))
+    Ok(Reply(StatusCode::OK, v))
 }
 
 /// Appends every record in order; the acknowledgements of those written
 /// before a refused one travel with its error.
-fn append_all(s: &Session, records: &[Value]) -> Result<Value, ApiError> {
+fn append_all(s: &Session, records: &[Value]) -> Result<Appended, ApiError> {
     let mut acks = Vec::with_capacity(records.len());
     for (i, r) in records.iter().enumerate() {
         let done = decode(s, r).and_then(|d| match d {
@@ -366,14 +491,20 @@ fn append_all(s: &Session, records: &[Value]) -> Result<Value, ApiError> {
             Decoded::Op(op) => Ok(s.append_op(op)?),
         });
         match done {
-            Ok(a) => acks.push(json!({"seq": a.seq, "id": a.id})),
+            Ok(a) => acks.push(Ack::of(&a)),
             Err(mut e) => {
                 e.message = format!("record {i}: {}", e.message);
-                return Err(e.with_detail(json!({"appended": acks, "failed_index": i})));
+                return Err(e.with_detail(ErrorDetail::Batch(BatchFailure {
+                    appended: acks,
+                    failed_index: i,
+                })));
             }
         }
     }
-    Ok(json!({"appended": acks, "next_seq": s.len()}))
+    Ok(Appended {
+        appended: acks,
+        next_seq: s.len(),
+    })
 }
 
 enum Decoded {
@@ -397,19 +528,42 @@ fn decode(s: &Session, r: &Value) -> Result<Decoded, ApiError> {
     })
 }
 
-#[derive(Debug, Deserialize)]
+/// `GET /sessions/{id}/history`'s range.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 struct HistoryQuery {
+    /// First seq.
+    #[param(minimum = 0, maximum = 9007199254740991_u64)]
     from: Option<u64>,
+    /// Last seq (inclusive).
+    #[param(minimum = 0, maximum = 9007199254740991_u64)]
     to: Option<u64>,
+    /// Most records.
+    #[param(minimum = 1, maximum = 10000, default = 1000)]
     limit: Option<u64>,
 }
 
+/// A page of the log.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct History {
+    /// The records, as stored (without `crc`).
+    #[schema(value_type = Vec<schema::Record>)]
+    records: Vec<Value>,
+    /// The seq to continue from, when the page is cut.
+    next: Option<u64>,
+    /// The number of records in the log.
+    len: u64,
+}
+
+/// Read the log by seq range.
+#[utoipa::path(get, path = "/sessions/{id}/history", params(SessionPath, HistoryQuery),
+    responses((status = 200, description = "A page of the log.", body = History)))]
 async fn history(
     State(st): State<AppState>,
-    Path(id): Path<String>,
+    Path(p): Path<SessionPath>,
     Query(q): Query<HistoryQuery>,
-) -> Result<Response, ApiError> {
+) -> Result<Reply<History>, ApiError> {
     bounded("from", q.from)?;
     bounded("to", q.to)?;
     let limit = q.limit.unwrap_or(1000);
@@ -419,7 +573,7 @@ async fn history(
             "limit is from 1 to 10000 (default 1000); page with from",
         ));
     }
-    let v = read(&st, id, move |_, s| {
+    let v = read(&st, p.id, move |_, s| {
         let from = q.from.unwrap_or(0);
         let end = q.to.map_or(s.len(), |t| t.saturating_add(1).min(s.len()));
         let stop = end.min(from.saturating_add(limit));
@@ -428,26 +582,29 @@ async fn history(
             records.push(record_json(s, seq)?);
         }
         let next = (stop < end).then_some(stop);
-        Ok(json!({"records": records, "next": next, "len": s.len()}))
+        Ok(History {
+            records,
+            next,
+            len: s.len(),
+        })
     })
     .await?;
-    Ok(json(StatusCode::OK, &v))
+    Ok(Reply(StatusCode::OK, v))
 }
 
 /// A stored record as JSON (`shapes::record`).
 pub fn record_json(s: &Session, seq: u64) -> Result<Value, ApiError> {
     let raw = s.raw_record(seq)?;
-    shapes::record(&raw).map_err(|e| {
-        ApiError::internal(
-            format!("record {seq} is not JSON: {e}"),
-            "the session changed underneath the server; run `cairn fsck` on it",
-        )
-    })
+    Ok(shapes::record(&raw)?)
 }
 
-#[derive(Debug, Deserialize)]
+/// The entry a view is as of.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 struct AtQuery {
+    /// An entry (id, unique prefix or label): the view as of it. The current
+    /// leaf when left out.
     at: Option<String>,
 }
 
@@ -469,30 +626,99 @@ fn context_at(s: &Session, at: Option<&str>) -> Result<Arc<Context>, ApiError> {
     )))
 }
 
-fn context(s: &Session, ctx: Arc<Context>) -> Result<Value, ApiError> {
-    Ok(shapes::context(s, &ctx)?)
+/// The context the model sees, with the app state and settings, as of an
+/// entry.
+#[utoipa::path(get, path = "/sessions/{id}/context", params(SessionPath, AtQuery),
+    responses((status = 200, description = "The context.", body = ContextJson)))]
+fn context(s: &Session, ctx: Arc<Context>) -> Result<ContextJson<'static>, ApiError> {
+    let shape = shapes::context(s, &ctx)?;
+    Ok(ContextJson {
+        messages: shape
+            .messages
+            .into_iter()
+            .map(|m| shapes::ContextMessageJson {
+                message: std::borrow::Cow::Owned(m.message.into_owned()),
+                ..m
+            })
+            .collect(),
+        ..shape
+    })
 }
 
-fn state(s: &Session, ctx: Arc<Context>) -> Result<Value, ApiError> {
-    Ok(json!({
-        "session": s.id(),
-        "at": ctx.leaf(),
-        "app_state": ctx.app_state(),
-        "settings": ctx.settings(),
-    }))
+/// The app state and settings as of an entry.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct StateView {
+    /// The session.
+    #[schema(value_type = String)]
+    session: SessionId,
+    /// The entry it is as of.
+    #[schema(value_type = Option<String>)]
+    at: Option<EntryId>,
+    /// The application state.
+    app_state: Value,
+    /// The settings.
+    #[schema(value_type = Object)]
+    settings: Map<String, Value>,
 }
 
-fn tree(_: &Hub, s: &Session) -> Result<Value, ApiError> {
-    let view = cairn_agent::tree::TreeView::load(s);
-    shapes::tree(s, &view)
-        .map_err(|e| ApiError::internal(format!("{e:#}"), "run `cairn fsck` on the session"))
+/// The app state and settings as of an entry.
+#[utoipa::path(get, path = "/sessions/{id}/state", params(SessionPath, AtQuery),
+    responses((status = 200, description = "The state.", body = StateView)))]
+fn state(s: &Session, ctx: Arc<Context>) -> Result<StateView, ApiError> {
+    Ok(StateView {
+        session: s.id().clone(),
+        at: ctx.leaf().cloned(),
+        app_state: ctx.app_state().clone(),
+        settings: ctx.settings().clone(),
+    })
 }
 
-fn steps(_: &Hub, s: &Session) -> Result<Value, ApiError> {
-    Ok(json!({"session": s.id(), "steps": s.steps()?}))
+/// Every entry of the tree, the active branch, the leaf and the labels.
+#[utoipa::path(get, path = "/sessions/{id}/tree", params(SessionPath),
+    responses((status = 200, description = "The tree.", body = TreeJson)))]
+fn tree(_: &Hub, s: &Session) -> Result<TreeJson, ApiError> {
+    let view = cairn_view::tree::TreeView::load(s);
+    Ok(shapes::tree(s, &view)?)
 }
 
-fn memory(_: &Hub, s: &Session) -> Result<Value, ApiError> {
+/// The numbered steps.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Steps {
+    /// The session.
+    #[schema(value_type = String)]
+    session: SessionId,
+    /// Its steps (`cairn steps --json` describes their members).
+    #[schema(value_type = Vec<Object>)]
+    steps: Vec<cairn::steps::Step>,
+}
+
+/// The numbered steps, with durations and tokens.
+#[utoipa::path(get, path = "/sessions/{id}/steps", params(SessionPath),
+    responses((status = 200, description = "The steps.", body = Steps)))]
+fn steps(_: &Hub, s: &Session) -> Result<Steps, ApiError> {
+    Ok(Steps {
+        session: s.id().clone(),
+        steps: s.steps()?,
+    })
+}
+
+/// The session memory of the current branch.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct MemoryView {
+    /// The session.
+    #[schema(value_type = String)]
+    session: SessionId,
+    /// The memory: goal, to-dos, work done, failures, decisions.
+    #[schema(value_type = Object)]
+    memory: cairn::memory::SessionMemory,
+    /// The memory as the model is shown it.
+    text: String,
+}
+
+/// The session memory of the current branch.
+#[utoipa::path(get, path = "/sessions/{id}/memory", params(SessionPath),
+    responses((status = 200, description = "The memory.", body = MemoryView)))]
+fn memory(_: &Hub, s: &Session) -> Result<MemoryView, ApiError> {
     let entries: Vec<cairn::Entry> = s
         .branch_entries(None)?
         .into_iter()
@@ -500,79 +726,142 @@ fn memory(_: &Hub, s: &Session) -> Result<Value, ApiError> {
         .collect();
     let config = cairn::memory::MemoryConfig::default();
     let memory = cairn::memory::SessionMemory::derive(&entries, &config);
-    Ok(json!({
-        "session": s.id(),
-        "memory": memory,
-        "text": memory.render(),
-    }))
+    let text = memory.render();
+    Ok(MemoryView {
+        session: s.id().clone(),
+        memory,
+        text,
+    })
 }
 
-fn verdict(hub: &Hub, s: &Session) -> Result<Value, ApiError> {
+/// The recovery verdict, the status and the next action.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct VerdictView {
+    /// The session.
+    #[schema(value_type = String)]
+    session: SessionId,
+    /// Its status.
+    #[schema(value_type = schema::Status)]
+    status: Status,
+    /// What to do next, in one sentence.
+    action: &'static str,
+    /// The verdict.
+    #[schema(value_type = schema::Verdict)]
+    verdict: Verdict,
+}
+
+/// The recovery verdict, the status and the next action.
+#[utoipa::path(get, path = "/sessions/{id}/verdict", params(SessionPath),
+    responses((status = 200, description = "The verdict.", body = VerdictView)))]
+fn verdict(hub: &Hub, s: &Session) -> Result<VerdictView, ApiError> {
     let live = hub.store().backend().writer_active(s.id());
     let verdict = s.verdict()?;
-    Ok(json!({
-        "session": s.id(),
-        "status": s.phase().status(live),
-        "action": crate::ops::next_action(&verdict),
-        "verdict": verdict,
-    }))
+    Ok(VerdictView {
+        session: s.id().clone(),
+        status: s.phase().status(live),
+        action: next_action(&verdict),
+        verdict,
+    })
 }
 
-#[derive(Debug, Deserialize)]
+/// Where to move the leaf.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct CheckoutBody {
+    /// An entry (id, prefix or label); null starts over before the first
+    /// entry.
     target: Option<String>,
+    /// A summary of the branch left, shown to the model.
     summary: Option<String>,
 }
 
-fn checkout(s: &Session, b: CheckoutBody) -> Result<Value, ApiError> {
-    let target = b.target.as_deref().map(|t| s.resolve(t)).transpose()?;
-    let done = s.checkout(target.as_ref(), b.summary)?;
-    Ok(json!({
-        "appended": done.map(|a| json!({"seq": a.seq, "id": a.id})),
-        "leaf": s.leaf(),
-    }))
+/// The leaf moved.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CheckedOut {
+    /// The checkout entry (null when the leaf was there already).
+    appended: Option<Ack>,
+    /// The new leaf.
+    #[schema(value_type = Option<String>)]
+    leaf: Option<EntryId>,
 }
 
-#[derive(Debug, Deserialize)]
+/// Move the leaf (rewind): appends a checkout entry.
+#[utoipa::path(post, path = "/sessions/{id}/checkout", params(SessionPath), request_body = CheckoutBody,
+    responses((status = 200, description = "Moved.", body = CheckedOut)))]
+fn checkout(s: &Session, b: CheckoutBody) -> Result<CheckedOut, ApiError> {
+    let target = b.target.as_deref().map(|t| s.resolve(t)).transpose()?;
+    let done = s.checkout(target.as_ref(), b.summary)?;
+    Ok(CheckedOut {
+        appended: done.as_ref().map(Ack::of),
+        leaf: s.leaf(),
+    })
+}
+
+/// What to copy.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct CopyBody {
+    /// The entry the copy holds the branch up to (the leaf when left out).
     at: Option<String>,
+    /// The copy's title.
     title: Option<String>,
 }
 
+/// Fork: a new session holding the branch up to an entry.
+#[utoipa::path(post, path = "/sessions/{id}/copy", params(SessionPath), request_body = CopyBody,
+    responses((status = 201, description = "The copy.", body = SessionInfo)))]
 async fn copy(
     State(st): State<AppState>,
-    Path(id): Path<String>,
+    Path(p): Path<SessionPath>,
     Json(b): Json<CopyBody>,
-) -> Result<Response, ApiError> {
+) -> Result<Reply<SessionInfo>, ApiError> {
     let hub = Arc::clone(&st.hub);
     let v = blocking(move || {
-        let id: SessionId = hub.resolve(&id)?;
+        let id: SessionId = hub.resolve(&p.id)?;
         let src = hub.reader(&id)?;
         let at =
             b.at.as_deref()
                 .map(|a| src.session.resolve(a))
                 .transpose()?;
         let fork = hub.store().fork(&src.session, at.as_ref(), b.title)?;
-        let v = session_json(&hub, &fork)?;
+        let v = SessionInfo::of(&hub, &fork);
         drop(fork);
         hub.changed();
         Ok(v)
     })
     .await?;
-    Ok(json(StatusCode::CREATED, &v))
+    Ok(Reply(StatusCode::CREATED, v))
 }
 
-#[derive(Debug, Deserialize)]
+/// A label to set or remove.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct LabelBody {
+    /// The label's name.
+    #[schema(value_type = schema::EntryId)]
     name: String,
+    /// The entry it points at; null removes it.
     target: Option<String>,
 }
 
-fn label(s: &Session, b: LabelBody) -> Result<Value, ApiError> {
+/// A label set or removed.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Labeled {
+    /// The label entry.
+    appended: Ack,
+    /// Every label now: name → entry.
+    #[schema(value_type = BTreeMap<String, String>)]
+    labels: BTreeMap<String, EntryId>,
+}
+
+/// Set a label on an entry, or remove it (target null).
+#[utoipa::path(post, path = "/sessions/{id}/labels", params(SessionPath), request_body = LabelBody,
+    responses((status = 200, description = "Labeled.", body = Labeled)))]
+fn label(s: &Session, b: LabelBody) -> Result<Labeled, ApiError> {
     let target = b.target.as_deref().map(|t| s.resolve(t)).transpose()?;
     let a = s.label(&b.name, target.as_ref())?;
-    Ok(json!({"appended": {"seq": a.seq, "id": a.id}, "labels": s.labels()}))
+    Ok(Labeled {
+        appended: Ack::of(&a),
+        labels: s.labels(),
+    })
 }

@@ -1,40 +1,22 @@
 //! The router and what wraps every request: a request id, the panic guard
 //! (a panicking handler becomes a 500 naming the request id, and the server
 //! keeps serving), the JSON error body filled with that id, the security
-//! headers, the bearer token, and the body-size limit. The extractors here
-//! turn every malformed request into an [`ApiError`] instead of axum's plain
-//! text.
+//! headers, the bearer token, and the body-size limit.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use axum::Router;
-use axum::body::{Body, Bytes};
-use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts, Request};
-use axum::http::{HeaderValue, Method, StatusCode, header, request::Parts};
+use axum::extract::{DefaultBodyLimit, Request};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use futures_util::FutureExt as _;
-use serde::de::DeserializeOwned;
 
-use crate::auth::{self, Auth};
-use crate::error::ApiError;
-use crate::hub::Hub;
-use crate::{api, ops, stream, web};
-
-/// What every handler shares.
-#[derive(Debug, Clone)]
-pub struct AppState {
-    /// The store and the held writers.
-    pub hub: Arc<Hub>,
-    /// Who may use the server.
-    pub auth: Arc<Auth>,
-    /// The largest request body accepted, in bytes.
-    pub max_body: usize,
-    /// How often a live tail looks for records written by other processes.
-    pub poll: std::time::Duration,
-}
+use crate::error::{ApiError, ErrorCode};
+use crate::extract::AppState;
+use crate::{api, auth, ops, stream, web};
 
 /// The whole application: API, streams, OpenAPI document and web view,
 /// with `extra` routes (tests add a panicking one) behind the same guards.
@@ -49,7 +31,10 @@ pub fn router(state: AppState, extra: Router<AppState>) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(max_body))
-        .layer(middleware::from_fn_with_state(state.clone(), auth::guard))
+        .layer(middleware::from_fn_with_state(
+            Arc::clone(&state.auth),
+            auth::guard,
+        ))
         .layer(middleware::from_fn(guard))
         .with_state(state)
 }
@@ -64,7 +49,7 @@ async fn not_found() -> ApiError {
 async fn method_not_allowed() -> ApiError {
     ApiError::new(
         StatusCode::METHOD_NOT_ALLOWED,
-        "method_not_allowed",
+        ErrorCode::MethodNotAllowed,
         "this path does not take that method",
         "GET /openapi.json lists the methods of every path",
     )
@@ -133,140 +118,4 @@ async fn guard(req: Request, next: Next) -> Response {
         h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     }
     res
-}
-
-/// Runs blocking work (the core is synchronous) off the async threads; a
-/// panic in it becomes a 500.
-///
-/// # Errors
-///
-/// What `f` returns, or an internal error when it panicked.
-pub async fn blocking<T, F>(f: F) -> Result<T, ApiError>
-where
-    F: FnOnce() -> Result<T, ApiError> + Send + 'static,
-    T: Send + 'static,
-{
-    match tokio::task::spawn_blocking(f).await {
-        Ok(r) => r,
-        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-        Err(_) => Err(ApiError::internal(
-            "the server is shutting down",
-            "retry once it is back",
-        )),
-    }
-}
-
-/// A JSON request body, refused with a JSON error when too large, of the
-/// wrong type or malformed.
-#[derive(Debug)]
-pub struct Json<T>(pub T);
-
-impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for Json<T> {
-    type Rejection = ApiError;
-
-    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
-        let json = req
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.split(';').next())
-            .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"));
-        if !json {
-            return Err(ApiError::new(
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                "unsupported_media_type",
-                "the body must be JSON",
-                "send the header Content-Type: application/json",
-            ));
-        }
-        let bytes = Bytes::from_request(req, state).await.map_err(|e| {
-            if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                ApiError::new(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    "too_large",
-                    "the request body is larger than the server accepts",
-                    "send fewer records per request, or start the server with a larger --max-body",
-                )
-            } else {
-                ApiError::bad_request(format!("cannot read the body: {e}"), "resend the request")
-            }
-        })?;
-        let invalid = |why: String| {
-            ApiError::new(
-                StatusCode::BAD_REQUEST,
-                "invalid_json",
-                format!("the body is not the JSON this path takes: {why}"),
-                "GET /openapi.json gives the schema of every request body",
-            )
-        };
-        // Every body is an object: serde would also read a struct from an
-        // array of its fields in order (`[null, null]`).
-        let value: serde_json::Value =
-            serde_json::from_slice(&bytes).map_err(|e| invalid(e.to_string()))?;
-        if !value.is_object() {
-            return Err(invalid("it must be a JSON object".into()));
-        }
-        serde_json::from_value(value)
-            .map(Json)
-            .map_err(|e| invalid(e.to_string()))
-    }
-}
-
-/// Query parameters, refused with a JSON error when malformed.
-#[derive(Debug)]
-pub struct Query<T>(pub T);
-
-impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Query<T> {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        axum::extract::Query::<T>::from_request_parts(parts, state)
-            .await
-            .map(|q| Query(q.0))
-            .map_err(|e| {
-                ApiError::bad_request(
-                    format!("bad query parameters: {}", e.body_text()),
-                    "GET /openapi.json lists the parameters of every path",
-                )
-            })
-    }
-}
-
-/// Path parameters, refused with a JSON error when malformed.
-#[derive(Debug)]
-pub struct Path<T>(pub T);
-
-impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for Path<T> {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        axum::extract::Path::<T>::from_request_parts(parts, state)
-            .await
-            .map(|p| Path(p.0))
-            .map_err(|e| {
-                ApiError::bad_request(
-                    format!("bad path: {}", e.body_text()),
-                    "GET /openapi.json lists every path",
-                )
-            })
-    }
-}
-
-/// A response with a JSON body and a status.
-pub fn json(status: StatusCode, v: &serde_json::Value) -> Response {
-    (status, axum::Json(v)).into_response()
-}
-
-/// Whether a request changes something (and so needs a same-origin check
-/// when authenticated by cookie).
-pub fn is_write(m: &Method) -> bool {
-    !matches!(*m, Method::GET | Method::HEAD | Method::OPTIONS)
-}
-
-/// An empty 204.
-pub fn no_content() -> Response {
-    Response::builder()
-        .status(StatusCode::NO_CONTENT)
-        .body(Body::empty())
-        .unwrap_or_default()
 }

@@ -8,15 +8,14 @@
 use std::fs;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use anyhow::{Context as _, Result, bail};
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use crate::app::{AppState, is_write};
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorCode, ServerError};
 
 /// The file, in the store's files directory, that keeps a generated token.
 pub const TOKEN_FILE: &str = "server-token";
@@ -42,9 +41,9 @@ impl Auth {
     ///
     /// A token shorter than 16 characters, or with characters other than
     /// printable ASCII without spaces.
-    pub fn new(token: String) -> Result<Auth> {
-        if token.len() < 16 || !token.bytes().all(|b| b.is_ascii_graphic() && b != b';') {
-            bail!("the token must be at least 16 printable ASCII characters without spaces or ';'");
+    pub fn new(token: String) -> Result<Auth, ServerError> {
+        if !usable(&token) {
+            return Err(ServerError::BadToken);
         }
         Ok(Auth { token })
     }
@@ -64,37 +63,48 @@ impl Auth {
     ///
     /// # Errors
     ///
-    /// When the file cannot be read or created.
-    pub fn load_or_create(dir: &Path) -> Result<(Auth, PathBuf)> {
+    /// When the file cannot be read or created, or holds an unusable token.
+    pub fn load_or_create(dir: &Path) -> Result<(Auth, PathBuf), ServerError> {
         let path = dir.join(TOKEN_FILE);
+        let failed = |action: &'static str, path: &Path| {
+            let path = path.to_owned();
+            move |source| ServerError::TokenFile {
+                action,
+                path,
+                source,
+            }
+        };
         match fs::read_to_string(&path) {
             Ok(t) => {
-                let auth = Auth::new(t.trim().to_owned())
-                    .with_context(|| format!("the token file {} is not valid", path.display()))?;
-                return Ok((auth, path));
+                let token = t.trim().to_owned();
+                if !usable(&token) {
+                    return Err(ServerError::BadTokenFile { path });
+                }
+                return Ok((Auth { token }, path));
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => {
-                return Err(e).with_context(|| format!("cannot read {}", path.display()));
-            }
+            Err(e) => return Err(failed("read", &path)(e)),
         }
-        fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        fs::create_dir_all(dir).map_err(failed("create", dir))?;
         let mut bytes = [0u8; 24];
-        getrandom::fill(&mut bytes)
-            .map_err(|e| anyhow::anyhow!("cannot get random bytes for the token: {e}"))?;
+        getrandom::fill(&mut bytes).map_err(ServerError::Random)?;
         let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
         let mut opts = fs::OpenOptions::new();
         opts.write(true).create_new(true);
         #[cfg(unix)]
         std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
-        let mut f = opts
-            .open(&path)
-            .with_context(|| format!("cannot create {}", path.display()))?;
+        let mut f = opts.open(&path).map_err(failed("create", &path))?;
         f.write_all(token.as_bytes())
             .and_then(|()| f.sync_all())
-            .with_context(|| format!("cannot write {}", path.display()))?;
+            .map_err(failed("write", &path))?;
         Ok((Auth { token }, path))
     }
+}
+
+/// Whether `token` may be a token: 16 or more printable ASCII characters,
+/// no space or `;` (it is also sent as a cookie).
+fn usable(token: &str) -> bool {
+    token.len() >= 16 && token.bytes().all(|b| b.is_ascii_graphic() && b != b';')
 }
 
 /// How a request proved who it is.
@@ -129,8 +139,8 @@ fn cookie(headers: &HeaderMap) -> Option<&str> {
 
 /// Whether the request was signed in (for the web page, which shows the
 /// login form otherwise).
-pub fn signed_in(state: &AppState, headers: &HeaderMap) -> bool {
-    proof(&state.auth, headers).is_some()
+pub fn signed_in(auth: &Auth, headers: &HeaderMap) -> bool {
+    proof(auth, headers).is_some()
 }
 
 /// Paths open without the token: the login form and the static assets it
@@ -140,16 +150,16 @@ fn public(path: &str) -> bool {
 }
 
 /// The middleware: every other path needs the token.
-pub async fn guard(State(state): State<AppState>, req: Request, next: Next) -> Response {
+pub async fn guard(State(auth): State<Arc<Auth>>, req: Request, next: Next) -> Response {
     if public(req.uri().path()) {
         return next.run(req).await;
     }
-    match proof(&state.auth, req.headers()) {
+    match proof(&auth, req.headers()) {
         Some(Proof::Bearer) => next.run(req).await,
         Some(Proof::Cookie) if is_write(req.method()) && !same_origin(req.headers()) => {
             ApiError::new(
                 StatusCode::FORBIDDEN,
-                "cross_origin",
+                ErrorCode::CrossOrigin,
                 "a write signed in by cookie must come from this server's own pages",
                 "send the token as Authorization: Bearer TOKEN instead",
             )
@@ -159,7 +169,7 @@ pub async fn guard(State(state): State<AppState>, req: Request, next: Next) -> R
         None => {
             let mut res = ApiError::new(
                 StatusCode::UNAUTHORIZED,
-                "unauthorized",
+                ErrorCode::Unauthorized,
                 "this server needs its token",
                 "send Authorization: Bearer TOKEN; `cairn serve` printed where the token is kept",
             )
@@ -171,6 +181,12 @@ pub async fn guard(State(state): State<AppState>, req: Request, next: Next) -> R
             res
         }
     }
+}
+
+/// Whether a request changes something (and so needs a same-origin check
+/// when authenticated by cookie).
+pub fn is_write(m: &Method) -> bool {
+    !matches!(*m, Method::GET | Method::HEAD | Method::OPTIONS)
 }
 
 /// Whether a request's `Origin` (which browsers send on every write) is the

@@ -18,7 +18,7 @@
 //! id and the server goes on.
 //!
 //! ```no_run
-//! # async fn run() -> anyhow::Result<()> {
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! let store = cairn::Store::open_dir("/tmp/cairn-home");
 //! let options = cairn_server::Options::default();
 //! let server = cairn_server::Server::bind(store, std::path::Path::new("/tmp/cairn-home"), options).await?;
@@ -31,10 +31,10 @@ mod api;
 mod app;
 mod auth;
 mod error;
+mod extract;
 mod hub;
 mod openapi;
 mod ops;
-pub mod shapes;
 mod stream;
 mod web;
 
@@ -43,13 +43,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context as _, Result};
 use axum::Router;
 use tokio::net::TcpListener;
 
-pub use app::AppState;
 pub use auth::{Auth, TOKEN_FILE};
-pub use error::ApiError;
+pub use error::{ApiError, ErrorCode, ServerError};
+pub use extract::AppState;
 pub use openapi::document as openapi_document;
 
 /// How the server runs.
@@ -101,7 +100,11 @@ impl Server {
     ///
     /// An invalid token, a token file that cannot be read or written, or an
     /// address that cannot be bound.
-    pub async fn bind(store: cairn::Store, files_dir: &Path, options: Options) -> Result<Server> {
+    pub async fn bind(
+        store: cairn::Store,
+        files_dir: &Path,
+        options: Options,
+    ) -> Result<Server, ServerError> {
         Server::bind_with(store, files_dir, options, Router::new()).await
     }
 
@@ -117,7 +120,7 @@ impl Server {
         files_dir: &Path,
         options: Options,
         extra: Router<AppState>,
-    ) -> Result<Server> {
+    ) -> Result<Server, ServerError> {
         let (auth, token_file) = match options.token {
             Some(t) => (Auth::new(t)?, None),
             None => {
@@ -131,9 +134,13 @@ impl Server {
             max_body: options.max_body,
             poll: options.poll,
         };
-        let listener = TcpListener::bind(options.listen)
-            .await
-            .with_context(|| format!("cannot listen on {}", options.listen))?;
+        let listener =
+            TcpListener::bind(options.listen)
+                .await
+                .map_err(|source| ServerError::Listen {
+                    addr: options.listen,
+                    source,
+                })?;
         let app = app::router(state.clone(), extra);
         Ok(Server {
             listener,
@@ -165,7 +172,7 @@ impl Server {
     /// # Errors
     ///
     /// When accepting connections fails for good.
-    pub async fn run(self) -> Result<()> {
+    pub async fn run(self) -> Result<(), ServerError> {
         self.run_until(std::future::pending()).await
     }
 
@@ -174,7 +181,10 @@ impl Server {
     /// # Errors
     ///
     /// When accepting connections fails for good.
-    pub async fn run_until(self, stop: impl Future<Output = ()> + Send + 'static) -> Result<()> {
+    pub async fn run_until(
+        self,
+        stop: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), ServerError> {
         let hub = Arc::clone(&self.state.hub);
         let sweeper = tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_millis(100));
@@ -187,7 +197,7 @@ impl Server {
         let served = axum::serve(self.listener, self.app)
             .with_graceful_shutdown(stop)
             .await
-            .context("the server stopped");
+            .map_err(ServerError::Serve);
         sweeper.abort();
         served
     }

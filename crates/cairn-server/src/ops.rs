@@ -11,19 +11,21 @@
 use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::response::Response;
 use axum::routing::post;
 use cairn::{
     Block, EffectClass, EntryBody, EntryId, Message, NewEntry, Operation, Outcome, Parent, Payload,
-    Policy, Role, Session, ToolDispatched, ToolOutput, Usage, Verdict,
+    Policy, Role, Session, Status, ToolDispatched, ToolOutput, Usage, Verdict,
 };
-use serde::Deserialize;
+use cairn_view::schema;
+use cairn_view::shapes::Ack;
 use serde::de::DeserializeOwned;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::{IntoParams, ToSchema};
 
-use crate::api::{view, write};
-use crate::app::{AppState, Json, Path, json};
-use crate::error::ApiError;
+use crate::api::{SessionPath, view, write};
+use crate::error::{ApiError, ErrorCode};
+use crate::extract::{AppState, Json, Path, Reply};
 use crate::hub::Hub;
 
 /// The operation API's routes.
@@ -47,25 +49,31 @@ pub fn routes() -> Router<AppState> {
         .route("/sessions/{id}/recover", post(recover))
 }
 
-/// What to do next about a verdict, in one sentence.
-pub fn next_action(v: &Verdict) -> &'static str {
-    match v {
-        Verdict::IndeterminateTool { .. } => {
-            "tools started and have no result: re-run read-only and idempotent ones with their key, decide side effects, or record them unknown (POST /sessions/{id}/recover)"
-        }
-        Verdict::Finished { .. } => "nothing to do: the operation finished",
-        Verdict::AwaitingApproval { .. } => {
-            "a person was asked and never answered: ask again, or deny (POST /sessions/{id}/recover)"
-        }
-        Verdict::ProviderInterrupted { .. } => {
-            "a model request got no reply; nothing external happened: retry the attempt"
-        }
-        Verdict::ToolsNotStarted { .. } => {
-            "the model asked for tools that never started: run them, or close them as not started (POST /sessions/{id}/recover)"
-        }
-        Verdict::Ready { .. } => "nothing pending: continue",
-        _ => "see docs/DESIGN.md §4 for this verdict",
-    }
+/// The path of a call on an operation.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct OpPath {
+    /// The session: its id or a unique prefix of it.
+    #[param(pattern = "^[0-9A-Za-z]{1,64}$")]
+    pub id: String,
+    /// The open operation's id, as starting it returned.
+    #[param(pattern = "^[!-~]{1,128}$")]
+    pub op: String,
+}
+
+/// The path of a decision on one call's approval.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct ApprovalPath {
+    /// The session: its id or a unique prefix of it.
+    #[param(pattern = "^[0-9A-Za-z]{1,64}$")]
+    pub id: String,
+    /// The open operation's id, as starting it returned.
+    #[param(pattern = "^[!-~]{1,128}$")]
+    pub op: String,
+    /// The tool call's id.
+    #[param(pattern = "^[!-~]{1,128}$")]
+    pub call_id: String,
 }
 
 /// Runs `f` with the session's open operation, which must be `op`.
@@ -79,14 +87,14 @@ async fn with_op<T: Send + 'static>(
         let s = &h.session;
         let Some(open) = s.resume_operation() else {
             return Err(ApiError::conflict(
-                "no_open_operation",
+                ErrorCode::NoOpenOperation,
                 format!("session {} has no open operation", s.id()),
                 "start one with POST /sessions/{id}/operations",
             ));
         };
         if open.id() != op {
             return Err(ApiError::conflict(
-                "wrong_operation",
+                ErrorCode::WrongOperation,
                 format!("operation {op} is not the open one ({})", open.id()),
                 "use the operation id that POST /sessions/{id}/operations returned",
             ));
@@ -100,16 +108,14 @@ async fn with_op<T: Send + 'static>(
 /// open operation with a JSON body `B`: `f` runs on the writer handle once
 /// `{op}` is checked to be the open operation ([`with_op`]), and what it
 /// returns is the answer, with `status`.
-fn on_op<B: DeserializeOwned + Send + 'static>(
+fn on_op<B: DeserializeOwned + Send + 'static, T: Serialize + Send + 'static>(
     call: &str,
     status: StatusCode,
-    f: fn(&Session, Operation<'_>, B) -> Result<Value, ApiError>,
+    f: fn(&Session, Operation<'_>, B) -> Result<T, ApiError>,
 ) -> Router<AppState> {
-    let handler = move |State(st): State<AppState>,
-                        Path((id, op)): Path<(String, String)>,
-                        Json(b): Json<B>| async move {
-        let v = with_op(&st, id, op, move |s, open| f(s, open, b)).await?;
-        Ok::<_, ApiError>(json(status, &v))
+    let handler = move |State(st): State<AppState>, Path(p): Path<OpPath>, Json(b): Json<B>| async move {
+        let v = with_op(&st, p.id, p.op, move |s, open| f(s, open, b)).await?;
+        Ok::<_, ApiError>(Reply(status, v))
     };
     Router::new().route(
         &format!("/sessions/{{id}}/operations/{{op}}/{call}"),
@@ -122,7 +128,7 @@ fn message(v: &Value) -> Result<Message, ApiError> {
     let bad = |why: String| {
         ApiError::new(
             StatusCode::BAD_REQUEST,
-            "bad_record",
+            ErrorCode::BadRecord,
             format!("not a message: {why}"),
             "a message is {\"role\": R, \"content\": [blocks]} as docs/FORMAT.md §4 writes it",
         )
@@ -134,61 +140,129 @@ fn message(v: &Value) -> Result<Message, ApiError> {
     }
 }
 
-fn ack(a: &cairn::Appended) -> Value {
-    json!({"seq": a.seq, "id": a.id})
-}
-
-#[derive(Debug, Deserialize)]
+/// An operation to start.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct StartBody {
+    /// The input message.
+    #[schema(value_type = schema::Message)]
     input: Value,
 }
 
+/// An operation started.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Started {
+    /// The operation's id (the `{op}` of its calls).
+    op: String,
+    /// The input's entry.
+    #[schema(value_type = Option<String>)]
+    input: Option<EntryId>,
+    /// The seq the next record will get.
+    next_seq: u64,
+}
+
+/// Start an operation with an input message.
+#[utoipa::path(post, path = "/sessions/{id}/operations", params(SessionPath), request_body = StartBody,
+    responses((status = 201, description = "Started.", body = Started)))]
 async fn start(
     State(st): State<AppState>,
-    Path(id): Path<String>,
+    Path(p): Path<SessionPath>,
     Json(b): Json<StartBody>,
-) -> Result<Response, ApiError> {
+) -> Result<Reply<Started>, ApiError> {
     let input = message(&b.input)?;
-    let v = write(&st, id, move |_, h| {
+    let v = write(&st, p.id, move |_, h| {
         let op = h.session.start_operation(input)?;
-        Ok(json!({"op": op.id(), "input": h.session.leaf(), "next_seq": h.session.len()}))
+        Ok(Started {
+            op: op.id().to_owned(),
+            input: h.session.leaf(),
+            next_seq: h.session.len(),
+        })
     })
     .await?;
-    Ok(json(StatusCode::CREATED, &v))
+    Ok(Reply(StatusCode::CREATED, v))
 }
 
-fn current(_: &Hub, s: &Session) -> Result<Value, ApiError> {
-    let op = s.resume_operation().map(|o| o.id().to_owned());
-    Ok(json!({"op": op, "phase": s.phase(), "verdict": s.verdict()?}))
+/// The open operation.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Current {
+    /// The open operation's id (null when none is open).
+    op: Option<String>,
+    /// The last operation's phase.
+    #[schema(value_type = schema::Phase)]
+    phase: cairn::OpPhase,
+    /// The recovery verdict.
+    #[schema(value_type = schema::Verdict)]
+    verdict: Verdict,
 }
 
-#[derive(Debug, Deserialize)]
+/// The open operation (op is null when none is open).
+#[utoipa::path(get, path = "/sessions/{id}/operations/current", params(SessionPath),
+    responses((status = 200, description = "The open operation.", body = Current)))]
+fn current(_: &Hub, s: &Session) -> Result<Current, ApiError> {
+    Ok(Current {
+        op: s.resume_operation().map(|o| o.id().to_owned()),
+        phase: s.phase(),
+        verdict: s.verdict()?,
+    })
+}
+
+/// A model request to announce.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct AttemptBody {
+    /// The provider asked.
     provider: Option<String>,
+    /// The model asked.
     model: Option<String>,
 }
 
-fn attempt(_: &Session, op: Operation<'_>, b: AttemptBody) -> Result<Value, ApiError> {
-    let t = op.model_attempt(b.provider.as_deref(), b.model.as_deref())?;
-    Ok(json!({"attempt": t.attempt(), "entry": t.entry()}))
+/// A model request announced.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Attempt {
+    /// Its number within the operation.
+    attempt: u32,
+    /// The id its reply must use.
+    #[schema(value_type = String)]
+    entry: EntryId,
 }
 
-#[derive(Debug, Deserialize)]
+/// Announce a model request: returns the id its reply must use.
+#[utoipa::path(post, path = "/sessions/{id}/operations/{op}/attempts", params(OpPath), request_body = AttemptBody,
+    responses((status = 201, description = "Announced.", body = Attempt)))]
+fn attempt(_: &Session, op: Operation<'_>, b: AttemptBody) -> Result<Attempt, ApiError> {
+    let t = op.model_attempt(b.provider.as_deref(), b.model.as_deref())?;
+    Ok(Attempt {
+        attempt: t.attempt(),
+        entry: t.entry().clone(),
+    })
+}
+
+/// The model's reply.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct ReplyBody {
+    /// The id its attempt returned.
+    #[schema(value_type = schema::EntryId)]
     entry: EntryId,
+    /// The reply, an assistant message.
+    #[schema(value_type = schema::Message)]
     message: Value,
+    /// The tokens it used.
+    #[schema(value_type = Option<Object>)]
     usage: Option<Usage>,
+    /// How long it took, in milliseconds.
+    #[schema(minimum = 0, maximum = 9007199254740991_u64)]
     latency_ms: Option<u64>,
 }
 
+/// Record the model's reply under its attempt's id (and its usage).
+#[utoipa::path(post, path = "/sessions/{id}/operations/{op}/replies", params(OpPath), request_body = ReplyBody,
+    responses((status = 201, description = "Recorded.", body = Ack)))]
 async fn reply(
     State(st): State<AppState>,
-    Path((id, op)): Path<(String, String)>,
+    Path(p): Path<OpPath>,
     Json(b): Json<ReplyBody>,
-) -> Result<Response, ApiError> {
+) -> Result<Reply<Ack>, ApiError> {
     crate::api::bounded("latency_ms", b.latency_ms)?;
     let m = message(&b.message)?;
     if m.role != Role::Assistant {
@@ -197,7 +271,7 @@ async fn reply(
             "send the model's reply with \"role\": \"assistant\"",
         ));
     }
-    let v = with_op(&st, id, op, move |s, op| {
+    let v = with_op(&st, p.id, p.op, move |s, op| {
         // The library refuses an assistant entry under any id but the open
         // attempt's preallocated one, exactly as with a ModelTicket.
         let a = s.append_entry(NewEntry {
@@ -208,65 +282,103 @@ async fn reply(
         if let Some(usage) = b.usage {
             op.settle_usage(&b.entry, usage, b.latency_ms)?;
         }
-        Ok(ack(&a))
+        Ok(Ack::of(&a))
     })
     .await?;
-    Ok(json(StatusCode::CREATED, &v))
+    Ok(Reply(StatusCode::CREATED, v))
 }
 
-#[derive(Debug, Deserialize)]
+/// A tool call to dispatch.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct DispatchBody {
+    /// The call's id, as the model's reply gave it.
     call_id: String,
+    /// How the tool affects the world.
+    #[schema(value_type = schema::Effect)]
     effect: EffectClass,
 }
 
-fn dispatch(_: &Session, op: Operation<'_>, b: DispatchBody) -> Result<Value, ApiError> {
-    Ok(ticket(&op.dispatch_tool(&b.call_id, b.effect)?))
+/// The ticket of a dispatched call: what the tool runs under.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Ticket {
+    /// The call's id.
+    call_id: String,
+    /// The tool.
+    tool: String,
+    /// The idempotency key to run it with.
+    key: String,
+    /// How it affects the world.
+    #[schema(value_type = schema::Effect)]
+    effect: EffectClass,
+    /// The id its result must use.
+    #[schema(value_type = String)]
+    result_entry: EntryId,
 }
 
-#[derive(Debug, Deserialize)]
+impl Ticket {
+    fn of(t: &cairn::ToolTicket) -> Ticket {
+        Ticket {
+            call_id: t.call_id().to_owned(),
+            tool: t.tool().to_owned(),
+            key: t.key().to_owned(),
+            effect: t.effect(),
+            result_entry: t.result_entry().clone(),
+        }
+    }
+}
+
+/// Dispatch a tool call (T1): answers with the ticket and the idempotency
+/// key only once T1 is durable.
+#[utoipa::path(post, path = "/sessions/{id}/operations/{op}/dispatches", params(OpPath), request_body = DispatchBody,
+    responses((status = 201, description = "Dispatched.", body = Ticket)))]
+fn dispatch(_: &Session, op: Operation<'_>, b: DispatchBody) -> Result<Ticket, ApiError> {
+    Ok(Ticket::of(&op.dispatch_tool(&b.call_id, b.effect)?))
+}
+
+/// A dispatched call's result.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct ResultBody {
+    /// The call's id.
     call_id: String,
+    /// What the tool returned.
+    #[schema(value_type = Vec<schema::Block>)]
     content: Vec<Block>,
+    /// Whether the tool failed.
     #[serde(default)]
     is_error: bool,
+    /// A machine-readable outcome code.
     code: Option<String>,
 }
 
-/// The ticket a dispatch or a re-run answers with.
-fn ticket(t: &cairn::ToolTicket) -> Value {
-    json!({
-        "call_id": t.call_id(),
-        "tool": t.tool(),
-        "key": t.key(),
-        "effect": t.effect(),
-        "result_entry": t.result_entry(),
-    })
-}
-
-#[derive(Debug, Deserialize)]
+/// A call to run again.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct RerunBody {
+    /// The call's id.
     call_id: String,
     /// Who decided to run a side effect again (required for one).
     decided_by: Option<String>,
 }
 
-/// Re-runs a call that was dispatched and has no result (after a crash):
-/// T1 again with the recorded idempotency key and result id. A side effect
-/// needs a person's decision, recorded as an approval.
-fn rerun(s: &Session, op: Operation<'_>, b: RerunBody) -> Result<Value, ApiError> {
+/// Re-run a dispatched call that has no result (after a crash): T1 again
+/// with its recorded key and result id; a side effect needs decided_by.
+#[utoipa::path(post, path = "/sessions/{id}/operations/{op}/reruns", params(OpPath), request_body = RerunBody,
+    responses((status = 201, description = "Dispatched again.", body = Ticket)))]
+fn rerun(s: &Session, op: Operation<'_>, b: RerunBody) -> Result<Ticket, ApiError> {
     let call = dispatched(s, &b.call_id)?;
     let t = match (call.effect, b.decided_by.as_deref()) {
         (EffectClass::SideEffect, Some(by)) => op.rerun_side_effect(&call, by)?,
         _ => op.rerun(&call)?,
     };
-    Ok(ticket(&t))
+    Ok(Ticket::of(&t))
 }
 
-fn result(s: &Session, op: Operation<'_>, b: ResultBody) -> Result<Value, ApiError> {
+/// Record a dispatched call's result (T2), synced before the answer.
+#[utoipa::path(post, path = "/sessions/{id}/operations/{op}/results", params(OpPath), request_body = ResultBody,
+    responses((status = 201, description = "Recorded.", body = Ack)))]
+fn result(s: &Session, op: Operation<'_>, b: ResultBody) -> Result<Ack, ApiError> {
     let call = dispatched(s, &b.call_id)?;
     let out = ToolOutput {
         content: b.content,
@@ -274,7 +386,7 @@ fn result(s: &Session, op: Operation<'_>, b: ResultBody) -> Result<Value, ApiErr
         code: b.code,
     };
     // T2 under the result id T1 preallocated, synced before the answer.
-    Ok(ack(&op.provide_outcome(&call, out)?))
+    Ok(Ack::of(&op.provide_outcome(&call, out)?))
 }
 
 /// The call `call_id` names among those dispatched with no result yet.
@@ -285,113 +397,222 @@ fn dispatched(s: &Session, call_id: &str) -> Result<ToolDispatched, ApiError> {
         return Ok(call);
     }
     Err(ApiError::conflict(
-        "not_dispatched",
+        ErrorCode::NotDispatched,
         format!("tool call {call_id:?} was not dispatched, or already has its result"),
         "dispatch it first (POST …/dispatches): its result is accepted only after T1",
     ))
 }
 
-#[derive(Debug, Deserialize)]
+/// A call a person is asked to approve.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct ApprovalBody {
+    /// The call's id.
     call_id: String,
+    /// The tool.
     tool: String,
 }
 
-fn request_approval(_: &Session, op: Operation<'_>, b: ApprovalBody) -> Result<Value, ApiError> {
-    op.request_approval(&b.call_id, &b.tool)?;
-    Ok(json!({"requested": true}))
+/// An approval asked for.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Requested {
+    /// Always true.
+    requested: bool,
 }
 
-#[derive(Debug, Deserialize)]
+/// Record that a person is asked to approve a call.
+#[utoipa::path(post, path = "/sessions/{id}/operations/{op}/approvals", params(OpPath), request_body = ApprovalBody,
+    responses((status = 201, description = "Asked.", body = Requested)))]
+fn request_approval(
+    _: &Session,
+    op: Operation<'_>,
+    b: ApprovalBody,
+) -> Result<Requested, ApiError> {
+    op.request_approval(&b.call_id, &b.tool)?;
+    Ok(Requested { requested: true })
+}
+
+/// A person's decision.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct ResolutionBody {
+    /// Whether the call may run.
     approved: bool,
+    /// Who decided.
     by: Option<String>,
 }
 
+/// A decision recorded.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Resolved {
+    /// Whether the call may run.
+    approved: bool,
+}
+
+/// Record the person's decision.
+#[utoipa::path(post, path = "/sessions/{id}/operations/{op}/approvals/{call_id}", params(ApprovalPath), request_body = ResolutionBody,
+    responses((status = 200, description = "Recorded.", body = Resolved)))]
 async fn resolve_approval(
     State(st): State<AppState>,
-    Path((id, op, call_id)): Path<(String, String, String)>,
+    Path(p): Path<ApprovalPath>,
     Json(b): Json<ResolutionBody>,
-) -> Result<Response, ApiError> {
-    with_op(&st, id, op, move |_, op| {
+) -> Result<Reply<Resolved>, ApiError> {
+    let call_id = p.call_id;
+    with_op(&st, p.id, p.op, move |_, op| {
         Ok(op.resolve_approval(&call_id, b.approved, b.by.as_deref())?)
     })
     .await?;
-    Ok(json(StatusCode::OK, &json!({"approved": b.approved})))
+    Ok(Reply(
+        StatusCode::OK,
+        Resolved {
+            approved: b.approved,
+        },
+    ))
 }
 
-#[derive(Debug, Deserialize)]
+/// A call that will not run.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct DenyBody {
+    /// The call's id.
     call_id: String,
+    /// Why, shown to the model.
     reason: String,
 }
 
-fn deny(_: &Session, op: Operation<'_>, b: DenyBody) -> Result<Value, ApiError> {
-    Ok(ack(&op.deny(&b.call_id, &b.reason)?))
+/// Answer a call that will not run with an error result.
+#[utoipa::path(post, path = "/sessions/{id}/operations/{op}/denials", params(OpPath), request_body = DenyBody,
+    responses((status = 201, description = "Denied.", body = Ack)))]
+fn deny(_: &Session, op: Operation<'_>, b: DenyBody) -> Result<Ack, ApiError> {
+    Ok(Ack::of(&op.deny(&b.call_id, &b.reason)?))
 }
 
-#[derive(Debug, Deserialize)]
+/// Input that arrived while the operation runs.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct InputBody {
+    /// The person's text.
     text: String,
 }
 
-fn queue_input(_: &Session, op: Operation<'_>, b: InputBody) -> Result<Value, ApiError> {
-    op.queue_input(&b.text)?;
-    Ok(json!({"queued": true}))
+/// Input queued.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Queued {
+    /// Always true.
+    queued: bool,
 }
 
-#[derive(Debug, Deserialize)]
+/// Queue input that arrived while the operation runs.
+#[utoipa::path(post, path = "/sessions/{id}/operations/{op}/inputs", params(OpPath), request_body = InputBody,
+    responses((status = 201, description = "Queued.", body = Queued)))]
+fn queue_input(_: &Session, op: Operation<'_>, b: InputBody) -> Result<Queued, ApiError> {
+    op.queue_input(&b.text)?;
+    Ok(Queued { queued: true })
+}
+
+/// How the operation ends.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct FinishBody {
+    /// How it ended.
+    #[schema(value_type = schema::Outcome)]
     outcome: Outcome,
+    /// The error that ended it.
     error: Option<String>,
 }
 
-fn finish(s: &Session, op: Operation<'_>, b: FinishBody) -> Result<Value, ApiError> {
-    op.finish(b.outcome, b.error)?;
-    Ok(json!({"status": s.status(), "verdict": s.verdict()?}))
+/// An operation finished.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Finished {
+    /// The session's status now.
+    #[schema(value_type = schema::Status)]
+    status: Status,
+    /// The recovery verdict now.
+    #[schema(value_type = schema::Verdict)]
+    verdict: Verdict,
 }
 
-#[derive(Debug, Deserialize)]
+/// Finish the operation.
+#[utoipa::path(post, path = "/sessions/{id}/operations/{op}/finish", params(OpPath), request_body = FinishBody,
+    responses((status = 200, description = "Finished.", body = Finished)))]
+fn finish(s: &Session, op: Operation<'_>, b: FinishBody) -> Result<Finished, ApiError> {
+    op.finish(b.outcome, b.error)?;
+    Ok(Finished {
+        status: s.status(),
+        verdict: s.verdict()?,
+    })
+}
+
+/// How recovery resolves the verdict.
+#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+enum PolicyName {
+    /// Unknown outcomes recorded, unstarted calls closed, unanswered
+    /// approvals denied (the default).
+    CloseAll,
+    /// As close_all, but unanswered approvals are left to a person.
+    LeaveApprovals,
+}
+
+/// The policy to recover under.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct RecoverBody {
     /// `close_all` (the default) or `leave_approvals`.
+    #[schema(value_type = Option<PolicyName>)]
     policy: Option<String>,
 }
 
+/// What recovery did.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Recovered {
+    /// The verdict before.
+    #[schema(value_type = schema::Verdict)]
+    before: Verdict,
+    /// What was recorded, in order.
+    #[schema(value_type = Vec<Object>)]
+    actions: Vec<cairn::Action>,
+    /// The verdict after.
+    #[schema(value_type = schema::Verdict)]
+    after: Verdict,
+}
+
+/// Resolve the verdict with the core's recovery loop under a policy (no tool
+/// runs on the server).
+#[utoipa::path(post, path = "/sessions/{id}/recover", params(SessionPath), request_body = RecoverBody,
+    responses((status = 200, description = "Recovered.", body = Recovered)))]
 async fn recover(
     State(st): State<AppState>,
-    Path(id): Path<String>,
+    Path(p): Path<SessionPath>,
     Json(b): Json<RecoverBody>,
-) -> Result<Response, ApiError> {
-    let policy = match b.policy.as_deref() {
-        None | Some("close_all") => Policy::close_all(),
-        Some("leave_approvals") => Policy {
+) -> Result<Reply<Recovered>, ApiError> {
+    let name = match b.policy {
+        None => PolicyName::CloseAll,
+        Some(p) => serde_json::from_value(Value::String(p.clone())).map_err(|_| {
+            ApiError::bad_request(
+                format!("unknown policy {p:?}"),
+                "policy is close_all (unknown outcomes recorded, unstarted calls closed, unanswered approvals denied) or leave_approvals",
+            )
+        })?,
+    };
+    let policy = match name {
+        PolicyName::CloseAll => Policy::close_all(),
+        PolicyName::LeaveApprovals => Policy {
             deny_pending_approvals: false,
             ..Policy::close_all()
         },
-        Some(p) => {
-            return Err(ApiError::bad_request(
-                format!("unknown policy {p:?}"),
-                "policy is close_all (unknown outcomes recorded, unstarted calls closed, unanswered approvals denied) or leave_approvals",
-            ));
-        }
     };
-    let v = write(&st, id, move |_, h| {
+    let v = write(&st, p.id, move |_, h| {
         let report = cairn::recover(&h.session, policy, None).map_err(|e| match e {
             cairn::RecoveryError::Append(a) => ApiError::from(a),
             other => ApiError::internal(cairn::with_causes(&other), "report this as a bug"),
         })?;
-        Ok(json!({
-            "before": report.before,
-            "actions": report.actions,
-            "after": report.after,
-        }))
+        Ok(Recovered {
+            before: report.before,
+            actions: report.actions,
+            after: report.after,
+        })
     })
     .await?;
-    Ok(json(StatusCode::OK, &v))
+    Ok(Reply(StatusCode::OK, v))
 }

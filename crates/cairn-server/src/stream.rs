@@ -20,13 +20,14 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use cairn::{SessionId, SessionSummary, Stamp};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
+use utoipa::IntoParams;
 
-use crate::api::record_json;
-use crate::app::{AppState, Path, Query, blocking};
-use crate::error::ApiError;
+use crate::api::{SessionPath, record_json};
+use crate::error::{ApiError, ErrorCode};
+use crate::extract::{AppState, Path, Query, blocking};
 use crate::hub::Hub;
 
 /// Most records sent per wake-up (the rest follow at once).
@@ -39,17 +40,30 @@ pub fn routes() -> Router<AppState> {
         .route("/streams/sessions", get(listing))
 }
 
-#[derive(Debug, Deserialize)]
+/// Where a live tail starts.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 struct TailQuery {
+    /// First seq to send (0 when left out). A Last-Event-ID header wins over
+    /// it.
+    #[param(minimum = 0, maximum = 9007199254740991_u64)]
     from: Option<u64>,
 }
 
 type Tx = mpsc::Sender<Result<Event, Infallible>>;
 
+/// Live tail of a session's records.
+///
+/// Every record from `from` on, then each new one as it is written: `event:
+/// record`, `id:` the record's seq, `data:` the record (as in history).
+/// Reconnecting with `Last-Event-ID: N` resumes exactly after N. `event:
+/// removed` when the session is deleted.
+#[utoipa::path(get, path = "/sessions/{id}/stream", params(SessionPath, TailQuery),
+    responses((status = 200, description = "An event stream.", content_type = "text/event-stream", body = String)))]
 async fn tail(
     State(st): State<AppState>,
-    Path(id): Path<String>,
+    Path(SessionPath { id }): Path<SessionPath>,
     Query(q): Query<TailQuery>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
@@ -127,7 +141,7 @@ async fn follow(hub: Arc<Hub>, id: SessionId, mut next: u64, poll: Duration, tx:
                 return;
             }
             Err(e) => {
-                let ev = Event::default().event("error").data(e.body("").to_string());
+                let ev = Event::default().event("error").data(encode(&e.body("")));
                 let _ = tx.send(Ok(ev)).await;
                 return;
             }
@@ -160,7 +174,7 @@ fn look(hub: &Hub, id: &SessionId, next: u64, seen: Option<Stamp>) -> Found {
             }
             match hub.reader(id) {
                 Ok(h) => (h, Some(stamp)),
-                Err(e) if e.code == "not_found" => return Found::Gone,
+                Err(e) if e.code == ErrorCode::NotFound => return Found::Gone,
                 // Momentarily unreadable (a write in progress): look again.
                 Err(_) => return Found::Unchanged,
             }
@@ -179,6 +193,32 @@ fn look(hub: &Hub, id: &SessionId, next: u64, seen: Option<Stamp>) -> Found {
     Found::Records(out, stamp.filter(|_| stop == s.len()))
 }
 
+/// The data of a listing's `removed` event.
+#[derive(Serialize)]
+struct Removed<'a> {
+    id: &'a SessionId,
+}
+
+/// `v` as an event's data. One that cannot be serialized is sent as the
+/// body of an internal error saying so, never as an empty event.
+fn encode<T: Serialize>(v: &T) -> String {
+    serde_json::to_string(v).unwrap_or_else(|e| {
+        let err = ApiError::internal(
+            format!("cannot serialize the event: {e}"),
+            "this is a bug in cairn; report it",
+        );
+        serde_json::to_string(&err.body(""))
+            .unwrap_or_else(|_| String::from(r#"{"error":{"code":"internal"}}"#))
+    })
+}
+
+/// Live listing.
+///
+/// One `event: session` per session (its summary), `event: ready`, then a
+/// `session` event for each session created or changed and `removed` for
+/// each deleted.
+#[utoipa::path(get, path = "/streams/sessions",
+    responses((status = 200, description = "An event stream.", content_type = "text/event-stream", body = String)))]
 async fn listing(State(st): State<AppState>) -> Response {
     let (tx, rx) = mpsc::channel(64);
     tokio::spawn(watch_listing(Arc::clone(&st.hub), st.poll, tx));
@@ -201,12 +241,12 @@ async fn watch_listing(hub: Arc<Hub>, poll: Duration, tx: Tx) {
         let mut events = Vec::new();
         for s in list {
             if known.get(&s.id) != Some(&s) {
-                events.push(("session", serde_json::to_string(&s).unwrap_or_default()));
+                events.push(("session", encode(&s)));
             }
             fresh.insert(s.id.clone(), s);
         }
         for gone in known.keys().filter(|k| !fresh.contains_key(*k)) {
-            events.push(("removed", serde_json::json!({"id": gone}).to_string()));
+            events.push(("removed", encode(&Removed { id: gone })));
         }
         if first {
             events.push(("ready", "{}".to_owned()));

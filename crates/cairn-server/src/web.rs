@@ -11,9 +11,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde::Deserialize;
 
-use crate::app::{AppState, Path};
 use crate::auth;
 use crate::error::ApiError;
+use crate::extract::{AppState, Path, Reply};
 
 const INDEX: &str = include_str!("../assets/index.html");
 const LOGIN: &str = include_str!("../assets/login.html");
@@ -39,7 +39,7 @@ fn html(status: StatusCode, body: String) -> Response {
 }
 
 async fn index(State(st): State<AppState>, headers: HeaderMap) -> Response {
-    if auth::signed_in(&st, &headers) {
+    if auth::signed_in(&st.auth, &headers) {
         html(StatusCode::OK, INDEX.to_owned())
     } else {
         html(StatusCode::OK, LOGIN.replace("{{error}}", ""))
@@ -97,5 +97,5 @@ async fn asset(Path(file): Path<String>) -> Result<Response, ApiError> {
 }
 
 async fn openapi() -> Response {
-    axum::Json(crate::openapi::document()).into_response()
+    Reply(StatusCode::OK, crate::openapi::document()).into_response()
 }

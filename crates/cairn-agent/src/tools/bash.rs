@@ -104,7 +104,7 @@ impl Tool for Bash {
     }
     fn summary(&self, args: &Value) -> String {
         let cmd = args.get("command").and_then(Value::as_str).unwrap_or("");
-        format!("bash: {}", crate::term::excerpt(cmd, 120))
+        format!("bash: {}", cairn_view::term::excerpt(cmd, 120))
     }
     fn run(&self, call: &ToolCall<'_>) -> ToolOutput {
         let command = call.str("command").unwrap_or_default();

@@ -150,7 +150,7 @@ impl<T: PathTool> Tool for T {
     }
     fn summary(&self, args: &Value) -> String {
         let path = args.get("path").and_then(Value::as_str).unwrap_or(".");
-        format!("{}: {}", T::NAME, crate::term::clean_line(path))
+        format!("{}: {}", T::NAME, cairn_view::term::clean_line(path))
     }
     fn run(&self, call: &ToolCall<'_>) -> ToolOutput {
         let path = call
@@ -286,7 +286,7 @@ impl Tool for Grep {
     }
     fn summary(&self, args: &Value) -> String {
         let pattern = args.get("pattern").and_then(Value::as_str).unwrap_or("");
-        format!("grep: {}", crate::term::clean_line(pattern))
+        format!("grep: {}", cairn_view::term::clean_line(pattern))
     }
     fn run(&self, call: &ToolCall<'_>) -> ToolOutput {
         let re = match RegexBuilder::new(call.str("pattern").unwrap_or_default())

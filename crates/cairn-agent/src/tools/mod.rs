@@ -175,7 +175,7 @@ pub trait Tool: Send + Sync {
         format!(
             "{}: {}",
             self.name(),
-            crate::term::excerpt(&arguments.to_string(), 100)
+            cairn_view::term::excerpt(&arguments.to_string(), 100)
         )
     }
 }

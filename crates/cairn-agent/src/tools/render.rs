@@ -177,7 +177,7 @@ impl Tool for RenderPanel {
         let scene = args.get("scene").and_then(Value::as_str).unwrap_or("");
         format!(
             "render_panel: panel {panel}, {}",
-            crate::term::excerpt(scene, 80)
+            cairn_view::term::excerpt(scene, 80)
         )
     }
     fn touches(&self, args: &Value, _env: &ToolEnv) -> Option<Touches> {

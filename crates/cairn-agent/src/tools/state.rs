@@ -34,7 +34,7 @@ impl Tool for SetState {
     }
     fn summary(&self, args: &Value) -> String {
         let patch = args.get("patch").map(Value::to_string).unwrap_or_default();
-        format!("set_state: {}", crate::term::excerpt(&patch, 100))
+        format!("set_state: {}", cairn_view::term::excerpt(&patch, 100))
     }
     fn run(&self, call: &ToolCall<'_>) -> ToolOutput {
         let patch = call.arguments.get("patch").cloned().unwrap_or(Value::Null);

@@ -10,7 +10,6 @@ use std::io::{BufRead, Write};
 
 use anyhow::{Context as _, Result, anyhow};
 use cairn::{Access, Durability, InputParent, InputRecord, NewEntry, OpRecord, Parent, Session};
-use serde_json::json;
 
 use super::Status;
 use crate::args::{DurabilityArg, SessionArg};
@@ -90,7 +89,7 @@ fn pump(session: &Session) -> Result<u64> {
         })?;
         if let Some(done) = done {
             appended += 1;
-            let ack = json!({"seq": done.seq, "id": done.id});
+            let ack = serde_json::to_string(&cairn_view::shapes::Ack::of(&done))?;
             writeln!(stdout, "{ack}")?;
             stdout.flush()?;
         }

@@ -17,8 +17,8 @@ use super::Status;
 use super::tree::{UNICODE, draw};
 use crate::target::Ctx;
 use crate::term::{Look, Out, Style, wrap};
-use cairn_agent::describe::{compact, entry_line};
-use cairn_agent::tree::TreeView;
+use cairn_view::describe::{compact, entry_line};
+use cairn_view::tree::TreeView;
 
 /// Runs the demo.
 ///
@@ -386,7 +386,7 @@ fn file_name(path: &str) -> String {
 
 /// Draws a session's tree as `cairn tree` does, for the agent's `/tree` and
 /// its demo.
-pub fn tree_printer(look: Look) -> cairn_agent::tree::TreePrinter {
+pub fn tree_printer(look: Look) -> cairn_agent::repl::TreePrinter {
     std::sync::Arc::new(move |session: &Session, w: &mut dyn std::io::Write| {
         let mut out = Out::new(w, look);
         draw(&mut out, session, &TreeView::load(session), UNICODE)?;

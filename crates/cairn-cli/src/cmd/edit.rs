@@ -9,7 +9,7 @@ use super::Status;
 use crate::args::SessionArg;
 use crate::target::{self, Ctx};
 use crate::term::Style;
-use cairn_agent::describe::compact;
+use cairn_view::describe::compact;
 
 /// Runs `cairn new`: prints the new session's id.
 ///

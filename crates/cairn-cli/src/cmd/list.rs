@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use super::Status;
 use crate::target::Ctx;
 use crate::term::{Style, fit, pad};
-use cairn_agent::describe::flat;
+use cairn_view::describe::flat;
 
 /// How many sessions `ls` shows without `--all`.
 pub const DEFAULT_LIMIT: usize = 20;

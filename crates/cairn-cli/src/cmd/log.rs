@@ -10,10 +10,10 @@ use serde_json::Value;
 
 use super::Status;
 use crate::args::SessionArg;
-use crate::shapes;
 use crate::target::{self, Ctx};
 use crate::term::{Lines, Out, Style, clean};
 use cairn_agent::trace::Traced;
+use cairn_view::shapes;
 
 /// Runs `cairn log`.
 ///

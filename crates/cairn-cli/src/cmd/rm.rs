@@ -9,7 +9,7 @@ use cairn::Access;
 use super::Status;
 use crate::args::SessionArg;
 use crate::target::{self, Ctx};
-use cairn_agent::describe::flat;
+use cairn_view::describe::flat;
 
 /// Runs `cairn rm`.
 ///

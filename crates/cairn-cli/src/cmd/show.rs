@@ -8,10 +8,10 @@ use serde_json::{Value, json};
 use super::Status;
 use super::list::short_time;
 use crate::args::SessionArg;
-use crate::shapes;
 use crate::target::{self, Ctx};
 use crate::term::{Out, Style};
-use cairn_agent::describe::{compact, flat, role_style};
+use cairn_view::describe::{compact, flat, role_style};
+use cairn_view::shapes;
 
 /// Runs `cairn show`.
 ///
@@ -84,7 +84,7 @@ fn metadata(out: &mut Out<'_>, store: &Store, s: &Session) -> std::io::Result<()
     let h = s.header();
     field(out, "session", s.id().as_str())?;
     if let Some(t) = s.title() {
-        field(out, "title", &cairn_agent::describe::flat(&t))?;
+        field(out, "title", &cairn_view::describe::flat(&t))?;
     }
     field(out, "file", s.location())?;
     field(out, "created", &format!("{} UTC", short_time(&h.created)))?;

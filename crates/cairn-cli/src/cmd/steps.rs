@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use anyhow::{Result, bail};
 use cairn::steps::{Step, StepKind};
 use cairn::{Access, Session, SessionId, Store};
-use cairn_agent::describe::{StepCells, step_cells};
+use cairn_view::describe::{StepCells, step_cells};
 use serde_json::Value;
 
 use super::Status;

@@ -12,8 +12,8 @@ use super::Status;
 use crate::args::SessionArg;
 use crate::target::{self, Ctx};
 use crate::term::{Out, Style, fit, width};
-use cairn_agent::describe::entry_line;
-use cairn_agent::tree::{Connectors, TreeView};
+use cairn_view::describe::entry_line;
+use cairn_view::tree::{Connectors, TreeView};
 
 /// The characters a tree is drawn with.
 #[derive(Debug, Clone, Copy)]
@@ -27,7 +27,7 @@ pub struct Glyphs {
 
 /// Box-drawing characters.
 pub const UNICODE: Glyphs = Glyphs {
-    lines: cairn_agent::tree::BOX,
+    lines: cairn_view::tree::BOX,
     on: "●",
     off: "○",
     leaf: "◀ leaf",
@@ -35,7 +35,7 @@ pub const UNICODE: Glyphs = Glyphs {
 };
 /// Plain ASCII.
 pub const ASCII: Glyphs = Glyphs {
-    lines: cairn_agent::tree::ASCII,
+    lines: cairn_view::tree::ASCII,
     on: "*",
     off: "o",
     leaf: "<- leaf",
@@ -52,7 +52,7 @@ pub fn run(ctx: &Ctx, arg: &SessionArg, ascii: bool, depth: usize, json: bool) -
     let view = TreeView::load(&session);
     let mut out = ctx.out();
     if json {
-        out.json_stream(&crate::shapes::TreeShape {
+        out.json_stream(&cairn_view::shapes::TreeShape {
             session: &session,
             view: &view,
         })?;
@@ -60,7 +60,7 @@ pub fn run(ctx: &Ctx, arg: &SessionArg, ascii: bool, depth: usize, json: bool) -
     }
     let title = session
         .title()
-        .map(|t| format!(" {:?}", cairn_agent::describe::flat(&t)))
+        .map(|t| format!(" {:?}", cairn_view::describe::flat(&t)))
         .unwrap_or_default();
     out.spans(&[
         (Style::Bold, &format!("session {}", session.id())),

@@ -4,6 +4,8 @@
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod schema;
+
 use std::io::{BufRead, BufReader, Read};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -22,6 +24,8 @@ pub struct Srv {
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
     agent: ureq::Agent,
+    /// The served document, every answer is checked against.
+    conformance: Option<schema::Conformance>,
 }
 
 pub fn options() -> Options {
@@ -76,7 +80,7 @@ impl Srv {
             .max_redirects(0)
             .build()
             .into();
-        Srv {
+        let mut srv = Srv {
             addr,
             token,
             home: home.to_owned(),
@@ -84,7 +88,30 @@ impl Srv {
             stop: Some(stop_tx),
             thread: Some(thread),
             agent,
+            conformance: None,
+        };
+        let (st, doc) = srv.get("/openapi.json");
+        assert_eq!(st, 200, "{doc}");
+        srv.conformance = Some(schema::Conformance::new(doc));
+        srv
+    }
+
+    /// The checker of every answer against the served document.
+    pub fn conformance(&self) -> &schema::Conformance {
+        self.conformance
+            .as_ref()
+            .expect("set when the server started")
+    }
+
+    /// Panics when the answer is not what the served document says.
+    #[track_caller]
+    fn conform(&self, method: &str, path: &str, answer: (u16, Value)) -> (u16, Value) {
+        if let Some(c) = &self.conformance
+            && let Err(e) = c.check(method, path, answer.0, &answer.1)
+        {
+            panic!("{e}");
         }
+        answer
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -95,7 +122,7 @@ impl Srv {
         format!("Bearer {}", self.token)
     }
 
-    /// GET with the token.
+    /// GET with the token; the answer is checked against the document.
     pub fn get(&self, path: &str) -> (u16, Value) {
         let r = self
             .agent
@@ -103,7 +130,7 @@ impl Srv {
             .header("Authorization", &self.auth())
             .call()
             .unwrap();
-        answer(r)
+        self.conform("GET", path, answer(r))
     }
 
     /// POST a JSON body with the token.
@@ -120,7 +147,7 @@ impl Srv {
             .header("Content-Type", content_type)
             .send(body)
             .unwrap();
-        answer(r)
+        self.conform("POST", path, answer(r))
     }
 
     /// DELETE with the token.
@@ -131,7 +158,7 @@ impl Srv {
             .header("Authorization", &self.auth())
             .call()
             .unwrap();
-        answer(r)
+        self.conform("DELETE", path, answer(r))
     }
 
     /// A raw request through the same agent (headers of the caller's own).

@@ -10,8 +10,8 @@ use cairn::{AppStateChange, EntryBody, ResultBlock, Session};
 use super::blocks::{BlockFormat, Blocks};
 use super::{Sink, escape_html as esc, svg};
 use crate::cmd::list::short_time;
-use cairn_agent::describe::{compact, entry_line};
-use cairn_agent::tree::TreeView;
+use cairn_view::describe::{compact, entry_line};
+use cairn_view::tree::TreeView;
 
 const CSS: &str = r#"
 :root { color-scheme: light dark; --fg:#1d1f23; --bg:#fbfaf7; --muted:#6b6f76; --line:#d9d6cf;

@@ -10,8 +10,8 @@ use cairn::{AppStateChange, EntryBody, ResultBlock, Session};
 use super::Sink;
 use super::blocks::{BlockFormat, Blocks};
 use crate::cmd::list::short_time;
-use cairn_agent::describe::{compact, entry_line};
-use cairn_agent::tree::TreeView;
+use cairn_view::describe::{compact, entry_line};
+use cairn_view::tree::TreeView;
 
 /// Writes the transcript to `sink` as it renders it, an entry at a time.
 ///

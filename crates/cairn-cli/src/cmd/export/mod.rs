@@ -16,9 +16,9 @@ use serde::ser::{Error as _, Serialize, SerializeMap, SerializeSeq, Serializer};
 
 use super::Status;
 use crate::args::{Format, SessionArg};
-use crate::shapes;
 use crate::target::{self, Ctx};
 use crate::term::{Lines, clean};
+use cairn_view::shapes;
 
 /// Runs `cairn export`.
 ///

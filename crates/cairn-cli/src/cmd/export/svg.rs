@@ -12,8 +12,8 @@ use cairn::Session;
 
 use super::{Sink, escape_html};
 use crate::term::fit;
-use cairn_agent::describe::entry_line;
-use cairn_agent::tree::TreeView;
+use cairn_view::describe::entry_line;
+use cairn_view::tree::TreeView;
 
 const ROW: usize = 26;
 const LANE: usize = 20;

@@ -11,16 +11,12 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write;
-use std::sync::Arc;
 
-use anyhow::{Result, bail};
 use cairn::{Body, EntryBody, EntryId, Session};
 
+use crate::ViewError;
 use crate::describe::entry_line;
 use crate::term::{clean_line, excerpt};
-
-/// Draws a session's tree (the CLI may pass its own, richer one).
-pub type TreePrinter = Arc<dyn Fn(&Session, &mut dyn Write) -> Result<()> + Send + Sync>;
 
 /// The connectors of an indented drawing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,8 +58,9 @@ pub fn describe(body: &EntryBody, max: usize) -> String {
 ///
 /// # Errors
 ///
-/// Read errors, write errors.
-pub fn render(session: &Session, out: &mut dyn Write) -> Result<()> {
+/// [`ViewError`] when an entry's record cannot be read back or the drawing
+/// cannot be written.
+pub fn render(session: &Session, out: &mut dyn Write) -> Result<(), ViewError> {
     let view = TreeView::load(session);
     for (n, prefix) in view.rows(BOX) {
         let node = &view.nodes[n];
@@ -85,7 +82,8 @@ pub fn render(session: &Session, out: &mut dyn Write) -> Result<()> {
             "{prefix}{mark} {} {}{tags}{here}",
             node.id,
             describe(&body, 60)
-        )?;
+        )
+        .map_err(ViewError::Write)?;
     }
     Ok(())
 }
@@ -169,16 +167,15 @@ impl TreeView {
     ///
     /// # Errors
     ///
-    /// When the record cannot be read back, or holds no entry.
-    pub fn read(&self, session: &Session, n: usize) -> Result<(EntryBody, String)> {
+    /// [`ViewError`] when the record cannot be read back, or holds no entry.
+    pub fn read(&self, session: &Session, n: usize) -> Result<(EntryBody, String), ViewError> {
         let node = &self.nodes[n];
         let rec = session.record(node.seq)?;
         let Body::Entry(entry) = rec.body else {
-            bail!(
-                "record {} should hold entry {} but does not",
-                node.seq,
-                node.id
-            );
+            return Err(ViewError::NotAnEntry {
+                seq: node.seq,
+                id: node.id.clone(),
+            });
         };
         Ok((entry.body, rec.ts))
     }

@@ -1,33 +1,20 @@
-//! The JSON shapes of sessions, contexts and records: what the HTTP API
-//! answers, and what the CLI prints for `--json` and `export --format json`
-//! (documented in the CLI's README and in `/openapi.json`; fields are only
-//! ever added).
+//! The streamed forms of the shapes: [`ContextShape`], [`ContextStreamShape`]
+//! and [`TreeShape`] write a context or a tree as they read it (one message,
+//! or one entry's record, in memory at a time); the bytes are those of
+//! [`ContextJson`](super::ContextJson) and [`TreeJson`](super::TreeJson)
+//! (tested below).
 
 use std::cell::RefCell;
 
-use cairn::{
-    ActiveCompaction, Context, ContextMessage, ContextStream, ReadError, Session, Source, Store,
-};
-use cairn_agent::describe::entry_line;
-use cairn_agent::tree::TreeView;
-use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
-use serde_json::{Value, json};
+use cairn::{ActiveCompaction, Context, ContextMessage, ContextStream, Session};
+use serde::Serialize;
+use serde::ser::{SerializeMap, SerializeSeq, Serializer};
 
-/// `context --json`, and the `context` field of `show --json`.
-///
-/// # Errors
-///
-/// [`ReadError`] when a message of the context cannot be read.
-pub fn context(session: &Session, ctx: &Context) -> Result<Value, ReadError> {
-    // Every message read first, so that the shape cannot fail half way.
-    for m in ctx.messages() {
-        m.message()?;
-    }
-    Ok(serde_json::to_value(ContextShape { session, ctx }).unwrap_or(Value::Null))
-}
+use super::{CompactionJson, ContextMessageJson, NodeJson};
+use crate::tree::TreeView;
 
-/// The shape of [`context`], serialized as it is written (`context --json`
-/// streams it: the messages are never copied into a `Value`).
+/// [`ContextJson`](super::ContextJson) written as it is read (`show --json`, the JSON export):
+/// the messages are not collected first.
 pub struct ContextShape<'a> {
     /// The session.
     pub session: &'a Session,
@@ -45,26 +32,27 @@ impl Serialize for ContextShape<'_> {
         m.serialize_entry("app_state", ctx.app_state())?;
         m.serialize_entry("settings", ctx.settings())?;
         m.serialize_entry("labels", ctx.labels())?;
-        m.serialize_entry("compaction", &ctx.compaction().map(compaction_shape))?;
+        m.serialize_entry("compaction", &ctx.compaction().map(CompactionJson::of))?;
         m.end()
     }
-}
-
-fn compaction_shape(c: &ActiveCompaction) -> Value {
-    json!({
-        "entry": c.entry,
-        "summary": c.summary,
-        "first_kept": c.first_kept,
-        "tokens_before": c.tokens_before,
-    })
 }
 
 struct Messages<'a>(&'a Context);
 
 impl Serialize for Messages<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_seq(self.0.messages().iter().map(MessageShape::of))
+        let mut seq = s.serialize_seq(Some(self.0.messages().len()))?;
+        for m in self.0.messages().iter() {
+            seq.serialize_element(&message_json(m)?)?;
+        }
+        seq.end()
     }
+}
+
+/// A context message's shape, a message that cannot be read failing the
+/// serialization with the reason.
+fn message_json<E: serde::ser::Error>(m: &ContextMessage) -> Result<ContextMessageJson<'_>, E> {
+    ContextMessageJson::of(m).map_err(|e| E::custom(cairn::with_causes(&e)))
 }
 
 /// [`ContextShape`] of a [`ContextStream`]: the same bytes, with each
@@ -98,7 +86,7 @@ impl Serialize for ContextStreamShape<'_> {
         m.serialize_entry("labels", st.labels())?;
         m.serialize_entry(
             "compaction",
-            &self.compaction.borrow().as_ref().map(compaction_shape),
+            &self.compaction.borrow().as_ref().map(CompactionJson::of),
         )?;
         m.end()
     }
@@ -115,12 +103,12 @@ impl Serialize for StreamedMessages<'_> {
             .stream
             .each_message(&mut |m| {
                 if failed.is_none()
-                    && let Err(e) = seq.serialize_element(&MessageShape::of(m))
+                    && let Err(e) = message_json(m).and_then(|j| seq.serialize_element(&j))
                 {
                     failed = Some(e);
                 }
             })
-            .map_err(|e| serde::ser::Error::custom(format!("{e:#}")))?;
+            .map_err(|e| serde::ser::Error::custom(cairn::with_causes(&e)))?;
         if let Some(e) = failed {
             return Err(e);
         }
@@ -129,104 +117,9 @@ impl Serialize for StreamedMessages<'_> {
     }
 }
 
-/// One context message: `entry`, `source`, `namespace`, `message` (read
-/// now if it was not yet; a message that cannot be read fails the
-/// serialization with the reason).
-struct MessageShape<'a>(&'a ContextMessage);
-
-impl MessageShape<'_> {
-    fn of(m: &ContextMessage) -> MessageShape<'_> {
-        MessageShape(m)
-    }
-}
-
-impl Serialize for MessageShape<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let m = self.0;
-        let message = m
-            .message()
-            .map_err(|e| serde::ser::Error::custom(cairn::with_causes(&e)))?;
-        let (source, namespace) = source_name(m.source());
-        let mut map = s.serialize_map(Some(4))?;
-        map.serialize_entry("entry", m.entry())?;
-        map.serialize_entry("source", source)?;
-        map.serialize_entry("namespace", &namespace)?;
-        map.serialize_entry("message", message)?;
-        map.end()
-    }
-}
-
-/// The name of a context message's source, and the namespace of a custom one.
-pub fn source_name(source: &Source) -> (&'static str, Option<&str>) {
-    match source {
-        Source::Message => ("message", None),
-        Source::CompactionSummary => ("compaction_summary", None),
-        Source::CheckoutSummary => ("checkout_summary", None),
-        Source::Custom(ns) => ("custom", Some(ns.as_str())),
-        _ => ("other", None),
-    }
-}
-
-/// The `session` field of `show --json` and `export --format json`.
-pub fn session(store: &Store, s: &Session) -> Value {
-    let h = s.header();
-    let torn = s.open_report().torn.as_ref().map(|t| {
-        json!({
-            "offset": t.offset,
-            "len": t.len,
-            "problem": t.problem,
-            "cut": t.cut,
-            "saved_to": t.saved_to,
-        })
-    });
-    json!({
-        "id": s.id(),
-        "title": s.title(),
-        "location": s.location(),
-        "format": h.format,
-        "writer": h.writer,
-        "created": h.created,
-        "updated": s.updated(),
-        "cwd": h.cwd,
-        "records": s.len(),
-        "entries": s.entry_count(),
-        "leaf": s.leaf(),
-        "forked_from": h.lineage.forked_from.as_ref().map(|f| json!({"session": f.session, "entry": f.entry})),
-        "spawned_by": h.lineage.parent.as_ref().map(|p| json!({
-            "session": p.session, "call_id": p.call_id, "depth": p.depth,
-        })),
-        "in_use": store.backend().writer_active(s.id()),
-        "torn_tail": torn,
-    })
-}
-
-/// A stored record as JSON: the line's fields without the checksum.
-///
-/// # Errors
-///
-/// When the stored line is not a JSON object (it verified at open, so only
-/// if the file changed underneath).
-pub fn record(raw: &[u8]) -> anyhow::Result<Value> {
-    let mut v: Value = serde_json::from_slice(raw)?;
-    if let Value::Object(m) = &mut v {
-        m.remove("crc");
-    }
-    Ok(v)
-}
-
-/// `tree --json`, and `GET /sessions/{id}/tree`: every entry with its one-line
-/// summary, labels, children and whether it is on the active branch.
-///
-/// # Errors
-///
-/// When an entry's record cannot be read back.
-pub fn tree(session: &Session, view: &TreeView) -> Result<Value, serde_json::Error> {
-    serde_json::to_value(TreeShape { session, view })
-}
-
-/// The shape of [`tree`], serialized as it is written (`tree --json` streams
-/// it): each entry's record is read when its node is written and dropped
-/// after, so memory holds the tree's structure and one body.
+/// [`TreeJson`](super::TreeJson) written as it is read (`tree --json`): each entry's record
+/// is read when its node is written and dropped after, so memory holds the
+/// tree's structure and one body.
 pub struct TreeShape<'a> {
     /// The session.
     pub session: &'a Session,
@@ -253,45 +146,26 @@ impl Serialize for TreeNodes<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let TreeShape { session, view } = *self.0;
         let mut seq = s.serialize_seq(Some(view.nodes.len()))?;
-        for (i, n) in view.nodes.iter().enumerate() {
-            let (body, ts) = view
-                .read(session, i)
-                .map_err(|e| serde::ser::Error::custom(format!("{e:#}")))?;
-            let d = entry_line(&body);
-            seq.serialize_element(&NodeShape {
-                id: &n.id,
-                parent: n.parent.map(|p| &view.nodes[p].id),
-                seq: n.seq,
-                ts: &ts,
-                kind: body.kind(),
-                summary: format!("{} {}", d.tag, d.text),
-                labels: &n.labels,
-                active: n.active,
-                children: n.children.iter().map(|&c| &view.nodes[c].id).collect(),
-            })?;
+        for n in 0..view.nodes.len() {
+            let node = NodeJson::read(session, view, n)
+                .map_err(|e| serde::ser::Error::custom(cairn::with_causes(&e)))?;
+            seq.serialize_element(&node)?;
         }
         seq.end()
     }
 }
 
-#[derive(serde::Serialize)]
-struct NodeShape<'a> {
-    id: &'a cairn::EntryId,
-    parent: Option<&'a cairn::EntryId>,
-    seq: u64,
-    ts: &'a str,
-    kind: &'a str,
-    summary: String,
-    labels: &'a [String],
-    active: bool,
-    children: Vec<&'a cairn::EntryId>,
-}
-
 #[cfg(test)]
-mod stream_tests {
+mod tests {
+    use super::super::{context, source_name, tree};
     use super::*;
+    use crate::ViewError;
+    use crate::describe::entry_line;
+    use cairn::Store;
     use cairn::testkit::build::{assistant, calls, tool_result, user};
     use cairn::{Compaction, EntryBody, MemoryBackend, NewEntry, NewSession, Parent};
+    use serde_json::Value;
+    use serde_json::json;
 
     /// The shape as it was built before it streamed: a `Value` per message.
     fn as_values(session: &Session, ctx: &Context) -> Value {
@@ -314,7 +188,8 @@ mod stream_tests {
     }
 
     #[test]
-    fn streamed_context_json_is_byte_identical_to_the_value_it_replaced() -> anyhow::Result<()> {
+    fn streamed_context_json_is_byte_identical_to_the_value_it_replaced()
+    -> Result<(), Box<dyn std::error::Error>> {
         let s = Session::create(&MemoryBackend::new(), NewSession::default())?;
         s.append(user("a \u{1b} \"quoted\" question"))?;
         let kept = s.append(assistant("an answer"))?.id;
@@ -333,15 +208,19 @@ mod stream_tests {
             streamed,
             serde_json::to_string_pretty(&as_values(&s, &ctx))?
         );
+        assert_eq!(streamed, serde_json::to_string_pretty(&context(&s, &ctx)?)?);
         Ok(())
     }
 
     /// The tree shape as it was built before it streamed: every body read
     /// first, then one `Value` per node.
-    fn tree_as_values(session: &Session, view: &TreeView) -> anyhow::Result<Value> {
+    fn tree_as_values(
+        session: &Session,
+        view: &TreeView,
+    ) -> Result<Value, Box<dyn std::error::Error>> {
         let read = (0..view.nodes.len())
             .map(|n| view.read(session, n))
-            .collect::<anyhow::Result<Vec<(EntryBody, String)>>>()?;
+            .collect::<Result<Vec<(EntryBody, String)>, ViewError>>()?;
         let nodes: Vec<Value> = view
             .nodes
             .iter()
@@ -371,12 +250,13 @@ mod stream_tests {
     }
 
     #[test]
-    fn streamed_tree_json_is_byte_identical_to_the_value_it_replaced() -> anyhow::Result<()> {
+    fn streamed_tree_json_is_byte_identical_to_the_value_it_replaced()
+    -> Result<(), Box<dyn std::error::Error>> {
         let s = Session::create(&MemoryBackend::new(), NewSession::default())?;
         let root = s
             .append(user("list the files"))?
             .id
-            .ok_or_else(|| anyhow::anyhow!("an entry has an id"))?;
+            .ok_or("an entry has an id")?;
         s.append(EntryBody::Message(calls(
             "looking",
             &[("c1", "ls", json!({"dir": "."}))],
@@ -404,20 +284,20 @@ mod stream_tests {
             streamed,
             serde_json::to_string_pretty(&tree_as_values(&s, &view)?)?
         );
-        assert_eq!(tree(&s, &view)?, tree_as_values(&s, &view)?);
+        assert_eq!(serde_json::to_string_pretty(&tree(&s, &view)?)?, streamed);
         Ok(())
     }
 
     #[test]
     fn streamed_context_of_an_indexed_session_is_byte_identical_to_the_context_shape()
-    -> anyhow::Result<()> {
+    -> Result<(), Box<dyn std::error::Error>> {
         let home = tempfile::tempdir()?;
         let store = Store::open_dir(home.path());
         let s = store.create(NewSession::default())?;
         let root = s
             .append(user("a \u{1b} question"))?
             .id
-            .ok_or_else(|| anyhow::anyhow!("an entry has an id"))?;
+            .ok_or("an entry has an id")?;
         let kept = s
             .append(EntryBody::Message(calls(
                 "looking",
