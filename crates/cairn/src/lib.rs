@@ -44,6 +44,7 @@ mod projection;
 mod record;
 mod recovery;
 mod session;
+mod source;
 pub mod steps;
 mod store;
 mod summary;

@@ -9,9 +9,10 @@ use hashbrown::{DefaultHashBuilder, HashTable};
 
 use crate::error::{Damage, LookupError, ReadError};
 use crate::id::EntryId;
+pub(crate) use crate::index::Node;
 use crate::index::Table;
 use crate::kind::EntryKind;
-use crate::projection::EntrySource;
+use crate::source::EntrySource;
 
 /// What a [`BranchFold`] reads as it walks the tree: the index, and the
 /// entries themselves.
@@ -57,17 +58,6 @@ pub(crate) trait BranchFold {
         self.truncate(keep, walk)?;
         self.extend(&suffix, walk)
     }
-}
-
-/// One entry in the index (its id is [`Tree::id`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Node {
-    pub seq: u64,
-    pub parent: Option<u32>,
-    /// Number of ancestors (0 for a root).
-    pub depth: u32,
-    /// `None` for an ignorable entry of a kind this version does not know.
-    pub kind: Option<EntryKind>,
 }
 
 /// Every entry of a session, in append order: the entries a persisted

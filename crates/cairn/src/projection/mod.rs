@@ -28,7 +28,7 @@ use lazy::Held;
 
 pub use list::{Iter as MessagesIter, Messages};
 
-pub(crate) use projector::{CheckError, EntrySource, Projector, Saved};
+pub(crate) use projector::{CheckError, Projector, Saved};
 
 /// What the model sees and the state beside it, at one leaf. Immutable: a
 /// snapshot handed out by a session never changes and cannot change history.
@@ -111,7 +111,7 @@ impl ContextMessage {
 
     /// A message entry's message kept as record `seq`, the line `at`, read
     /// when first asked for.
-    pub(crate) fn deferred(entry: EntryId, pos: u32, seq: u64, at: crate::backend::LineAt) -> Self {
+    pub(crate) fn deferred(entry: EntryId, pos: u32, seq: u64, at: crate::source::LineAt) -> Self {
         ContextMessage {
             entry,
             source: Source::Message,

@@ -16,33 +16,12 @@ use super::{
     ActiveCompaction, Context, ContextMessage, Messages, Source, active, apply_state,
     merge_settings, message_from, message_of, summary_message,
 };
-use crate::backend::LineAt;
 use crate::error::{Invalid, ReadError};
 use crate::id::EntryId;
 use crate::kind::EntryKind;
 use crate::record::{Compaction, Entry, EntryBody, Message};
+use crate::source::EntrySource;
 use crate::tree::{BranchFold, Tree, Walk};
-
-/// Reads decoded entries by node number (the session reads them from its log).
-pub(crate) trait EntrySource {
-    fn entry(&self, node: u32) -> Result<Entry, ReadError>;
-
-    /// The `seq` of node `node`'s record and where its line is, when the
-    /// log reads lines cheaply by position: a message entry is then kept so
-    /// and decoded when first read ([`ContextMessage::message`]). `None`:
-    /// decode it now.
-    fn line_at(&self, node: u32) -> Option<(u64, LineAt)> {
-        let _ = node;
-        None
-    }
-
-    /// Whether the entries' structure (the tree) still answers truly: an
-    /// error once a block of the persisted index failed its check after the
-    /// open, since a lookup through it then answers without that block.
-    fn check(&self) -> Result<(), ReadError> {
-        Ok(())
-    }
-}
 
 /// Snapshots of the app state are kept every this many `app_state` entries on
 /// the branch; a move replays at most this many patches.

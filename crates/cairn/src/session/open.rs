@@ -15,8 +15,9 @@ use crate::id::SessionId;
 use crate::index;
 use crate::journal::OpFold;
 use crate::kind::{EntryKind, OpKind};
-use crate::projection::{EntrySource, Projector, SessionWide};
+use crate::projection::{Projector, SessionWide};
 use crate::record::{Body, FORMAT_VERSION, Header};
+use crate::source::EntrySource;
 use crate::tree::{BranchFold, Reject, Tree, Walk};
 
 impl Session {

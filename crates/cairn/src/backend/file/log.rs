@@ -7,12 +7,13 @@ use std::io;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
-use super::super::{LineAt, LineReader, Log};
+use super::super::Log;
 use super::lock::{remember_unsynced, write_lock_note};
 use super::scan::read_exact_at;
 use crate::error::{AppendError, Damage, ReadError};
 use crate::frame;
 use crate::index::LineTable;
+use crate::source::{LineAt, LineReader};
 use crate::vfs::{Vfs, VfsFile, write_atomic};
 
 /// An open session file.
