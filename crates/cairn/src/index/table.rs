@@ -196,7 +196,7 @@ pub(crate) struct Table {
 
 /// What a row read from a damaged block gives: no record, no parent, no
 /// id. The damage is noted ([`Table::damage`]) and every reader checks it.
-const DAMAGED_NODE: Node = Node {
+pub(super) const DAMAGED_NODE: Node = Node {
     seq: u64::MAX,
     parent: None,
     depth: 0,
@@ -205,7 +205,7 @@ const DAMAGED_NODE: Node = Node {
 
 /// What an id read from a damaged block gives: a valid id that says why
 /// (it is never the id of an entry: ids a session makes are hex digits).
-const DAMAGED_ID: &str = "index-block-damaged";
+pub(super) const DAMAGED_ID: &str = "index-block-damaged";
 
 impl Table {
     pub fn len(&self) -> u32 {

@@ -2,11 +2,10 @@
 
 use std::sync::Arc;
 
-use super::blocks::IndexBytes;
 use super::decode::{Checkpoint, Decoded, decode};
 use super::encode::{Source, encode};
-use super::layout::{PREAMBLE, ROW, le32};
-use super::table::check_rows;
+use super::layout::{PREAMBLE, ROW, ROW_BLOCK, le32};
+use super::table::{DAMAGED_ID, DAMAGED_NODE, Node, check_rows};
 use crate::id::{EntryId, SessionId};
 use crate::kind::EntryKind;
 use crate::tree::Tree;
