@@ -13,10 +13,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::{MethodRouter, get, post};
-use cairn::{
-    Context, Durability, EntryId, InputParent, InputRecord, NewEntry, NewSession, Parent, Session,
-    SessionId, SessionSummary, Status,
-};
+use cairn::{Context, Durability, EntryId, NewSession, Session, SessionId, SessionSummary, Status};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -361,10 +358,9 @@ async fn append(
 fn append_all(s: &Session, records: &[Value]) -> Result<Value, ApiError> {
     let mut acks = Vec::with_capacity(records.len());
     for (i, r) in records.iter().enumerate() {
-        let done = decode(s, r).and_then(|d| match d {
-            Decoded::Entry(e) => Ok(s.append_entry(e)?),
-            Decoded::Op(op) => Ok(s.append_op(op)?),
-        });
+        let done = cairn::decode_input(&r.to_string())
+            .map_err(ApiError::from)
+            .and_then(|input| Ok(s.append_input(input)?));
         match done {
             Ok(a) => acks.push(json!({"seq": a.seq, "id": a.id})),
             Err(mut e) => {
@@ -374,27 +370,6 @@ fn append_all(s: &Session, records: &[Value]) -> Result<Value, ApiError> {
         }
     }
     Ok(json!({"appended": acks, "next_seq": s.len()}))
-}
-
-enum Decoded {
-    Entry(NewEntry),
-    Op(cairn::OpRecord),
-}
-
-/// One input record (the library's [`cairn::decode_input`], as `cairn
-/// append` reads), its parent resolved in the session.
-fn decode(s: &Session, r: &Value) -> Result<Decoded, ApiError> {
-    Ok(match cairn::decode_input(&r.to_string())? {
-        InputRecord::Op(op) => Decoded::Op(op),
-        InputRecord::Entry { id, parent, body } => {
-            let parent = match parent {
-                InputParent::Leaf => Parent::Leaf,
-                InputParent::Root => Parent::Root,
-                InputParent::Reference(q) => Parent::Entry(s.resolve(&q)?),
-            };
-            Decoded::Entry(NewEntry { id, parent, body })
-        }
-    })
 }
 
 #[derive(Debug, Deserialize)]
