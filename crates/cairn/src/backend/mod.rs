@@ -450,3 +450,16 @@ impl Catalog {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Catalog;
+
+    #[test]
+    fn a_catalog_of_another_version_is_not_read() {
+        let c = Catalog::default();
+        assert_eq!(Catalog::from_bytes(&c.to_bytes()), Some(c));
+        assert_eq!(Catalog::from_bytes(br#"{"version":2,"sessions":{}}"#), None);
+        assert_eq!(Catalog::from_bytes(b"not json"), None);
+    }
+}

@@ -4,8 +4,8 @@
 
 use serde_json::json;
 
-use super::Fixture;
 use super::build::calls;
+use super::fixture::Fixture;
 use super::util::{OrFail, other_store, raw_records, store, stored_lines};
 use crate::backend::Access;
 use crate::commit::Durability;

@@ -13,12 +13,14 @@ use std::collections::{HashMap, HashSet};
 use jiff::Timestamp;
 use serde::Serialize;
 
-use crate::error::LookupError;
 use crate::id::{EntryId, SessionId};
 use crate::journal::{TOOL_NOT_STARTED, TOOL_OUTCOME_UNKNOWN};
 use crate::record::{Block, Body, EntryBody, Message, OpRecord, Record, ResultBlock, Role, Usage};
-use crate::session::Session;
 use crate::time;
+
+mod resolve;
+
+pub use resolve::resolve;
 
 /// What a step is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -131,51 +133,6 @@ pub fn parse_label(query: &str) -> Option<u32> {
     digits.parse().ok().filter(|&n| n > 0)
 }
 
-/// Resolves what a person typed where an entry is expected, step labels
-/// included: a step label (`s0005`) names the entry its step produced, the
-/// state right after that step; anything else goes to [`Session::resolve`].
-///
-/// # Errors
-///
-/// [`LookupError::NoSuchStep`] past the last step;
-/// [`LookupError::StepWithoutEntry`] for a step that produced no entry (a
-/// model call interrupted before its reply, a tool still running);
-/// [`LookupError::StepOrEntry`] when the label also names an entry or a
-/// label of the session; otherwise as [`Session::resolve`].
-pub fn resolve(session: &Session, query: &str) -> Result<EntryId, LookupError> {
-    let Some(number) = parse_label(query) else {
-        return session.resolve(query);
-    };
-    let steps = session.steps().map_err(|e| LookupError::Unreadable {
-        query: query.to_owned(),
-        problem: crate::with_causes(&e),
-    })?;
-    let Some(step) = steps.iter().find(|s| s.number == number) else {
-        return Err(LookupError::NoSuchStep {
-            step: label(number),
-            last: steps.len() as u32,
-        });
-    };
-    let entry = step
-        .entry
-        .clone()
-        .filter(|id| session.resolve(id.as_str()).is_ok())
-        .ok_or_else(|| LookupError::StepWithoutEntry {
-            step: step.label(),
-            status: step.status.name(),
-        })?;
-    if let Ok(other) = session.resolve(query)
-        && other != entry
-    {
-        return Err(LookupError::StepOrEntry {
-            query: query.to_owned(),
-            step_entry: entry.to_string(),
-            other: other.to_string(),
-        });
-    }
-    Ok(entry)
-}
-
 /// Milliseconds from `from` to the instant `to` names; `None` when either is
 /// not a time or `to` is earlier.
 fn elapsed(from: Option<Timestamp>, to: &str) -> Option<u64> {
@@ -202,7 +159,7 @@ fn result_output(content: &[Block]) -> (String, Option<SessionId>) {
         match b {
             Block::Text { text } => parts.push(text.clone()),
             Block::Blob { uri, .. } => {
-                child = child.or_else(|| crate::store::referenced_session(b));
+                child = child.or_else(|| crate::reference::referenced_session(b));
                 parts.push(format!("[{uri}]"));
             }
             Block::Image { media_type, .. } => parts.push(format!("[image {media_type}]")),
