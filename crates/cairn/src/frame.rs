@@ -580,4 +580,29 @@ mod tests {
         let line = encode(1, "t", &body);
         assert_eq!(decode_line(&line).unwrap().2, body);
     }
+
+    #[test]
+    fn a_reused_buffer_encodes_exactly_what_a_new_one_does() {
+        let mut line = b"left over from a longer record".repeat(40);
+        let e = Entry {
+            id: EntryId::parse("a1b2c3d4").unwrap(),
+            parent: None,
+            body: EntryBody::Message(crate::record::Message::text(
+                crate::record::Role::User,
+                "hi",
+            )),
+        };
+        encode_entry_into(&mut line, 9, "t", &e, &serde_json::Map::new());
+        assert_eq!(line, encode_entry(9, "t", &e));
+        encode_op_into(
+            &mut line,
+            10,
+            "t",
+            &OpRecord::InputQueued(crate::record::InputQueued {
+                op: "op-1".into(),
+                text: "x".into(),
+            }),
+        );
+        assert!(decode_line(&line).is_ok());
+    }
 }

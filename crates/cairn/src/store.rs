@@ -8,6 +8,12 @@
 //! backend no longer has are dropped; a catalog that does not parse is
 //! ignored. So a deleted, stale or corrupted catalog is rebuilt, never trusted,
 //! and processes writing different sessions at once can only make it stale.
+//!
+//! Listing takes every session's stamp in one pass (`Backend::stamps`);
+//! an unchanged catalog's summaries are moved out as they are, a changed
+//! one is brought up to date and saved. Forks may go to an id the host
+//! chooses (`fork_as`); subagent sessions are spawned and listed as children
+//! of their parent.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};

@@ -203,8 +203,6 @@ pub fn seal(line: &mut Vec<u8>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::frame::decode_line;
-    use crate::record::{InputQueued, Message, Role};
 
     #[test]
     fn frame_numbers_and_strings_are_written_as_serde_json_writes_them() {
@@ -226,27 +224,5 @@ mod tests {
             push_json_str(&mut out, s);
             assert_eq!(out, serde_json::to_vec(s).unwrap(), "{s:?}");
         }
-    }
-
-    #[test]
-    fn a_reused_buffer_encodes_exactly_what_a_new_one_does() {
-        let mut line = b"left over from a longer record".repeat(40);
-        let e = Entry {
-            id: EntryId::parse("a1b2c3d4").unwrap(),
-            parent: None,
-            body: EntryBody::Message(Message::text(Role::User, "hi")),
-        };
-        encode_entry_into(&mut line, 9, "t", &e, &serde_json::Map::new());
-        assert_eq!(line, encode_entry(9, "t", &e));
-        encode_op_into(
-            &mut line,
-            10,
-            "t",
-            &OpRecord::InputQueued(InputQueued {
-                op: "op-1".into(),
-                text: "x".into(),
-            }),
-        );
-        assert!(decode_line(&line).is_ok());
     }
 }

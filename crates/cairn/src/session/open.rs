@@ -1,6 +1,11 @@
 //! Opening a session: one pass over its lines that verifies every frame,
 //! `seq` continuity, the header and the tree, then the projection, the
 //! session-wide folds and the last operation, decoding only what they need.
+//!
+//! With a persisted index that still describes the log, the tree, the
+//! operation list and the checkpoint come from it and only the lines after it
+//! are parsed; the projection starts from the checkpoint when it fits the
+//! tree. A writer's open that parsed many lines saves a new index.
 
 use std::sync::{Arc, Mutex};
 

@@ -3,6 +3,15 @@
 //! [`Context::fold`] over the same branch (property-tested), and the checks
 //! an entry must pass against it before it is appended (`checks.rs`); its
 //! checkpoint for a persisted index is in `checkpoint.rs`.
+//!
+//! The projector holds its branch from position `from` on (the compaction
+//! in force, when restored from a checkpoint) and walks further up the tree
+//! when a move or a check needs more. Its tool calls by id are read from the
+//! messages the first time an append or the verdict needs them.
+//! `Projector::each_message` hands the context's messages over one at a
+//! time, each record read and checked in turn (or, on the file backend, kept
+//! as where its line is): what `rebuild_messages` collects and a
+//! `ContextStream` hands on.
 
 use std::collections::BTreeMap;
 
