@@ -456,8 +456,7 @@ mod tests {
     use std::sync::Arc;
 
     use crate::backend::MemoryBackend;
-    use crate::error::{AppendError, Invalid, StoreError};
-    use crate::input::{InputParent, InputRecord};
+    use crate::error::{AppendError, Invalid};
     use crate::record::{Block, EntryBody, Message, Role};
     use crate::session::{NewEntry, NewSession, Parent, Session};
 
