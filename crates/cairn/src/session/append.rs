@@ -456,7 +456,7 @@ mod tests {
     use std::sync::Arc;
 
     use crate::backend::MemoryBackend;
-    use crate::error::{AppendError, Invalid};
+    use crate::error::{AppendError, Invalid, LookupError, StoreError};
     use crate::record::{Block, EntryBody, Message, Role};
     use crate::session::{NewEntry, NewSession, Parent, Session};
 
@@ -473,6 +473,35 @@ mod tests {
             model: None,
             stop_reason: None,
         })
+    }
+
+    /// An input record's parent is found by entry id, label or unique id
+    /// prefix; one that names nothing is a lookup error and writes nothing.
+    #[test]
+    fn an_input_parent_resolves_by_id_label_or_prefix_and_an_unknown_one_writes_nothing() {
+        let backend = MemoryBackend::new();
+        let s = Session::create(&backend, NewSession::default()).unwrap();
+        let input = |parent: &str| {
+            let hi = r#"{"role":"user","content":[{"type":"text","text":"hi"}]}"#;
+            crate::decode_input(&format!(
+                r#"{{"kind":"message","parent":{parent},"data":{hi}}}"#
+            ))
+            .unwrap()
+        };
+        let root = s.append_input(input("null")).unwrap().id.unwrap();
+        s.label("top", Some(&root)).unwrap();
+        for parent in [root.as_str(), "top", &root.as_str()[..4]] {
+            let child = s.append_input(input(&format!("{parent:?}"))).unwrap();
+            let entry = s.entry(child.id.as_ref().unwrap()).unwrap().unwrap();
+            assert_eq!(entry.parent.as_ref(), Some(&root), "{parent}");
+        }
+        let len = s.len();
+        let unknown = s.append_input(input(r#""nowhere""#));
+        assert!(
+            matches!(unknown, Err(StoreError::Lookup(LookupError::NotFound(_)))),
+            "{unknown:?}"
+        );
+        assert_eq!(s.len(), len);
     }
 
     /// Regression: the append-time check moved the live projection to the
