@@ -2,10 +2,10 @@
 //! ids, parents, depths and kinds, in append order. Lookup by id, by unique
 //! id prefix, children, and the path from a root to any entry.
 //!
-//! The entries a persisted index covers are read in place from its
-//! `Table` (nothing allocated or hashed per entry at
-//! open); the later ones (all of them, without an index) are built from
-//! frames. `BranchFold` is an incremental fold that follows one branch,
+//! The entries a persisted index covers are read in place from its `Table`
+//! (nothing allocated or hashed per entry at open); the later ones (all of
+//! them, without an index) are built from frames. `BranchFold` is an
+//! incremental fold that follows one branch,
 //! held from some depth on: `move_to` diverges to the common ancestor
 //! (walking up above the part held when needed), truncates and extends. It
 //! is written once and implemented by the projector and the memory tracker.

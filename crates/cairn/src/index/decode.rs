@@ -45,6 +45,58 @@ pub(crate) struct Decoded {
 /// the seqs the entries leave); the blocks are read and checked when first
 /// needed ([`Table`], [`IndexedPrefix::span`]).
 pub(crate) fn decode(src: Arc<dyn IndexBytes>, session: &SessionId) -> Result<Decoded, String> {
+    let bytes = read_head(&*src)?;
+    let body = bytes.len() - 4;
+    let mut r = Reader {
+        bytes: &bytes[..body],
+        at: PREAMBLE,
+    };
+    if r.str()? != session.as_str() {
+        return Err("it names another session".into());
+    }
+    let c = Counts::read(&mut r)?;
+    let kinds = (0..r.u8()?)
+        .map(|_| r.str().map(EntryKind::from_name))
+        .collect::<Result<Vec<_>, _>>()?;
+    let spans = Spans::read(&mut r, &c, bytes.len() as u64, src.len())?;
+    let ops = operation_records(&mut r, &c)?;
+    let checkpoint: Checkpoint = serde_json::from_slice(r.take(c.checkpoint_len)?)
+        .map_err(|e| format!("its checkpoint does not decode ({e})"))?;
+    if r.at != body {
+        return Err("it holds bytes after its checkpoint".into());
+    }
+    let damage: Damage = Arc::default();
+    let lines = LineTable {
+        records: c.records,
+        end: c.end,
+        offsets: spans.starts.iter().map(|_| OnceLock::new()).collect(),
+        starts: spans.starts,
+        blocks: Blocks::new(&src, spans.lines, "line length", &damage),
+    };
+    Ok(Decoded {
+        prefix: IndexedPrefix {
+            records: c.records,
+            end: c.end,
+            last_line_crc: c.last_line_crc,
+            lines: Arc::new(lines),
+        },
+        table: Table {
+            entries: c.entries,
+            records: c.records,
+            rows: Blocks::new(&src, spans.rows, "row", &damage),
+            slots: Blocks::new(&src, spans.slots, "id table", &damage),
+            mask: c.slots - 1,
+            seed: c.seed,
+            kinds,
+        },
+        ops,
+        checkpoint,
+        damage,
+    })
+}
+
+/// The preamble and the head, its checksum (the last 4 bytes) verified.
+fn read_head(src: &dyn IndexBytes) -> Result<Vec<u8>, String> {
     let io = |e: io::Error| format!("it cannot be read ({e})");
     if src.len() < PREAMBLE as u64 + 4 {
         return Err("it is shorter than its header".into());
@@ -72,84 +124,118 @@ pub(crate) fn decode(src: Arc<dyn IndexBytes>, session: &SessionId) -> Result<De
     if crc32c::crc32c(&bytes[..body]) != le32(&bytes[body..]) {
         return Err("its checksum does not match (damaged or cut short)".into());
     }
-    let mut r = Reader {
-        bytes: &bytes[..body],
-        at: PREAMBLE,
-    };
-    if r.str()? != session.as_str() {
-        return Err("it names another session".into());
-    }
-    let records = r.u64()?;
-    let end = r.u64()?;
-    let last_line_crc = r.u32()?;
-    let entries = r.u32()?;
-    let slots = r.u32()?;
-    let op_count = r.u32()?;
-    let checkpoint_len = r.u32()? as usize;
-    let seed = r.u64()?;
-    if records == 0 || records > u64::from(u32::MAX) {
-        return Err("its record count is out of range".into());
-    }
-    if !slots.is_power_of_two() || slots <= entries {
-        return Err("its id table has no room for its entries".into());
-    }
-    if u64::from(entries) + u64::from(op_count) + 1 != records {
-        return Err("its entries and operation records do not add up to its records".into());
-    }
-    let kinds = (0..r.u8()?)
-        .map(|_| r.str().map(EntryKind::from_name))
-        .collect::<Result<Vec<_>, _>>()?;
+    Ok(bytes)
+}
 
-    let base = PREAMBLE as u64 + head_len;
-    let mut starts = Vec::new();
-    let mut len_spans = Vec::new();
-    for k in 0..records.div_ceil(LEN_BLOCK) {
-        let (start, crc) = (r.u64()?, r.u32()?);
-        if starts.last().is_some_and(|&s| s >= start) || (k == 0 && start != 0) || start >= end {
-            return Err("its line offsets do not rise from 0".into());
+/// The head's counts and sizes, checked against each other.
+struct Counts {
+    records: u64,
+    end: u64,
+    last_line_crc: u32,
+    entries: u32,
+    slots: u32,
+    op_count: u32,
+    checkpoint_len: usize,
+    seed: u64,
+}
+
+impl Counts {
+    fn read(r: &mut Reader<'_>) -> Result<Counts, String> {
+        let c = Counts {
+            records: r.u64()?,
+            end: r.u64()?,
+            last_line_crc: r.u32()?,
+            entries: r.u32()?,
+            slots: r.u32()?,
+            op_count: r.u32()?,
+            checkpoint_len: r.u32()? as usize,
+            seed: r.u64()?,
+        };
+        if c.records == 0 || c.records > u64::from(u32::MAX) {
+            return Err("its record count is out of range".into());
         }
-        starts.push(start);
-        let count = (records - k * LEN_BLOCK).min(LEN_BLOCK);
-        len_spans.push(Span {
-            at: base + k * LEN_BLOCK * 4,
-            len: count as u32 * 4,
-            crc,
-        });
+        if !c.slots.is_power_of_two() || c.slots <= c.entries {
+            return Err("its id table has no room for its entries".into());
+        }
+        if u64::from(c.entries) + u64::from(c.op_count) + 1 != c.records {
+            return Err("its entries and operation records do not add up to its records".into());
+        }
+        Ok(c)
     }
-    let mut at = base + records * 4;
-    let mut row_spans = Vec::new();
-    for k in 0..entries.div_ceil(ROW_BLOCK) {
-        let (len, crc) = (r.u32()?, r.u32()?);
-        let rows = (entries - k * ROW_BLOCK).min(ROW_BLOCK) as usize;
-        if (len as usize) < rows * (ROW + 1) || len as usize > rows * (ROW + EntryId::MAX_LEN) {
+}
+
+/// The head's directory of blocks: where each block is and its checksum.
+struct Spans {
+    /// The offset of each length block's first line.
+    starts: Vec<u64>,
+    lines: Vec<Span>,
+    rows: Vec<Span>,
+    slots: Vec<Span>,
+}
+
+impl Spans {
+    /// Reads the directory; the blocks start at `base` and must end at the
+    /// index's length, `len`.
+    fn read(r: &mut Reader<'_>, c: &Counts, base: u64, len: u64) -> Result<Spans, String> {
+        let mut spans = Spans {
+            starts: Vec::new(),
+            lines: Vec::new(),
+            rows: Vec::new(),
+            slots: Vec::new(),
+        };
+        for k in 0..c.records.div_ceil(LEN_BLOCK) {
+            let (start, crc) = (r.u64()?, r.u32()?);
+            if spans.starts.last().is_some_and(|&s| s >= start)
+                || (k == 0 && start != 0)
+                || start >= c.end
+            {
+                return Err("its line offsets do not rise from 0".into());
+            }
+            spans.starts.push(start);
+            let count = (c.records - k * LEN_BLOCK).min(LEN_BLOCK);
+            spans.lines.push(Span {
+                at: base + k * LEN_BLOCK * 4,
+                len: count as u32 * 4,
+                crc,
+            });
+        }
+        let mut at = base + c.records * 4;
+        for k in 0..c.entries.div_ceil(ROW_BLOCK) {
+            let (len, crc) = (r.u32()?, r.u32()?);
+            let rows = (c.entries - k * ROW_BLOCK).min(ROW_BLOCK) as usize;
+            if (len as usize) < rows * (ROW + 1) || len as usize > rows * (ROW + EntryId::MAX_LEN) {
+                return Err(format!(
+                    "its row block {k} has a length its rows cannot have"
+                ));
+            }
+            spans.rows.push(Span { at, len, crc });
+            at += u64::from(len);
+        }
+        for k in 0..c.slots.div_ceil(SLOT_BLOCK) {
+            let len = (c.slots - k * SLOT_BLOCK).min(SLOT_BLOCK) * SLOT as u32;
+            spans.slots.push(Span {
+                at,
+                len,
+                crc: r.u32()?,
+            });
+            at += u64::from(len);
+        }
+        if at != len {
             return Err(format!(
-                "its row block {k} has a length its rows cannot have"
+                "it is {len} bytes where its head gives {at} (cut short or extended)"
             ));
         }
-        row_spans.push(Span { at, len, crc });
-        at += u64::from(len);
+        Ok(spans)
     }
-    let mut slot_spans = Vec::new();
-    for k in 0..slots.div_ceil(SLOT_BLOCK) {
-        let len = (slots - k * SLOT_BLOCK).min(SLOT_BLOCK) * SLOT as u32;
-        slot_spans.push(Span {
-            at,
-            len,
-            crc: r.u32()?,
-        });
-        at += u64::from(len);
-    }
-    if at != src.len() {
-        return Err(format!(
-            "it is {} bytes where its head gives {at} (cut short or extended)",
-            src.len()
-        ));
-    }
-    let mut ops = Vec::with_capacity(op_count as usize);
+}
+
+/// The operation records' seqs and kinds: rising, below the record count.
+fn operation_records(r: &mut Reader<'_>, c: &Counts) -> Result<Vec<(u64, String)>, String> {
+    let mut ops = Vec::with_capacity(c.op_count as usize);
     let mut last = 0u64;
-    for _ in 0..op_count {
+    for _ in 0..c.op_count {
         let seq = u64::from(r.u32()?);
-        if seq <= last || seq >= records {
+        if seq <= last || seq >= c.records {
             return Err(format!(
                 "its operation record {seq} is out of order or range"
             ));
@@ -157,39 +243,7 @@ pub(crate) fn decode(src: Arc<dyn IndexBytes>, session: &SessionId) -> Result<De
         last = seq;
         ops.push((seq, r.str()?.to_owned()));
     }
-    let checkpoint: Checkpoint = serde_json::from_slice(r.take(checkpoint_len)?)
-        .map_err(|e| format!("its checkpoint does not decode ({e})"))?;
-    if r.at != body {
-        return Err("it holds bytes after its checkpoint".into());
-    }
-    let damage: Damage = Arc::default();
-    let lines = LineTable {
-        records,
-        end,
-        offsets: starts.iter().map(|_| OnceLock::new()).collect(),
-        starts,
-        blocks: Blocks::new(&src, len_spans, "line length", &damage),
-    };
-    Ok(Decoded {
-        prefix: IndexedPrefix {
-            records,
-            end,
-            last_line_crc,
-            lines: Arc::new(lines),
-        },
-        table: Table {
-            entries,
-            records,
-            rows: Blocks::new(&src, row_spans, "row", &damage),
-            slots: Blocks::new(&src, slot_spans, "id table", &damage),
-            mask: slots - 1,
-            seed,
-            kinds,
-        },
-        ops,
-        checkpoint,
-        damage,
-    })
+    Ok(ops)
 }
 
 struct Reader<'a> {

@@ -1,13 +1,15 @@
 //! The projection: [`Context`] is the fold of the branch from its root to the
 //! leaf. [`Context::fold`] is the rule written plainly (from scratch, over
-//! decoded entries); `Projector` (in `projector.rs`) maintains the same value incrementally: O(1)
-//! amortized per entry appended at the leaf, and on a move it truncates to the
-//! common ancestor and replays only the new suffix (plus, when a compaction is
-//! left behind, the kept range of the one before it).
+//! decoded entries); `Projector` (`projector/`) maintains the same value
+//! incrementally: O(1) amortized per entry appended at the leaf, and on a
+//! move it truncates to the common ancestor and replays only the new suffix
+//! (plus, when a compaction is left behind, the kept range of the one
+//! before it).
 //!
-//! A message entry's message is kept as where its line is (`lazy.rs`) when
-//! the backend reads lines cheaply by position, and decoded only when first
-//! asked for ([`ContextMessage::message`]), its line checked again then.
+//! A message entry's message ([`ContextMessage`], `message.rs`) is kept as
+//! where its line is (`lazy.rs`) when the backend reads lines cheaply by
+//! position, and decoded only when first asked for
+//! ([`ContextMessage::message`]), its line checked again then.
 
 use std::collections::{BTreeMap, HashMap};
 
