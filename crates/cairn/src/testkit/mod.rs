@@ -1,8 +1,8 @@
 //! The backend conformance suite (feature `testkit`): the checks every
-//! [`Backend`] must pass, written against the API hosts use ([`Session`],
+//! [`Backend`](crate::Backend) must pass, written against the API hosts use ([`Session`],
 //! [`Store`](crate::Store), [`recover`](crate::recover)) so that a backend is
 //! judged by what a host would see, plus a few checks of the raw seam
-//! (the exact lines handed to [`Backend::open`]'s visitor).
+//! (the exact lines handed to [`Backend::open`](crate::Backend::open)'s visitor).
 //!
 //! A backend's tests implement [`Fixture`] — a fresh, empty store per
 //! fixture, a second handle onto the same storage (as another process would
