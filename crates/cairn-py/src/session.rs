@@ -6,8 +6,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 
 use cairn::memory::MemoryConfig;
 use cairn::{
-    Durability, EffectClass, InputParent, InputRecord, NewEntry, Parent, Policy, Role, Session,
-    Source, ToolOutput, ToolRunner, decode_input,
+    Durability, EffectClass, Policy, Role, Session, Source, ToolOutput, ToolRunner, decode_input,
 };
 use pyo3::prelude::*;
 use serde_json::{Map, Value, json};
@@ -76,17 +75,7 @@ impl PySession {
         let s = self.inner()?;
         let text = line.to_string();
         let appended = py.detach(|| -> PyResult<cairn::Appended> {
-            match decode_input(&text).py()? {
-                InputRecord::Op(op) => s.append_op(op).py(),
-                InputRecord::Entry { id, parent, body } => {
-                    let parent = match parent {
-                        InputParent::Leaf => Parent::Leaf,
-                        InputParent::Root => Parent::Root,
-                        InputParent::Reference(q) => Parent::Entry(s.resolve(&q).py()?),
-                    };
-                    s.append_entry(NewEntry { id, parent, body }).py()
-                }
-            }
+            s.append_input(decode_input(&text).py()?).py()
         })?;
         Ok(appended.into())
     }

@@ -14,8 +14,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::{MethodRouter, get, post};
 use cairn::{
-    Context, Durability, EntryId, InputParent, InputRecord, NewEntry, NewSession, Parent, Session,
-    SessionId, SessionSummary, Status, Verdict,
+    Context, Durability, EntryId, NewSession, Session, SessionId, SessionSummary, Status, Verdict,
 };
 use cairn_view::schema;
 use cairn_view::shapes::{self, Ack, ContextJson, SessionJson, TreeJson};
@@ -486,10 +485,9 @@ async fn append(
 fn append_all(s: &Session, records: &[Value]) -> Result<Appended, ApiError> {
     let mut acks = Vec::with_capacity(records.len());
     for (i, r) in records.iter().enumerate() {
-        let done = decode(s, r).and_then(|d| match d {
-            Decoded::Entry(e) => Ok(s.append_entry(e)?),
-            Decoded::Op(op) => Ok(s.append_op(op)?),
-        });
+        let done = cairn::decode_input(&r.to_string())
+            .map_err(ApiError::from)
+            .and_then(|input| Ok(s.append_input(input)?));
         match done {
             Ok(a) => acks.push(Ack::of(&a)),
             Err(mut e) => {
@@ -504,27 +502,6 @@ fn append_all(s: &Session, records: &[Value]) -> Result<Appended, ApiError> {
     Ok(Appended {
         appended: acks,
         next_seq: s.len(),
-    })
-}
-
-enum Decoded {
-    Entry(NewEntry),
-    Op(cairn::OpRecord),
-}
-
-/// One input record (the library's [`cairn::decode_input`], as `cairn
-/// append` reads), its parent resolved in the session.
-fn decode(s: &Session, r: &Value) -> Result<Decoded, ApiError> {
-    Ok(match cairn::decode_input(&r.to_string())? {
-        InputRecord::Op(op) => Decoded::Op(op),
-        InputRecord::Entry { id, parent, body } => {
-            let parent = match parent {
-                InputParent::Leaf => Parent::Leaf,
-                InputParent::Root => Parent::Root,
-                InputParent::Reference(q) => Parent::Entry(s.resolve(&q)?),
-            };
-            Decoded::Entry(NewEntry { id, parent, body })
-        }
     })
 }
 

@@ -4,6 +4,12 @@
 //! One convention for causes: a message never prints its cause; the cause
 //! (an OS error, say) is returned by `source()`, and whoever shows the error
 //! to a person prints the chain (the `cairn` CLI joins it with `: `).
+//!
+//! Every I/O variant carries an [`IoFailure`], the one "cannot ACTION
+//! LOCATION" shape; [`Invalid`] has one variant per rule an append breaks;
+//! [`Damage`] says what an open found and where. [`with_causes`] joins the
+//! chain where one line must carry it (the CLI's `error:` lines, fsck's
+//! reasons, a poisoned handle, the agent's tool errors).
 
 use std::io;
 

@@ -20,13 +20,12 @@ use crate::record::{Body, Entry, EntryBody, OpRecord};
 mod encode;
 mod json;
 
-use encode::frame_prefix;
+use encode::{Members, TRAILER_PREFIX, frame_prefix};
 pub use encode::{encode, encode_entry, encode_entry_with, encode_op, seal};
 pub(crate) use encode::{encode_entry_into, encode_op_into};
 
 /// Length of the trailer `,"crc":"xxxxxxxx"}` (without the newline).
 pub const TRAILER_LEN: usize = 18;
-const TRAILER_PREFIX: &[u8] = b",\"crc\":\"";
 
 /// Why a line's framing is not intact (the line is torn or damaged).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -280,14 +279,14 @@ impl Frame<'_> {
     fn is_canonical(&self, covered: &[u8]) -> bool {
         let ids = self.id.as_ref().zip(self.parent.as_ref());
         let mut expected = Vec::with_capacity(covered.len());
-        frame_prefix(
-            &mut expected,
-            self.seq,
-            &self.ts,
-            &self.kind,
-            self.ignorable,
-            ids.map(|(i, p)| (i, p.as_ref())),
-        );
+        let members = Members {
+            seq: self.seq,
+            ts: &self.ts,
+            kind: &self.kind,
+            ignorable: self.ignorable,
+            ids: ids.map(|(i, p)| (i, p.as_ref())),
+        };
+        frame_prefix(&mut expected, &members);
         expected.extend_from_slice(self.data.bytes());
         expected == covered
     }
@@ -580,5 +579,30 @@ mod tests {
         });
         let line = encode(1, "t", &body);
         assert_eq!(decode_line(&line).unwrap().2, body);
+    }
+
+    #[test]
+    fn a_reused_buffer_encodes_exactly_what_a_new_one_does() {
+        let mut line = b"left over from a longer record".repeat(40);
+        let e = Entry {
+            id: EntryId::parse("a1b2c3d4").unwrap(),
+            parent: None,
+            body: EntryBody::Message(crate::record::Message::text(
+                crate::record::Role::User,
+                "hi",
+            )),
+        };
+        encode_entry_into(&mut line, 9, "t", &e, &serde_json::Map::new());
+        assert_eq!(line, encode_entry(9, "t", &e));
+        encode_op_into(
+            &mut line,
+            10,
+            "t",
+            &OpRecord::InputQueued(crate::record::InputQueued {
+                op: "op-1".into(),
+                text: "x".into(),
+            }),
+        );
+        assert!(decode_line(&line).is_ok());
     }
 }

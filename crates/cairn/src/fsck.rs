@@ -260,8 +260,9 @@ pub fn check_file(path: &Path) -> Result<FsckReport, OpenError> {
 /// `<out_dir>/<session id>.jsonl`): every record that verifies and passes the
 /// invariants, re-numbered; entries whose parent was lost attached to their
 /// nearest kept ancestor (or made roots); a lost header replaced by a new one
-/// with a new session id. The original is never touched, and no lock file is
-/// left in `out_dir`.
+/// naming the same session id (the one asked for: for files, the file's
+/// name). The original is never touched, and no lock file is left in
+/// `out_dir`.
 ///
 /// # Errors
 ///
@@ -562,11 +563,16 @@ impl<'a> Replay<'a> {
         Ok((h, frame.ts.into_owned()))
     }
 
+    /// The header of a replay whose header line is lost: it names the
+    /// session the backend was asked for (the file's name, for the file
+    /// backend), so that what is derived from the session id — the
+    /// idempotency keys of `tool_dispatched` records — is checked against
+    /// the right one, not reported wrong.
     fn fresh_header(&self) -> (Header, String) {
         let now = crate::time::now_rfc3339();
         let h = Header {
             format: FORMAT_VERSION,
-            session: SessionId::generate(),
+            session: self.id.clone(),
             created: now.clone(),
             cwd: None,
             title: Some(format!("salvaged from {}", self.location)),

@@ -43,7 +43,9 @@ mod operation;
 mod projection;
 mod record;
 mod recovery;
+mod reference;
 mod session;
+mod source;
 pub mod steps;
 mod store;
 mod summary;
@@ -88,9 +90,10 @@ pub use recovery::{
     APPROVAL_INTERRUPTED, Action, ActionKind, DENIED_BY_PERSON, Decision, MAX_RECOVERY_ROUNDS,
     Pending, Policy, RecoveryError, RecoveryReport, Resolver, ToolRunner, recover, recover_with,
 };
+pub use reference::{child_reference, referenced_session};
 pub use session::{
     Appended, ContextStream, NewEntry, NewSession, NodeInfo, OpenReport, Parent, Session, WRITER,
 };
-pub use store::{Store, child_reference, locate_path, referenced_session, summary_of};
+pub use store::{Store, locate_path, summary_of};
 pub use summary::{FIRST_MESSAGE_CHARS, LastOperation, ListingFold, SessionSummary, excerpt};
 pub use time::{format_millis, now_rfc3339, parse_millis};

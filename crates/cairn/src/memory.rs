@@ -25,7 +25,9 @@ use crate::error::ReadError;
 use crate::id::EntryId;
 use crate::journal::{TOOL_NOT_STARTED, TOOL_OUTCOME_UNKNOWN};
 use crate::projection::merge_patch;
-use crate::record::{AppStateChange, Block, Entry, EntryBody, ResultBlock, Role, value_text};
+use crate::record::{
+    AppStateChange, Block, Entry, EntryBody, Message, ResultBlock, Role, value_text,
+};
 use crate::summary::excerpt;
 use crate::tree::{BranchFold, Walk};
 
@@ -193,140 +195,23 @@ pub(crate) struct MemoryState {
     seen: u64,
 }
 
+/// An item of `text` (cut to the configured length) from `entries`.
+fn item(config: &MemoryConfig, text: &str, entries: Vec<EntryId>) -> Item {
+    Item {
+        text: excerpt(text, config.max_item_chars),
+        entries,
+    }
+}
+
 /// Unanswered calls remembered at most (older ones are forgotten).
 const MAX_OPEN_CALLS: usize = 256;
 
 impl MemoryState {
     pub fn observe(&mut self, e: &Entry, config: &MemoryConfig) {
         self.seen += 1;
-        let max = config.max_items;
-        let cut = |s: &str| excerpt(s, config.max_item_chars);
-        let item = |text: String, entries: Vec<EntryId>| Item { text, entries };
         match &e.body {
-            EntryBody::Message(m) => {
-                if m.role == Role::User && m.tool_results().next().is_none() {
-                    let text = m.plain_text();
-                    if !text.trim().is_empty() {
-                        self.memory.goal = Some(item(cut(&text), vec![e.id.clone()]));
-                    }
-                }
-                for (call_id, tool, arguments) in m.tool_calls() {
-                    self.calls.insert(
-                        call_id.to_owned(),
-                        Call {
-                            tool: tool.to_owned(),
-                            arguments: arguments.clone(),
-                            entry: e.id.clone(),
-                            order: self.seen,
-                        },
-                    );
-                }
-                if self.calls.len() > MAX_OPEN_CALLS
-                    && let Some(oldest) = self
-                        .calls
-                        .iter()
-                        .min_by_key(|(_, c)| c.order)
-                        .map(|(k, _)| k.clone())
-                {
-                    self.calls.remove(&oldest);
-                }
-                for ResultBlock {
-                    call_id,
-                    content,
-                    is_error,
-                    code,
-                } in m.results()
-                {
-                    let Some(call) = self.calls.get(call_id) else {
-                        continue;
-                    };
-                    let what = describe_call(&call.tool, &call.arguments);
-                    let entries = vec![call.entry.clone(), e.id.clone()];
-                    let output = content.iter().find_map(|b| match b {
-                        Block::Text { text } => text
-                            .lines()
-                            .find(|l| !l.trim().is_empty())
-                            .map(str::to_owned),
-                        Block::Thinking { .. }
-                        | Block::ToolCall { .. }
-                        | Block::ToolResult { .. }
-                        | Block::Image { .. }
-                        | Block::Blob { .. } => None,
-                    });
-                    let unknown = code == Some(TOOL_OUTCOME_UNKNOWN);
-                    let not_started = code == Some(TOOL_NOT_STARTED);
-                    if not_started {
-                        // Never ran: not an attempt, failed or otherwise.
-                    } else if unknown {
-                        self.memory.failed.push(
-                            item(
-                                cut(&format!("{what}: outcome unknown (interrupted)")),
-                                entries.clone(),
-                            ),
-                            max,
-                        );
-                    } else if is_error {
-                        let why = output
-                            .as_deref()
-                            .map(|o| format!(": {o}"))
-                            .unwrap_or_default();
-                        self.memory.failed.push(
-                            item(cut(&format!("{what} failed{why}")), entries.clone()),
-                            max,
-                        );
-                    } else if !config.read_only_tools.iter().any(|t| t == &call.tool) {
-                        self.memory
-                            .completed
-                            .push(item(cut(&what), entries.clone()), max);
-                    }
-                    let lower = what.to_lowercase();
-                    if !unknown
-                        && !not_started
-                        && config
-                            .verify_words
-                            .iter()
-                            .any(|w| lower.contains(w.as_str()))
-                    {
-                        let verdict = if is_error { "failed" } else { "passed" };
-                        self.memory.verification =
-                            Some(item(cut(&format!("{what} {verdict}")), entries));
-                    }
-                    self.calls.remove(call_id);
-                }
-            }
-            EntryBody::AppState(change) => {
-                for key in &config.todo_keys {
-                    let touched = match change {
-                        AppStateChange::Set(v) => {
-                            match v.get(key) {
-                                Some(x) => self.todo_values.insert(key.clone(), x.clone()),
-                                None => self.todo_values.remove(key),
-                            };
-                            true
-                        }
-                        AppStateChange::Patch(p) => match p.get(key) {
-                            Some(x) => {
-                                let slot =
-                                    self.todo_values.entry(key.clone()).or_insert(Value::Null);
-                                merge_patch(slot, x);
-                                if slot.is_null() {
-                                    self.todo_values.remove(key);
-                                }
-                                true
-                            }
-                            None if !p.is_object() => {
-                                self.todo_values.remove(key);
-                                true
-                            }
-                            None => false,
-                        },
-                    };
-                    if touched {
-                        self.todo_entry.insert(key.clone(), e.id.clone());
-                    }
-                }
-                self.memory.todos = self.render_todos(config);
-            }
+            EntryBody::Message(m) => self.observe_message(e, m, config),
+            EntryBody::AppState(change) => self.observe_app_state(e, change, config),
             EntryBody::Checkout(c) => {
                 let target = e
                     .parent
@@ -342,13 +227,10 @@ impl MemoryState {
                     .as_ref()
                     .map(|s| format!(": {s}"))
                     .unwrap_or_default();
-                self.memory.decisions.push(
-                    item(
-                        cut(&format!("rewound to {target}{from}{summary}")),
-                        vec![e.id.clone()],
-                    ),
-                    max,
-                );
+                let text = format!("rewound to {target}{from}{summary}");
+                self.memory
+                    .decisions
+                    .push(item(config, &text, vec![e.id.clone()]), config.max_items);
             }
             EntryBody::Settings(s) => {
                 let changes: Vec<String> = s
@@ -363,19 +245,16 @@ impl MemoryState {
                         | Value::Object(_) => format!("{k} = {}", value_text(v)),
                     })
                     .collect();
-                self.memory.decisions.push(
-                    item(
-                        cut(&format!("settings: {}", changes.join(", "))),
-                        vec![e.id.clone()],
-                    ),
-                    max,
-                );
+                let text = format!("settings: {}", changes.join(", "));
+                self.memory
+                    .decisions
+                    .push(item(config, &text, vec![e.id.clone()]), config.max_items);
             }
             EntryBody::Custom(c) if c.namespace.ends_with("decision") => {
                 let text = value_text(&c.content);
                 self.memory
                     .decisions
-                    .push(item(cut(&text), vec![e.id.clone()]), max);
+                    .push(item(config, &text, vec![e.id.clone()]), config.max_items);
             }
             EntryBody::Custom(_)
             | EntryBody::Compaction(_)
@@ -392,6 +271,138 @@ impl MemoryState {
             );
         }
         self.bound(config);
+    }
+
+    /// A message: a person's words are the goal; its tool calls are
+    /// remembered until answered, its results observed.
+    fn observe_message(&mut self, e: &Entry, m: &Message, config: &MemoryConfig) {
+        if m.role == Role::User && m.tool_results().next().is_none() {
+            let text = m.plain_text();
+            if !text.trim().is_empty() {
+                self.memory.goal = Some(item(config, &text, vec![e.id.clone()]));
+            }
+        }
+        for (call_id, tool, arguments) in m.tool_calls() {
+            self.calls.insert(
+                call_id.to_owned(),
+                Call {
+                    tool: tool.to_owned(),
+                    arguments: arguments.clone(),
+                    entry: e.id.clone(),
+                    order: self.seen,
+                },
+            );
+        }
+        if self.calls.len() > MAX_OPEN_CALLS
+            && let Some(oldest) = self
+                .calls
+                .iter()
+                .min_by_key(|(_, c)| c.order)
+                .map(|(k, _)| k.clone())
+        {
+            self.calls.remove(&oldest);
+        }
+        for result in m.results() {
+            self.observe_result(e, &result, config);
+        }
+    }
+
+    /// A tool result of entry `e` answering a remembered call: what was
+    /// completed or failed, and the latest verification.
+    fn observe_result(&mut self, e: &Entry, result: &ResultBlock, config: &MemoryConfig) {
+        let ResultBlock {
+            call_id,
+            content,
+            is_error,
+            code,
+        } = result;
+        let Some(call) = self.calls.get(*call_id) else {
+            return;
+        };
+        let max = config.max_items;
+        let what = describe_call(&call.tool, &call.arguments);
+        let entries = vec![call.entry.clone(), e.id.clone()];
+        let output = content.iter().find_map(|b| match b {
+            Block::Text { text } => text
+                .lines()
+                .find(|l| !l.trim().is_empty())
+                .map(str::to_owned),
+            Block::Thinking { .. }
+            | Block::ToolCall { .. }
+            | Block::ToolResult { .. }
+            | Block::Image { .. }
+            | Block::Blob { .. } => None,
+        });
+        let unknown = *code == Some(TOOL_OUTCOME_UNKNOWN);
+        let not_started = *code == Some(TOOL_NOT_STARTED);
+        if not_started {
+            // Never ran: not an attempt, failed or otherwise.
+        } else if unknown {
+            let text = format!("{what}: outcome unknown (interrupted)");
+            self.memory
+                .failed
+                .push(item(config, &text, entries.clone()), max);
+        } else if *is_error {
+            let why = output
+                .as_deref()
+                .map(|o| format!(": {o}"))
+                .unwrap_or_default();
+            let text = format!("{what} failed{why}");
+            self.memory
+                .failed
+                .push(item(config, &text, entries.clone()), max);
+        } else if !config.read_only_tools.iter().any(|t| t == &call.tool) {
+            self.memory
+                .completed
+                .push(item(config, &what, entries.clone()), max);
+        }
+        let lower = what.to_lowercase();
+        if !unknown
+            && !not_started
+            && config
+                .verify_words
+                .iter()
+                .any(|w| lower.contains(w.as_str()))
+        {
+            let verdict = if *is_error { "failed" } else { "passed" };
+            let text = format!("{what} {verdict}");
+            self.memory.verification = Some(item(config, &text, entries));
+        }
+        self.calls.remove(*call_id);
+    }
+
+    /// An app-state change: the to-do keys it touches, rendered again.
+    fn observe_app_state(&mut self, e: &Entry, change: &AppStateChange, config: &MemoryConfig) {
+        for key in &config.todo_keys {
+            let touched = match change {
+                AppStateChange::Set(v) => {
+                    match v.get(key) {
+                        Some(x) => self.todo_values.insert(key.clone(), x.clone()),
+                        None => self.todo_values.remove(key),
+                    };
+                    true
+                }
+                AppStateChange::Patch(p) => match p.get(key) {
+                    Some(x) => {
+                        let slot = self.todo_values.entry(key.clone()).or_insert(Value::Null);
+                        merge_patch(slot, x);
+                        if slot.is_null() {
+                            self.todo_values.remove(key);
+                        }
+                        true
+                    }
+                    None if !p.is_object() => {
+                        self.todo_values.remove(key);
+                        true
+                    }
+                    None => false,
+                },
+            };
+            if touched {
+                self.todo_entry.insert(key.clone(), e.id.clone());
+            }
+        }
+        self.memory.todos = self.render_todos(config);
     }
 
     fn render_todos(&self, config: &MemoryConfig) -> Vec<Item> {

@@ -6,6 +6,9 @@
 //! records of a kind this version does not know, kept only when they say
 //! `"ignorable": true`. The byte-level framing is in `frame.rs`; the format is
 //! specified in `docs/FORMAT.md`.
+//!
+//! A tool result is read through [`ResultBlock`], borrowed from its message:
+//! how every reader of results (memory, steps, the renderers) takes one.
 
 use serde::de::{Deserializer, Error as _};
 use serde::{Deserialize, Serialize};

@@ -8,6 +8,12 @@
 //! backend no longer has are dropped; a catalog that does not parse is
 //! ignored. So a deleted, stale or corrupted catalog is rebuilt, never trusted,
 //! and processes writing different sessions at once can only make it stale.
+//!
+//! Listing takes every session's stamp in one pass (`Backend::stamps`);
+//! an unchanged catalog's summaries are moved out as they are, a changed
+//! one is brought up to date and saved. Forks may go to an id the host
+//! chooses (`fork_as`); subagent sessions are spawned and listed as children
+//! of their parent.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -225,7 +231,7 @@ impl Store {
     /// Creates a subagent session spawned by tool call `call_id` of `parent`:
     /// its header names the parent session, the call and the delegation
     /// depth (the parent's plus one). Refused beyond `max_depth`. Put
-    /// [`child_reference`] in the parent's tool result.
+    /// [`child_reference`](crate::child_reference) in the parent's tool result.
     ///
     /// # Errors
     ///
@@ -436,33 +442,6 @@ impl Store {
         drop(fork);
         drop(self.backend.create_with(&id, &lines)?);
         Ok(self.open(&id, Access::Write)?)
-    }
-}
-
-/// The URI scheme of a reference to a session (`cairn:session/<id>`).
-const SESSION_URI: &str = "cairn:session/";
-
-/// The block a parent's tool result carries to reference a child session.
-pub fn child_reference(child: &SessionId) -> crate::record::Block {
-    crate::record::Block::Blob {
-        uri: format!("{SESSION_URI}{child}"),
-        media_type: Some("application/vnd.cairn.session".into()),
-        size: None,
-        sha256: None,
-    }
-}
-
-/// The session a block references, if it is a [`child_reference`].
-pub fn referenced_session(block: &crate::record::Block) -> Option<SessionId> {
-    match block {
-        crate::record::Block::Blob { uri, .. } => {
-            SessionId::parse(uri.strip_prefix(SESSION_URI)?).ok()
-        }
-        crate::record::Block::Text { .. }
-        | crate::record::Block::Thinking { .. }
-        | crate::record::Block::ToolCall { .. }
-        | crate::record::Block::ToolResult { .. }
-        | crate::record::Block::Image { .. } => None,
     }
 }
 

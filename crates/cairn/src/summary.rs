@@ -230,7 +230,6 @@ impl LastOperation {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::Catalog;
     use crate::record::{ApprovalRequested, ApprovalResolved, OpFinished, OpStarted};
 
     fn started(op: &str) -> OpRecord {
@@ -278,13 +277,5 @@ mod tests {
         assert_eq!(s.phase(), OpPhase::Open);
         s.apply(&finished("o2", Outcome::Failed));
         assert_eq!(s.phase(), OpPhase::Finished(Outcome::Failed));
-    }
-
-    #[test]
-    fn a_catalog_of_another_version_is_not_read() {
-        let c = Catalog::default();
-        assert_eq!(Catalog::from_bytes(&c.to_bytes()), Some(c));
-        assert_eq!(Catalog::from_bytes(br#"{"version":2,"sessions":{}}"#), None);
-        assert_eq!(Catalog::from_bytes(b"not json"), None);
     }
 }

@@ -5,6 +5,9 @@
 //! Timestamps are informational: ordering in a session is by `seq`, never by
 //! time. A record's `ts` is kept as the string the writer wrote (a reader does
 //! not validate it); [`parse`] gives the typed instant where there is one.
+//!
+//! `TsText`, the append path's writer, formats the date once per day and
+//! thread.
 
 use jiff::fmt::temporal::{DateTimeParser, DateTimePrinter};
 use jiff::{RoundMode, Timestamp, TimestampRound, Unit};

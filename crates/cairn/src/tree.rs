@@ -1,6 +1,14 @@
 //! The entry tree, as an index built from the frames alone (no payloads):
 //! ids, parents, depths and kinds, in append order. Lookup by id, by unique
 //! id prefix, children, and the path from a root to any entry.
+//!
+//! The entries a persisted index covers are read in place from its `Table`
+//! (nothing allocated or hashed per entry at open); the later ones (all of
+//! them, without an index) are built from frames. `BranchFold` is an
+//! incremental fold that follows one branch,
+//! held from some depth on: `move_to` diverges to the common ancestor
+//! (walking up above the part held when needed), truncates and extends. It
+//! is written once and implemented by the projector and the memory tracker.
 
 use std::hash::BuildHasher;
 use std::sync::Arc;
@@ -9,9 +17,10 @@ use hashbrown::{DefaultHashBuilder, HashTable};
 
 use crate::error::{Damage, LookupError, ReadError};
 use crate::id::EntryId;
+pub(crate) use crate::index::Node;
 use crate::index::Table;
 use crate::kind::EntryKind;
-use crate::projection::EntrySource;
+use crate::source::EntrySource;
 
 /// What a [`BranchFold`] reads as it walks the tree: the index, and the
 /// entries themselves.
@@ -57,17 +66,6 @@ pub(crate) trait BranchFold {
         self.truncate(keep, walk)?;
         self.extend(&suffix, walk)
     }
-}
-
-/// One entry in the index (its id is [`Tree::id`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Node {
-    pub seq: u64,
-    pub parent: Option<u32>,
-    /// Number of ancestors (0 for a root).
-    pub depth: u32,
-    /// `None` for an ignorable entry of a kind this version does not know.
-    pub kind: Option<EntryKind>,
 }
 
 /// Every entry of a session, in append order: the entries a persisted

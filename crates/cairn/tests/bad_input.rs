@@ -1102,3 +1102,46 @@ fn fsck_and_open_agree_on_every_truncation_and_every_flipped_bit_of_a_sample() {
         files.len()
     );
 }
+
+/// With its header line damaged, fsck replayed the session under a random
+/// session id and so reported every `tool_dispatched` record as holding the
+/// wrong idempotency key (and salvage dropped them). The replay takes the
+/// id the session was asked for (the file's name): only the header is
+/// reported, and salvage keeps the dispatch.
+#[test]
+fn regression_fsck_reported_every_tool_dispatched_with_a_wrong_key_when_the_header_was_damaged() {
+    let (_home, id, path, mut bytes) = operation_session();
+    let header = line_spans(&bytes)[0].clone();
+    bytes[header.end - 30] ^= 0x20;
+    fs::write(&path, &bytes).expect("write");
+    let report = fsck::check_file(&path).expect("fsck reads it");
+    assert_eq!(
+        (report.problems[0].line, report.problems[0].severity),
+        (1, Severity::Damaged),
+        "{report:#?}"
+    );
+    assert!(
+        report
+            .problems
+            .iter()
+            .all(|p| !p.what.contains("idempotency key")),
+        "a key checked against another session's id: {report:#?}"
+    );
+    assert_eq!(report.problems.len(), 1, "{report:#?}");
+
+    let out = tempfile::tempdir().expect("tempdir");
+    let salvaged = fsck::salvage(&path, out.path()).expect("salvage");
+    assert_eq!(salvaged.session, id);
+    assert_eq!(salvaged.problems.len(), 1, "{:#?}", salvaged.problems);
+    let copy = cairn::Session::open(&cairn::FileBackend::new(out.path()), &id, Access::Read)
+        .expect("the salvaged copy opens");
+    let dispatched = (0..copy.len())
+        .filter(|&seq| {
+            matches!(
+                copy.record(seq).expect("record").body,
+                Body::Op(cairn::OpRecord::ToolDispatched(_))
+            )
+        })
+        .count();
+    assert_eq!(dispatched, 1, "the dispatch is kept");
+}

@@ -9,17 +9,11 @@
 use std::io::{BufRead, Write};
 
 use anyhow::{Context as _, Result, anyhow};
-use cairn::{Access, Durability, InputParent, InputRecord, NewEntry, OpRecord, Parent, Session};
+use cairn::{Access, Appended, Durability, InputParent, InputRecord, Session, StoreError};
 
 use super::Status;
 use crate::args::{DurabilityArg, SessionArg};
 use crate::target::{self, Ctx};
-
-/// What an input line decodes to, its parent resolved.
-enum Decoded {
-    Entry(NewEntry),
-    Op(OpRecord),
-}
 
 /// Runs `cairn append`.
 ///
@@ -72,12 +66,7 @@ fn pump(session: &Session) -> Result<u64> {
             if t.is_empty() {
                 return Ok(None);
             }
-            let decoded = decode(session, t)?;
-            let done = match decoded {
-                Decoded::Entry(e) => session.append_entry(e)?,
-                Decoded::Op(op) => session.append_op(op)?,
-            };
-            Ok(Some(done))
+            append(session, t).map(Some)
         });
         let done = result.with_context(|| {
             let kept = match appended {
@@ -96,22 +85,20 @@ fn pump(session: &Session) -> Result<u64> {
     }
 }
 
-/// Decodes one input line (the library's [`cairn::decode_input`]) and
-/// resolves its parent in the session.
-fn decode(session: &Session, line: &str) -> Result<Decoded> {
-    Ok(match cairn::decode_input(line)? {
-        InputRecord::Op(op) => Decoded::Op(op),
-        InputRecord::Entry { id, parent, body } => {
-            let parent = match parent {
-                InputParent::Leaf => Parent::Leaf,
-                InputParent::Root => Parent::Root,
-                InputParent::Reference(q) => Parent::Entry(
-                    session
-                        .resolve(&q)
-                        .with_context(|| format!("parent {q:?}"))?,
-                ),
-            };
-            Decoded::Entry(NewEntry { id, parent, body })
-        }
+/// Appends one input line ([`cairn::decode_input`], then
+/// [`Session::append_input`], which resolves its parent); a parent that
+/// does not resolve is named in the error.
+fn append(session: &Session, line: &str) -> Result<Appended> {
+    let input = cairn::decode_input(line)?;
+    let parent = match &input {
+        InputRecord::Entry {
+            parent: InputParent::Reference(q),
+            ..
+        } => Some(q.clone()),
+        InputRecord::Entry { .. } | InputRecord::Op(_) => None,
+    };
+    session.append_input(input).map_err(|e| match (e, parent) {
+        (StoreError::Lookup(e), Some(q)) => anyhow::Error::new(e).context(format!("parent {q:?}")),
+        (e, _) => e.into(),
     })
 }

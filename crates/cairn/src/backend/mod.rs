@@ -20,6 +20,7 @@ pub use memory::MemoryBackend;
 use crate::error::{AppendError, IoFailure, OpenError, ReadError, StoreError};
 use crate::id::SessionId;
 pub use crate::index::{IndexBytes, IndexedPrefix};
+pub use crate::source::{LineAt, LineReader};
 use crate::summary::SessionSummary;
 
 /// Whether an open may write.
@@ -401,32 +402,6 @@ pub trait Log: Send + Sync + fmt::Debug {
     }
 }
 
-/// Reads a log's lines by position ([`Log::line_at`]).
-pub trait LineReader: Send + Sync + fmt::Debug {
-    /// Where the log lives, for messages.
-    fn location(&self) -> &str;
-
-    /// Reads line `seq`, `len` bytes at byte `offset` (newline included),
-    /// verifying its framing and checksum.
-    ///
-    /// # Errors
-    ///
-    /// [`ReadError::Damaged`] if the bytes there are no longer an intact
-    /// line, or I/O errors.
-    fn read_at(&self, seq: u64, offset: u64, len: u64) -> Result<Vec<u8>, ReadError>;
-}
-
-/// Where one line of a log is, and a reader for it ([`Log::line_at`]).
-#[derive(Debug, Clone)]
-pub struct LineAt {
-    /// Reads the line.
-    pub reader: Arc<dyn LineReader>,
-    /// Byte offset of its first byte.
-    pub offset: u64,
-    /// Its length, newline included.
-    pub len: u64,
-}
-
 /// The version of the catalog format (`docs/STORES.md` §1, "Catalog").
 const CATALOG_VERSION: u32 = 1;
 
@@ -473,5 +448,18 @@ impl Catalog {
         (file.version == CATALOG_VERSION).then_some(Catalog {
             sessions: file.sessions,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Catalog;
+
+    #[test]
+    fn a_catalog_of_another_version_is_not_read() {
+        let c = Catalog::default();
+        assert_eq!(Catalog::from_bytes(&c.to_bytes()), Some(c));
+        assert_eq!(Catalog::from_bytes(br#"{"version":2,"sessions":{}}"#), None);
+        assert_eq!(Catalog::from_bytes(b"not json"), None);
     }
 }

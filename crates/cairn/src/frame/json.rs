@@ -222,6 +222,42 @@ impl<'a> Compound<'a> {
     }
 }
 
+/// Serializer methods for tuple and struct variants, opened with `$open`
+/// and closed with `$close`.
+macro_rules! variants {
+    ($($method:ident => $open:expr, $close:expr;)*) => {$(
+        fn $method(
+            mut self,
+            _: &'static str,
+            _: u32,
+            variant: &'static str,
+            _: usize,
+        ) -> Result<Compound<'a>, Unsupported> {
+            self.open_variant(variant);
+            Ok(Compound::open(self.out, $open, $close))
+        }
+    )*};
+}
+
+/// Serializer methods for integers written widened to 64 bits by `$push`.
+macro_rules! widened {
+    ($($method:ident: $ty:ty => $push:ident),* $(,)?) => {$(
+        fn $method(self, v: $ty) -> Done {
+            $push(self.out, v.into());
+            Ok(())
+        }
+    )*};
+}
+
+/// Serializer methods for numbers `serde_json` writes itself.
+macro_rules! by_serde_json {
+    ($($method:ident: $ty:ty),* $(,)?) => {$(
+        fn $method(self, v: $ty) -> Done {
+            serde_json::to_writer(self.out, &v).map_err(|_| Unsupported)
+        }
+    )*};
+}
+
 impl<'a> ser::Serializer for Writer<'a> {
     type Ok = ();
     type Error = Unsupported;
@@ -239,42 +275,17 @@ impl<'a> ser::Serializer for Writer<'a> {
         Ok(())
     }
 
-    fn serialize_i8(self, v: i8) -> Done {
-        push_i64(self.out, v.into());
-        Ok(())
-    }
-
-    fn serialize_i16(self, v: i16) -> Done {
-        push_i64(self.out, v.into());
-        Ok(())
-    }
-
-    fn serialize_i32(self, v: i32) -> Done {
-        push_i64(self.out, v.into());
-        Ok(())
+    widened! {
+        serialize_i8: i8 => push_i64,
+        serialize_i16: i16 => push_i64,
+        serialize_i32: i32 => push_i64,
+        serialize_u8: u8 => push_u64,
+        serialize_u16: u16 => push_u64,
+        serialize_u32: u32 => push_u64,
     }
 
     fn serialize_i64(self, v: i64) -> Done {
         push_i64(self.out, v);
-        Ok(())
-    }
-
-    fn serialize_i128(self, v: i128) -> Done {
-        serde_json::to_writer(self.out, &v).map_err(|_| Unsupported)
-    }
-
-    fn serialize_u8(self, v: u8) -> Done {
-        push_u64(self.out, v.into());
-        Ok(())
-    }
-
-    fn serialize_u16(self, v: u16) -> Done {
-        push_u64(self.out, v.into());
-        Ok(())
-    }
-
-    fn serialize_u32(self, v: u32) -> Done {
-        push_u64(self.out, v.into());
         Ok(())
     }
 
@@ -283,18 +294,13 @@ impl<'a> ser::Serializer for Writer<'a> {
         Ok(())
     }
 
-    fn serialize_u128(self, v: u128) -> Done {
-        serde_json::to_writer(self.out, &v).map_err(|_| Unsupported)
-    }
-
-    // Floats as `serde_json` writes them (shortest round trip; `null` when
-    // not finite).
-    fn serialize_f32(self, v: f32) -> Done {
-        serde_json::to_writer(self.out, &v).map_err(|_| Unsupported)
-    }
-
-    fn serialize_f64(self, v: f64) -> Done {
-        serde_json::to_writer(self.out, &v).map_err(|_| Unsupported)
+    // 128-bit integers, and floats as `serde_json` writes them (shortest
+    // round trip; `null` when not finite).
+    by_serde_json! {
+        serialize_i128: i128,
+        serialize_u128: u128,
+        serialize_f32: f32,
+        serialize_f64: f64,
     }
 
     fn serialize_char(self, v: char) -> Done {
@@ -365,15 +371,11 @@ impl<'a> ser::Serializer for Writer<'a> {
         self.serialize_seq(None)
     }
 
-    fn serialize_tuple_variant(
-        mut self,
-        _: &'static str,
-        _: u32,
-        variant: &'static str,
-        _: usize,
-    ) -> Result<Compound<'a>, Unsupported> {
-        self.open_variant(variant);
-        Ok(Compound::open(self.out, b'[', b"]}"))
+    // Externally tagged: `{"variant":` then the value, whose close also
+    // closes the tag's object.
+    variants! {
+        serialize_tuple_variant => b'[', b"]}";
+        serialize_struct_variant => b'{', b"}}";
     }
 
     fn serialize_map(self, _: Option<usize>) -> Result<Compound<'a>, Unsupported> {
@@ -388,70 +390,33 @@ impl<'a> ser::Serializer for Writer<'a> {
         }
         self.serialize_map(None)
     }
-
-    fn serialize_struct_variant(
-        mut self,
-        _: &'static str,
-        _: u32,
-        variant: &'static str,
-        _: usize,
-    ) -> Result<Compound<'a>, Unsupported> {
-        self.open_variant(variant);
-        Ok(Compound::open(self.out, b'{', b"}}"))
-    }
 }
 
-impl ser::SerializeSeq for Compound<'_> {
-    type Ok = ();
-    type Error = Unsupported;
+/// The sequence-like compounds (sequences, tuples, tuple structs and
+/// variants) all write their elements the same way.
+macro_rules! elements {
+    ($($kind:ident :: $method:ident),*) => {$(
+        impl ser::$kind for Compound<'_> {
+            type Ok = ();
+            type Error = Unsupported;
 
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Done {
-        self.element(value)
-    }
+            fn $method<T: Serialize + ?Sized>(&mut self, value: &T) -> Done {
+                self.element(value)
+            }
 
-    fn end(self) -> Done {
-        self.close()
-    }
+            fn end(self) -> Done {
+                self.close()
+            }
+        }
+    )*};
 }
 
-impl ser::SerializeTuple for Compound<'_> {
-    type Ok = ();
-    type Error = Unsupported;
-
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Done {
-        self.element(value)
-    }
-
-    fn end(self) -> Done {
-        self.close()
-    }
-}
-
-impl ser::SerializeTupleStruct for Compound<'_> {
-    type Ok = ();
-    type Error = Unsupported;
-
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Done {
-        self.element(value)
-    }
-
-    fn end(self) -> Done {
-        self.close()
-    }
-}
-
-impl ser::SerializeTupleVariant for Compound<'_> {
-    type Ok = ();
-    type Error = Unsupported;
-
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Done {
-        self.element(value)
-    }
-
-    fn end(self) -> Done {
-        self.close()
-    }
-}
+elements!(
+    SerializeSeq::serialize_element,
+    SerializeTuple::serialize_element,
+    SerializeTupleStruct::serialize_field,
+    SerializeTupleVariant::serialize_field
+);
 
 impl ser::SerializeMap for Compound<'_> {
     type Ok = ();
@@ -473,31 +438,29 @@ impl ser::SerializeMap for Compound<'_> {
     }
 }
 
-impl ser::SerializeStruct for Compound<'_> {
-    type Ok = ();
-    type Error = Unsupported;
+/// Structs and struct variants write their fields as members.
+macro_rules! members {
+    ($($kind:ident),*) => {$(
+        impl ser::$kind for Compound<'_> {
+            type Ok = ();
+            type Error = Unsupported;
 
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, key: &'static str, value: &T) -> Done {
-        self.member(key, value)
-    }
+            fn serialize_field<T: Serialize + ?Sized>(
+                &mut self,
+                key: &'static str,
+                value: &T,
+            ) -> Done {
+                self.member(key, value)
+            }
 
-    fn end(self) -> Done {
-        self.close()
-    }
+            fn end(self) -> Done {
+                self.close()
+            }
+        }
+    )*};
 }
 
-impl ser::SerializeStructVariant for Compound<'_> {
-    type Ok = ();
-    type Error = Unsupported;
-
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, key: &'static str, value: &T) -> Done {
-        self.member(key, value)
-    }
-
-    fn end(self) -> Done {
-        self.close()
-    }
-}
+members!(SerializeStruct, SerializeStructVariant);
 
 /// A map key: only a string is written here; `serde_json`'s rules for
 /// other keys (numbers quoted, and so on) are left to it.

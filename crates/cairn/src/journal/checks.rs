@@ -8,8 +8,9 @@ use std::collections::HashSet;
 use super::{OpFold, OpenCall, idempotency_key, unanswered_calls};
 use crate::error::Invalid;
 use crate::id::{EntryId, SessionId};
-use crate::projection::{CheckError, Context, EntrySource, Projector};
+use crate::projection::{CheckError, Context, Projector};
 use crate::record::{Entry, EntryBody, OpRecord, Role, ToolDispatched};
+use crate::source::EntrySource;
 use crate::tree::Tree;
 
 /// Checks an entry that starts a branch (its parent is not the leaf: a

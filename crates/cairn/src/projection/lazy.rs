@@ -9,11 +9,11 @@
 use std::fmt;
 use std::sync::{Arc, OnceLock};
 
-use crate::backend::LineAt;
 use crate::error::{Damage, ReadError};
 use crate::frame::{self, Frame};
 use crate::id::EntryId;
 use crate::record::{Body, Entry, EntryBody, Message};
+use crate::source::LineAt;
 
 /// A context message's message.
 #[derive(Clone)]

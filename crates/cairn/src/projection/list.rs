@@ -21,7 +21,7 @@ use std::iter::FusedIterator;
 use std::ops::Index;
 use std::sync::{Arc, OnceLock};
 
-use super::ContextMessage;
+use super::message::ContextMessage;
 
 /// Messages per chunk.
 const LEAF: usize = 16;

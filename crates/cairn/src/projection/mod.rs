@@ -1,20 +1,20 @@
 //! The projection: [`Context`] is the fold of the branch from its root to the
 //! leaf. [`Context::fold`] is the rule written plainly (from scratch, over
-//! decoded entries); `Projector` (in `projector.rs`) maintains the same value incrementally: O(1)
-//! amortized per entry appended at the leaf, and on a move it truncates to the
-//! common ancestor and replays only the new suffix (plus, when a compaction is
-//! left behind, the kept range of the one before it).
+//! decoded entries); `Projector` (`projector/`) maintains the same value
+//! incrementally: O(1) amortized per entry appended at the leaf, and on a
+//! move it truncates to the common ancestor and replays only the new suffix
+//! (plus, when a compaction is left behind, the kept range of the one
+//! before it).
 //!
-//! A message entry's message is kept as where its line is (`lazy.rs`) when
-//! the backend reads lines cheaply by position, and decoded only when first
-//! asked for ([`ContextMessage::message`]), its line checked again then.
+//! A message entry's message ([`ContextMessage`], `message.rs`) is kept as
+//! where its line is (`lazy.rs`) when the backend reads lines cheaply by
+//! position, and decoded only when first asked for
+//! ([`ContextMessage::message`]), its line checked again then.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use crate::error::ReadError;
 use crate::id::EntryId;
 use crate::record::{
     AppStateChange, Compaction, Entry, EntryBody, Message, Role, SessionInfo, value_text,
@@ -22,13 +22,13 @@ use crate::record::{
 
 mod lazy;
 mod list;
+mod message;
 mod projector;
 
-use lazy::Held;
-
 pub use list::{Iter as MessagesIter, Messages};
+pub use message::{ContextMessage, Source};
 
-pub(crate) use projector::{CheckError, EntrySource, Projector, Saved};
+pub(crate) use projector::{CheckError, Projector, Saved};
 
 /// What the model sees and the state beside it, at one leaf. Immutable: a
 /// snapshot handed out by a session never changes and cannot change history.
@@ -67,99 +67,6 @@ pub struct Context {
     settings: Map<String, Value>,
     compaction: Option<ActiveCompaction>,
     labels: BTreeMap<String, EntryId>,
-}
-
-/// One message of the context and where it came from.
-#[derive(Debug, Clone)]
-pub struct ContextMessage {
-    entry: EntryId,
-    source: Source,
-    message: Held,
-    /// Position of the source entry on the branch (0 = root).
-    pos: u32,
-}
-
-impl ContextMessage {
-    /// The entry that produced the message.
-    pub fn entry(&self) -> &EntryId {
-        &self.entry
-    }
-    /// What kind of entry produced it.
-    pub fn source(&self) -> &Source {
-        &self.source
-    }
-    /// The message: decoded already, or read from the session's log now
-    /// (once: later calls return the same decoded message). A message read
-    /// now is checked again — its line's checksum and framing, its `seq`,
-    /// its entry id and its kind — so a record changed since the open is an
-    /// error, never another message.
-    ///
-    /// # Errors
-    ///
-    /// [`ReadError::Damaged`] naming the session file, the record's line
-    /// and byte offset and what is wrong (checksum, frame, body), with the
-    /// advice to run `cairn fsck`; [`ReadError::Io`] when it cannot be read.
-    pub fn message(&self) -> Result<&Message, ReadError> {
-        self.message.get(&self.entry)
-    }
-
-    /// The message if it is decoded already (every message of a
-    /// [`Context::fold`] is), without reading.
-    pub(crate) fn decoded_message(&self) -> Option<&Message> {
-        self.message.decoded()
-    }
-
-    /// A message entry's message kept as record `seq`, the line `at`, read
-    /// when first asked for.
-    pub(crate) fn deferred(entry: EntryId, pos: u32, seq: u64, at: crate::backend::LineAt) -> Self {
-        ContextMessage {
-            entry,
-            source: Source::Message,
-            message: Held::Deferred(lazy::Deferred::new(seq, at)),
-            pos,
-        }
-    }
-
-    /// A message already decoded.
-    pub(crate) fn decoded(entry: EntryId, source: Source, message: Message, pos: u32) -> Self {
-        ContextMessage {
-            entry,
-            source,
-            message: Held::Decoded(Arc::new(message)),
-            pos,
-        }
-    }
-}
-
-/// Equal when entry, source and position are, and the messages decode to
-/// equal messages; a message that cannot be read equals only one kept as
-/// the same line of the same log.
-impl PartialEq for ContextMessage {
-    fn eq(&self, other: &ContextMessage) -> bool {
-        self.entry == other.entry
-            && self.source == other.source
-            && self.pos == other.pos
-            && match (self.message(), other.message()) {
-                (Ok(a), Ok(b)) => a == b,
-                (Ok(_), Err(_)) | (Err(_), Ok(_)) | (Err(_), Err(_)) => {
-                    self.message.same_line(&other.message)
-                }
-            }
-    }
-}
-
-/// The kind of entry a context message comes from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Source {
-    /// A `message` entry.
-    Message,
-    /// The active compaction's summary (always the first message).
-    CompactionSummary,
-    /// A checkout's summary of the branch it left.
-    CheckoutSummary,
-    /// A visible `custom` entry of this namespace.
-    Custom(String),
 }
 
 /// The compaction in force on the branch.
@@ -346,17 +253,11 @@ fn summary_message(id: &EntryId, pos: u32, c: &Compaction) -> ContextMessage {
 /// [`message_of`] for an entry the caller no longer needs: a message is
 /// moved into the context, not copied.
 fn message_from(e: Entry, pos: u32) -> Option<ContextMessage> {
-    match e.body {
-        EntryBody::Message(m) => Some(ContextMessage::decoded(e.id, Source::Message, m, pos)),
-        EntryBody::AppState(_)
-        | EntryBody::Compaction(_)
-        | EntryBody::Checkout(_)
-        | EntryBody::Settings(_)
-        | EntryBody::Label(_)
-        | EntryBody::SessionInfo(_)
-        | EntryBody::Custom(_)
-        | EntryBody::Ignored(_) => message_of(&e, pos),
+    // Only a message is moved; every other kind is decided in `message_of`.
+    if let EntryBody::Message(m) = e.body {
+        return Some(ContextMessage::decoded(e.id, Source::Message, m, pos));
     }
+    message_of(&e, pos)
 }
 
 /// The message an entry contributes to the context, if any (compactions are

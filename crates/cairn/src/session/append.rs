@@ -6,9 +6,10 @@ use std::collections::BTreeMap;
 
 use super::{Appended, Inner, NewEntry, Parent, Reader, Session, Writing, lock};
 use crate::commit::Durability;
-use crate::error::{AppendError, Invalid};
+use crate::error::{AppendError, Invalid, StoreError};
 use crate::frame;
 use crate::id::{self, EntryId};
+use crate::input::{InputParent, InputRecord};
 use crate::journal;
 use crate::kind::EntryKind;
 use crate::projection::{CheckError, Source};
@@ -206,6 +207,48 @@ impl Session {
         inner.proj.push(&inner.tree, node, entry, &reader)?;
         self.finish_write(w, seq + 1)?;
         Ok(appended)
+    }
+
+    /// Appends one input record ([`decode_input`](crate::decode_input)): an
+    /// operation record as it is, an entry with its parent resolved as
+    /// [`Session::resolve`] resolves it (an entry id, else a label, else a
+    /// unique id prefix; no `"parent"`: the leaf; `null`: a new root). What
+    /// `cairn append`, the server's records endpoint and the Python binding
+    /// write.
+    ///
+    /// ```
+    /// use cairn::{MemoryBackend, Session, decode_input};
+    ///
+    /// let backend = MemoryBackend::new();
+    /// let s = Session::create(&backend, Default::default())?;
+    /// let hi = r#"{"role":"user","content":[{"type":"text","text":"hi"}]}"#;
+    /// let first = format!(r#"{{"kind":"message","id":"0000abcd","data":{hi}}}"#);
+    /// s.append_input(decode_input(&first)?)?;
+    /// // The parent by a unique prefix of its id.
+    /// let reply = format!(r#"{{"kind":"message","parent":"0000","data":{hi}}}"#);
+    /// let second = s.append_input(decode_input(&reply)?)?;
+    /// assert_eq!(s.context().messages().len(), 2);
+    /// assert_eq!(second.seq, 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Lookup`] when the parent names no entry or several;
+    /// [`StoreError::Append`] as [`Session::append_entry`] and
+    /// [`Session::append_op`].
+    pub fn append_input(&self, input: InputRecord) -> Result<Appended, StoreError> {
+        match input {
+            InputRecord::Op(op) => Ok(self.append_op(op)?),
+            InputRecord::Entry { id, parent, body } => {
+                let parent = match parent {
+                    InputParent::Leaf => Parent::Leaf,
+                    InputParent::Root => Parent::Root,
+                    InputParent::Reference(query) => Parent::Entry(self.resolve(&query)?),
+                };
+                Ok(self.append_entry(NewEntry { id, parent, body })?)
+            }
+        }
     }
 
     /// Appends an operation-journal record.
@@ -413,7 +456,7 @@ mod tests {
     use std::sync::Arc;
 
     use crate::backend::MemoryBackend;
-    use crate::error::{AppendError, Invalid};
+    use crate::error::{AppendError, Invalid, LookupError, StoreError};
     use crate::record::{Block, EntryBody, Message, Role};
     use crate::session::{NewEntry, NewSession, Parent, Session};
 
@@ -430,6 +473,35 @@ mod tests {
             model: None,
             stop_reason: None,
         })
+    }
+
+    /// An input record's parent is found by entry id, label or unique id
+    /// prefix; one that names nothing is a lookup error and writes nothing.
+    #[test]
+    fn an_input_parent_resolves_by_id_label_or_prefix_and_an_unknown_one_writes_nothing() {
+        let backend = MemoryBackend::new();
+        let s = Session::create(&backend, NewSession::default()).unwrap();
+        let input = |parent: &str| {
+            let hi = r#"{"role":"user","content":[{"type":"text","text":"hi"}]}"#;
+            crate::decode_input(&format!(
+                r#"{{"kind":"message","parent":{parent},"data":{hi}}}"#
+            ))
+            .unwrap()
+        };
+        let root = s.append_input(input("null")).unwrap().id.unwrap();
+        s.label("top", Some(&root)).unwrap();
+        for parent in [root.as_str(), "top", &root.as_str()[..4]] {
+            let child = s.append_input(input(&format!("{parent:?}"))).unwrap();
+            let entry = s.entry(child.id.as_ref().unwrap()).unwrap().unwrap();
+            assert_eq!(entry.parent.as_ref(), Some(&root), "{parent}");
+        }
+        let len = s.len();
+        let unknown = s.append_input(input(r#""nowhere""#));
+        assert!(
+            matches!(unknown, Err(StoreError::Lookup(LookupError::NotFound(_)))),
+            "{unknown:?}"
+        );
+        assert_eq!(s.len(), len);
     }
 
     /// Regression: the append-time check moved the live projection to the

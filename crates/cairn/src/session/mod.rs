@@ -21,8 +21,9 @@ use crate::id::{EntryId, SessionId};
 use crate::journal::OpFold;
 use crate::kind::EntryKind;
 use crate::memory::{MemoryConfig, MemoryTracker, SessionMemory};
-use crate::projection::{Context, EntrySource, Projector, SessionWide};
+use crate::projection::{Context, Projector, SessionWide};
 use crate::record::{Body, Entry, EntryBody, FORMAT_VERSION, Header, Lineage, Record, Role};
+use crate::source::EntrySource;
 use crate::tree::{BranchFold, Tree, Walk};
 
 /// The software name and version written in new headers.
@@ -185,7 +186,7 @@ impl EntrySource for Reader<'_> {
     /// decoded when the index was written, and an open through it need not
     /// read them; a line the open parses has its payload decoded there, as
     /// `docs/FORMAT.md` §7 says.
-    fn line_at(&self, node: u32) -> Option<(u64, crate::backend::LineAt)> {
+    fn line_at(&self, node: u32) -> Option<(u64, crate::source::LineAt)> {
         // A damaged tree: read now (`entry`), which reports it.
         if node >= self.tree.base_len() || self.tree.damage().is_some() {
             return None;

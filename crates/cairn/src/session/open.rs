@@ -1,6 +1,11 @@
 //! Opening a session: one pass over its lines that verifies every frame,
 //! `seq` continuity, the header and the tree, then the projection, the
 //! session-wide folds and the last operation, decoding only what they need.
+//!
+//! With a persisted index that still describes the log, the tree, the
+//! operation list and the checkpoint come from it and only the lines after it
+//! are parsed; the projection starts from the checkpoint when it fits the
+//! tree. A writer's open that parsed many lines saves a new index.
 
 use std::sync::{Arc, Mutex};
 
@@ -15,8 +20,9 @@ use crate::id::SessionId;
 use crate::index;
 use crate::journal::OpFold;
 use crate::kind::{EntryKind, OpKind};
-use crate::projection::{EntrySource, Projector, SessionWide};
+use crate::projection::{Projector, SessionWide};
 use crate::record::{Body, FORMAT_VERSION, Header};
+use crate::source::EntrySource;
 use crate::tree::{BranchFold, Reject, Tree, Walk};
 
 impl Session {

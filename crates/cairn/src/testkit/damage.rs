@@ -7,8 +7,8 @@
 use serde_json::json;
 
 use super::build::user;
+use super::fixture::{Fixture, Interrupted};
 use super::util::{OrFail, other_store, raw_records, store, stored_lines};
-use super::{Fixture, Interrupted};
 use crate::backend::Access;
 use crate::error::{AppendError, OpenError};
 use crate::frame;

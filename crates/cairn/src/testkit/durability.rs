@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::Fixture;
 use super::build::user;
+use super::fixture::Fixture;
 use super::util::{OrFail, other_store, raw_records, store, stored_lines};
 use crate::backend::Access;
 use crate::commit::Durability;

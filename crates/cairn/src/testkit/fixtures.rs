@@ -7,9 +7,9 @@ use std::sync::Arc;
 
 use tempfile::TempDir;
 
+use super::fixture::{Fixture, Interrupted};
 use super::util::OrFail;
 use super::vfs::{Faults, HookVfs};
-use super::{Fixture, Interrupted};
 use crate::backend::{Backend, FileBackend, MemoryBackend};
 use crate::id::SessionId;
 

@@ -5,8 +5,8 @@
 
 use serde_json::json;
 
-use super::Fixture;
 use super::build::{calls, user};
+use super::fixture::Fixture;
 use super::util::{OrFail, next_millisecond, other_store, store};
 use crate::backend::Access;
 use crate::error::{OpenError, StoreError};

@@ -2,8 +2,8 @@
 //! [`OpenError::InUse`] naming the holder, on every handle; readers are
 //! never blocked and never block; the lock is released when the writer goes.
 
-use super::Fixture;
 use super::build::user;
+use super::fixture::Fixture;
 use super::util::{OrFail, other_store, raw_records, store};
 use crate::backend::Access;
 use crate::error::{AppendError, OpenError};

@@ -1,8 +1,8 @@
 //! The backend conformance suite (feature `testkit`): the checks every
-//! [`Backend`] must pass, written against the API hosts use ([`Session`],
+//! [`Backend`](crate::Backend) must pass, written against the API hosts use ([`Session`],
 //! [`Store`](crate::Store), [`recover`](crate::recover)) so that a backend is
 //! judged by what a host would see, plus a few checks of the raw seam
-//! (the exact lines handed to [`Backend::open`]'s visitor).
+//! (the exact lines handed to [`Backend::open`](crate::Backend::open)'s visitor).
 //!
 //! A backend's tests implement [`Fixture`] — a fresh, empty store per
 //! fixture, a second handle onto the same storage (as another process would
@@ -40,6 +40,7 @@ pub mod build;
 pub mod child;
 mod damage;
 mod durability;
+mod fixture;
 mod fixtures;
 pub mod indexed;
 mod listing;
@@ -52,11 +53,6 @@ mod roundtrip;
 mod util;
 pub mod vfs;
 
-use std::sync::Arc;
-
-use crate::backend::Backend;
-use crate::id::SessionId;
-
 pub use damage::{
     a_bad_record_in_the_middle_is_a_hard_error, a_failed_write_poisons_the_handle,
     a_newer_format_is_refused_and_the_lock_released,
@@ -65,6 +61,7 @@ pub use damage::{
 pub use durability::{
     eight_threads_in_group_mode_lose_nothing, every_durability_mode_keeps_acknowledged_records,
 };
+pub use fixture::{Check, Fixture, Interrupted};
 pub use fixtures::{FileFixture, MemoryFixture};
 pub use listing::{
     listing_is_newest_first_with_counts_titles_and_status,
@@ -85,54 +82,6 @@ pub use rng::Rng;
 pub use roundtrip::{
     every_record_kind_round_trips_byte_for_byte, large_and_many_records_round_trip,
 };
-
-/// What a crash in the middle of an append leaves behind, per backend.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Interrupted {
-    /// Part of the line reached storage: a reader ignores it, a writer cuts
-    /// it (and reports it) on open. The file backend.
-    Torn,
-    /// Appends are atomic: nothing of the interrupted append is visible.
-    /// Transactional and in-memory backends.
-    Atomic,
-}
-
-/// A backend under test: one fresh, empty store per fixture.
-pub trait Fixture {
-    /// The backend's name, for failure messages.
-    fn name(&self) -> String;
-
-    /// The backend under test.
-    fn backend(&self) -> Arc<dyn Backend>;
-
-    /// An independent handle onto the same storage, as another process
-    /// would open it (new files, new connections). Locks taken through
-    /// [`Fixture::backend`] must be seen through it. A backend with no such
-    /// notion returns a handle sharing the same state.
-    fn reopen(&self) -> Arc<dyn Backend>;
-
-    /// Leaves session `id` (no writer open) as a writer killed in the middle
-    /// of appending `line` as its next record would leave it.
-    fn interrupt_append(&self, id: &SessionId, line: &[u8]) -> Interrupted;
-
-    /// From now on every write and sync of session logs through
-    /// [`Fixture::backend`] fails (`true`), or succeeds again (`false`).
-    /// Returns whether the backend can fail on demand.
-    fn fail_writes(&self, fail: bool) -> bool {
-        let _ = fail;
-        false
-    }
-
-    /// Damages record `seq` of session `id` (no writer open) in storage, so
-    /// that its checksum no longer verifies. Returns whether supported.
-    fn corrupt(&self, id: &SessionId, seq: u64) -> bool {
-        let _ = (id, seq);
-        false
-    }
-}
-
-/// A check of the suite.
-pub type Check = fn(&dyn Fixture);
 
 /// Every check, by name, in the order [`run_all`] runs them.
 pub const CHECKS: &[(&str, Check)] = &[

@@ -4,9 +4,9 @@
 
 use serde_json::json;
 
-use super::Fixture;
 use super::Rng;
 use super::build::{assistant, calls, tool_result, user};
+use super::fixture::Fixture;
 use super::util::{OrFail, all_entries, other_store, store};
 use crate::backend::Access;
 use crate::error::AppendError;

@@ -4,8 +4,8 @@
 
 use serde_json::json;
 
-use super::Fixture;
 use super::build::calls;
+use super::fixture::Fixture;
 use super::util::{OrFail, other_store, raw_records, store, stored_lines};
 use crate::backend::Access;
 use crate::commit::Durability;
@@ -14,12 +14,24 @@ use crate::record::{
     AppStateChange, Block, Compaction, Custom, EffectClass, EntryBody, Label, Message, OpRecord,
     Outcome, Role, SessionInfo, Settings, Unknown, Usage,
 };
-use crate::session::{NewSession, Session};
+use crate::session::{Appended, NewSession, Session};
 
 /// Appends one entry of every kind and one operation record of every kind
 /// (blocks of every type, unicode and escapes included).
 fn append_every_kind(s: &Session) {
-    let ok = |what: &str| format!("append {what}");
+    let (hello, reply) = append_messages(s);
+    append_other_entries(s, &hello, &reply);
+    append_every_op_record(s);
+}
+
+/// What an append failed to do, for the failure message.
+fn ok(what: &str) -> String {
+    format!("append {what}")
+}
+
+/// A user message, an assistant message with thinking and a tool call, and
+/// its result with text, image and blob blocks; returns the first two.
+fn append_messages(s: &Session) -> (Appended, Appended) {
     let hello = s
         .append(EntryBody::Message(Message::text(
             Role::User,
@@ -78,6 +90,12 @@ fn append_every_kind(s: &Session) {
         stop_reason: None,
     }))
     .or_fail(ok("a tool result with text, image and blob blocks"));
+    (hello, reply)
+}
+
+/// Every other entry kind (the compaction keeping from `reply`, a label on
+/// `hello`), then a checkout back to `hello` and a label removal.
+fn append_other_entries(s: &Session, hello: &Appended, reply: &Appended) {
     for (what, body) in [
         (
             "app_state set",
@@ -155,7 +173,11 @@ fn append_every_kind(s: &Session) {
     s.append(EntryBody::Message(Message::text(Role::User, "again")))
         .or_fail(ok("a message on the new branch"));
     s.label("start", None).or_fail(ok("a label removal"));
+}
 
+/// An operation with a record of every operation kind, and an ignorable
+/// operation record of an unknown kind.
+fn append_every_op_record(s: &Session) {
     let op = s
         .start_operation(Message::text(Role::User, "charge me and look it up"))
         .or_fail("start an operation");

@@ -4,7 +4,7 @@
 
 use std::fmt::Display;
 
-use super::Fixture;
+use super::fixture::Fixture;
 use crate::backend::{Access, Backend, RawLine, TornTail};
 use crate::id::SessionId;
 use crate::record::Entry;

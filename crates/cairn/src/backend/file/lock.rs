@@ -5,13 +5,13 @@
 
 use std::collections::BTreeMap;
 use std::io;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use super::scan::read_exact_at;
-use super::{FileBackend, READ_CHUNK};
+use super::scan::{READ_CHUNK, read_exact_at};
 use crate::error::{IoFailure, OpenError};
 use crate::id::SessionId;
-use crate::vfs::{OpenMode, VfsFile};
+use crate::vfs::{OpenMode, Vfs, VfsFile};
 
 /// The line a writer adds to its lock file when a write or sync of the log
 /// fails: `unsynced-from <offset>`, the end of what its last successful sync
@@ -77,87 +77,84 @@ pub(super) fn forget_unsynced(location: &str) {
 /// saw "in use" from its own process (found as flaky CLI tests).
 const LOCK_WAITS_MS: [u64; 9] = [1, 2, 4, 8, 16, 32, 64, 128, 256];
 
-impl FileBackend {
-    /// Removes the temporary files of creates that crashed
-    /// (`.<id>.jsonl.new`, STORES.md §1), once per backend, at its first
-    /// write. A create holds the session's writer lock for as long as its
-    /// temporary exists, so one whose lock can be taken (or that has no
-    /// lock file) is not in use. Best effort: a file that cannot be probed
-    /// or removed stays for the next time.
-    pub(super) fn sweep_stale_creates(&self) {
-        if self.swept.swap(true, std::sync::atomic::Ordering::Relaxed) {
-            return;
-        }
-        let Ok(names) = self.vfs.read_dir(&self.dir) else {
-            return;
+/// Removes the temporary files of creates that crashed
+/// (`.<id>.jsonl.new`, STORES.md §1) from `dir`. A create holds the
+/// session's writer lock (at `lock_path`) for as long as its temporary
+/// exists, so one whose lock can be taken (or that has no lock file) is not
+/// in use. Best effort: a file that cannot be probed or removed stays for
+/// the next time.
+pub(super) fn sweep_stale_creates(
+    vfs: &dyn Vfs,
+    dir: &Path,
+    lock_path: impl Fn(&SessionId) -> PathBuf,
+) {
+    let Ok(names) = vfs.read_dir(dir) else {
+        return;
+    };
+    for name in names {
+        let Some(id) = name
+            .strip_prefix('.')
+            .and_then(|n| n.strip_suffix(".jsonl.new"))
+            .and_then(|n| SessionId::parse(n).ok())
+        else {
+            continue;
         };
-        for name in names {
-            let Some(id) = name
-                .strip_prefix('.')
-                .and_then(|n| n.strip_suffix(".jsonl.new"))
-                .and_then(|n| SessionId::parse(n).ok())
-            else {
-                continue;
-            };
-            let free = match self.vfs.open(&self.lock_path(&id), OpenMode::ReadWrite) {
-                // Held until dropped, after the removal below.
-                Ok(lock) => lock.try_lock().ok().filter(|&l| l).map(|_| Some(lock)),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some(None),
-                Err(_) => None,
-            };
-            if let Some(_lock) = free {
-                let _ = self.vfs.remove_file(&self.dir.join(&name));
-            }
+        let free = match vfs.open(&lock_path(&id), OpenMode::ReadWrite) {
+            // Held until dropped, after the removal below.
+            Ok(lock) => lock.try_lock().ok().filter(|&l| l).map(|_| Some(lock)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some(None),
+            Err(_) => None,
+        };
+        if let Some(_lock) = free {
+            let _ = vfs.remove_file(&dir.join(&name));
         }
     }
+}
 
-    /// Takes the writer lock of a session, writing our pid into the lock file.
-    /// Takes the writer lock. Returns the lock file and, when the previous
-    /// writer recorded a failed write or sync, the offset from which the log
-    /// may not have reached the disk (see [`UNSYNCED`]).
-    pub(super) fn lock(
-        &self,
-        id: &SessionId,
-    ) -> Result<(Arc<dyn VfsFile>, Option<u64>), OpenError> {
-        let path = self.lock_path(id);
-        let io_err = |action, source| {
-            OpenError::Io(IoFailure::new(action, path.display().to_string(), source))
-        };
-        let f = self
-            .vfs
-            .open(&path, OpenMode::CreateOrOpen)
-            .map_err(|e| io_err("open lock file", e))?;
-        // A probe or a forked child can hold the lock for an instant after
-        // its writer let go (see `LOCK_WAITS_MS`): wait a little before
-        // calling the session in use.
-        let mut locked = f.try_lock().map_err(|e| io_err("lock", e))?;
-        for ms in LOCK_WAITS_MS {
-            if locked {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(ms));
-            locked = f.try_lock().map_err(|e| io_err("lock", e))?;
+/// Takes the writer lock of session `id` (its lock file at `path`), writing
+/// our pid into the lock file. Returns the lock file and, when the previous
+/// writer recorded a failed write or sync, the offset from which the log
+/// may not have reached the disk (see [`UNSYNCED`]).
+pub(super) fn take_lock(
+    vfs: &dyn Vfs,
+    path: &Path,
+    id: &SessionId,
+) -> Result<(Arc<dyn VfsFile>, Option<u64>), OpenError> {
+    let io_err =
+        |action, source| OpenError::Io(IoFailure::new(action, path.display().to_string(), source));
+    let f = vfs
+        .open(path, OpenMode::CreateOrOpen)
+        .map_err(|e| io_err("open lock file", e))?;
+    // A probe or a forked child can hold the lock for an instant after
+    // its writer let go (see `LOCK_WAITS_MS`): wait a little before
+    // calling the session in use.
+    let mut locked = f.try_lock().map_err(|e| io_err("lock", e))?;
+    for ms in LOCK_WAITS_MS {
+        if locked {
+            break;
         }
-        let mut buf = [0u8; 96];
-        let n = f.read_at(&mut buf, 0).unwrap_or(0);
-        let content = String::from_utf8_lossy(&buf[..n]).into_owned();
-        if !locked {
-            let holder = content.lines().next().and_then(|s| s.trim().parse().ok());
-            return Err(OpenError::InUse {
-                session: id.to_string(),
-                holder,
-            });
-        }
-        let unsynced = content
-            .lines()
-            .find_map(|l| l.strip_prefix(UNSYNCED))
-            .and_then(|x| x.trim().parse().ok());
-        // The pid is a courtesy for error messages; the marker must survive
-        // until the writer has made the suspect bytes durable again (and it
-        // is also kept in memory: see `UNSYNCED_IN_PROCESS`).
-        let _ = write_lock_note(&*f, unsynced);
-        Ok((f, unsynced))
+        std::thread::sleep(std::time::Duration::from_millis(ms));
+        locked = f.try_lock().map_err(|e| io_err("lock", e))?;
     }
+    let mut buf = [0u8; 96];
+    let n = f.read_at(&mut buf, 0).unwrap_or(0);
+    let content = String::from_utf8_lossy(&buf[..n]).into_owned();
+    if !locked {
+        let holder = content.lines().next().and_then(|s| s.trim().parse().ok());
+        return Err(OpenError::InUse {
+            session: id.to_string(),
+            holder,
+        });
+    }
+    let unsynced = content
+        .lines()
+        .find_map(|l| l.strip_prefix(UNSYNCED))
+        .and_then(|x| x.trim().parse().ok());
+    // The pid is a courtesy for error messages; the marker must survive
+    // until the writer has made the suspect bytes durable again (and it
+    // is also kept in memory: see `UNSYNCED_IN_PROCESS`).
+    let _ = write_lock_note(&*f, unsynced);
+    Ok((f, unsynced))
 }
 
 /// Writes the bytes of `file` from `from` to `end` again, in place, a chunk

@@ -2,17 +2,24 @@
 //! index covers read from its length blocks, the offset of every line after
 //! them kept), reads by sequence number, appends and syncs, and the
 //! poisoning that refuses writes after a failed write or sync.
+//!
+//! The lines a group append defers are kept in memory (and read from there)
+//! and written with one `pwrite` by the next sync, the next plain append, or
+//! once they pass 1 MiB — never by a poisoned log, so the file has no gap.
+//! Syncs run one at a time: a sync beside a failed one would be told success
+//! by the kernel. A writer's log also saves the persisted index.
 
 use std::io;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
-use super::super::{LineAt, LineReader, Log};
+use super::super::Log;
 use super::lock::{remember_unsynced, write_lock_note};
 use super::scan::read_exact_at;
 use crate::error::{AppendError, Damage, ReadError};
 use crate::frame;
 use crate::index::LineTable;
+use crate::source::{LineAt, LineReader};
 use crate::vfs::{Vfs, VfsFile, write_atomic};
 
 /// An open session file.

@@ -33,11 +33,12 @@ mod lock;
 mod log;
 mod scan;
 
-use lock::{forget_unsynced, remember_unsynced, rewrite, unsynced_in_process, write_lock_note};
+use lock::{
+    forget_unsynced, remember_unsynced, rewrite, sweep_stale_creates, take_lock,
+    unsynced_in_process, write_lock_note,
+};
 use log::FileLog;
 use scan::{is_hole, read_exact_at, scan};
-
-const READ_CHUNK: usize = 1 << 20;
 
 impl FileBackend {
     /// Sessions in `dir` on the real file system; the catalog is kept in
@@ -123,6 +124,14 @@ impl FileBackend {
     pub(crate) fn lock_path(&self, id: &SessionId) -> PathBuf {
         self.dir.join(format!("{id}.lock"))
     }
+
+    /// Removes the temporary files of crashed creates, once per backend,
+    /// at its first write ([`sweep_stale_creates`]).
+    fn sweep_stale_creates_once(&self) {
+        if !self.swept.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            sweep_stale_creates(&*self.vfs, &self.dir, |id| self.lock_path(id));
+        }
+    }
 }
 
 impl Backend for FileBackend {
@@ -150,8 +159,8 @@ impl Backend for FileBackend {
         }
         self.ensure_dir()
             .map_err(|e| io_err("create the directory of", e))?;
-        self.sweep_stale_creates();
-        let (lock, _) = self.lock(id)?;
+        self.sweep_stale_creates_once();
+        let (lock, _) = take_lock(&*self.vfs, &self.lock_path(id), id)?;
         let exists = || OpenError::AlreadyExists {
             session: id.to_string(),
             location: self.describe(),
@@ -312,7 +321,7 @@ impl Backend for FileBackend {
                 store: self.describe(),
             });
         }
-        let (lock, _) = self.lock(id)?;
+        let (lock, _) = take_lock(&*self.vfs, &self.lock_path(id), id)?;
         self.vfs.remove_file(&path).map_err(|source| {
             StoreError::Io(IoFailure::new("remove", path.display().to_string(), source))
         })?;
@@ -404,8 +413,8 @@ impl FileBackend {
         let io_err = |action, source| OpenError::Io(IoFailure::new(action, &location, source));
         let (lock, unsynced) = match access {
             Access::Write => {
-                self.sweep_stale_creates();
-                let (f, unsynced) = self.lock(id)?;
+                self.sweep_stale_creates_once();
+                let (f, unsynced) = take_lock(&*self.vfs, &self.lock_path(id), id)?;
                 (Some(f), unsynced)
             }
             Access::Read => (None, None),

@@ -6,7 +6,6 @@
 use std::io;
 
 use super::super::{RawLine, Visitor};
-use super::READ_CHUNK;
 use crate::error::{Damage, IoFailure, OpenError};
 use crate::frame;
 use crate::vfs::VfsFile;
@@ -44,6 +43,9 @@ pub(super) struct Scan {
     pub(super) file_len: u64,
     pub(super) bad: Option<Bad>,
 }
+
+/// How much of a file is read at a time.
+pub(super) const READ_CHUNK: usize = 1 << 20;
 
 /// Reads the file in chunks from byte `start_end`, where the first `first`
 /// lines end (both 0 for the whole file), checking each line's framing. Intact lines are

@@ -13,12 +13,14 @@ use std::collections::{HashMap, HashSet};
 use jiff::Timestamp;
 use serde::Serialize;
 
-use crate::error::LookupError;
 use crate::id::{EntryId, SessionId};
 use crate::journal::{TOOL_NOT_STARTED, TOOL_OUTCOME_UNKNOWN};
-use crate::record::{Block, Body, EntryBody, Message, OpRecord, Record, Role, Usage};
-use crate::session::Session;
+use crate::record::{Block, Body, EntryBody, Message, OpRecord, Record, ResultBlock, Role, Usage};
 use crate::time;
+
+mod resolve;
+
+pub use resolve::resolve;
 
 /// What a step is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -131,51 +133,6 @@ pub fn parse_label(query: &str) -> Option<u32> {
     digits.parse().ok().filter(|&n| n > 0)
 }
 
-/// Resolves what a person typed where an entry is expected, step labels
-/// included: a step label (`s0005`) names the entry its step produced, the
-/// state right after that step; anything else goes to [`Session::resolve`].
-///
-/// # Errors
-///
-/// [`LookupError::NoSuchStep`] past the last step;
-/// [`LookupError::StepWithoutEntry`] for a step that produced no entry (a
-/// model call interrupted before its reply, a tool still running);
-/// [`LookupError::StepOrEntry`] when the label also names an entry or a
-/// label of the session; otherwise as [`Session::resolve`].
-pub fn resolve(session: &Session, query: &str) -> Result<EntryId, LookupError> {
-    let Some(number) = parse_label(query) else {
-        return session.resolve(query);
-    };
-    let steps = session.steps().map_err(|e| LookupError::Unreadable {
-        query: query.to_owned(),
-        problem: crate::with_causes(&e),
-    })?;
-    let Some(step) = steps.iter().find(|s| s.number == number) else {
-        return Err(LookupError::NoSuchStep {
-            step: label(number),
-            last: steps.len() as u32,
-        });
-    };
-    let entry = step
-        .entry
-        .clone()
-        .filter(|id| session.resolve(id.as_str()).is_ok())
-        .ok_or_else(|| LookupError::StepWithoutEntry {
-            step: step.label(),
-            status: step.status.name(),
-        })?;
-    if let Ok(other) = session.resolve(query)
-        && other != entry
-    {
-        return Err(LookupError::StepOrEntry {
-            query: query.to_owned(),
-            step_entry: entry.to_string(),
-            other: other.to_string(),
-        });
-    }
-    Ok(entry)
-}
-
 /// Milliseconds from `from` to the instant `to` names; `None` when either is
 /// not a time or `to` is earlier.
 fn elapsed(from: Option<Timestamp>, to: &str) -> Option<u64> {
@@ -202,7 +159,7 @@ fn result_output(content: &[Block]) -> (String, Option<SessionId>) {
         match b {
             Block::Text { text } => parts.push(text.clone()),
             Block::Blob { uri, .. } => {
-                child = child.or_else(|| crate::store::referenced_session(b));
+                child = child.or_else(|| crate::reference::referenced_session(b));
                 parts.push(format!("[{uri}]"));
             }
             Block::Image { media_type, .. } => parts.push(format!("[image {media_type}]")),
@@ -223,213 +180,248 @@ struct Asked {
 
 /// Derives the steps from a session's records, in `seq` order. Pure.
 pub fn derive(records: &[Record]) -> Vec<Step> {
+    let mut d = Deriving::default();
     // Messages an operation accounts for: its inputs and its attempts' replies.
-    let mut op_inputs: HashSet<&EntryId> = HashSet::new();
-    let mut attempted: HashSet<&EntryId> = HashSet::new();
     for r in records {
         match &r.body {
-            Body::Op(OpRecord::OpStarted(s)) => op_inputs.extend(s.input.as_ref()),
+            Body::Op(OpRecord::OpStarted(s)) => d.op_inputs.extend(s.input.as_ref()),
             Body::Op(OpRecord::ModelAttempted(m)) => {
-                attempted.insert(&m.entry);
+                d.attempted.insert(&m.entry);
             }
             Body::Header(_) | Body::Op(_) | Body::Entry(_) => {}
         }
     }
-    let mut steps: Vec<Step> = Vec::new();
-    let mut user_text: HashMap<EntryId, String> = HashMap::new();
-    let mut model_by_entry: HashMap<EntryId, usize> = HashMap::new();
-    let mut asked: HashMap<String, Asked> = HashMap::new();
-    let mut tool_by_call: HashMap<String, usize> = HashMap::new();
-    let mut open_ops: HashMap<String, bool> = HashMap::new();
-    // Calls whose approval was answered no.
-    let mut denied: HashSet<String> = HashSet::new();
     for r in records {
         match &r.body {
             Body::Header(_) => {}
-            Body::Op(op) => match op {
-                OpRecord::OpStarted(s) => {
-                    open_ops.insert(s.op.clone(), true);
-                    let text = s.input.as_ref().and_then(|i| user_text.get(i)).cloned();
-                    let i = push(&mut steps, StepKind::Input, Some(&s.op), &r.ts);
-                    let step = &mut steps[i];
-                    step.name = text
-                        .as_deref()
-                        .map(|t| crate::summary::excerpt(t, 60))
-                        .unwrap_or_default();
-                    step.status = StepStatus::Ok;
-                    step.entry = s.input.clone();
-                    step.input = text;
-                }
-                OpRecord::ModelAttempted(m) => {
-                    let i = push(&mut steps, StepKind::Model, Some(&m.op), &r.ts);
-                    steps[i].name = m.model.clone().unwrap_or_else(|| "model".into());
-                    steps[i].entry = Some(m.entry.clone());
-                    model_by_entry.insert(m.entry.clone(), i);
-                }
-                OpRecord::UsageSettled(u) => {
-                    if let Some(&i) = model_by_entry.get(&u.entry) {
-                        steps[i].usage = Some(u.usage.clone());
-                        if u.latency_ms.is_some() {
-                            steps[i].duration_ms = u.latency_ms;
-                        }
-                    }
-                }
-                OpRecord::ToolDispatched(t) => {
-                    let i = push(&mut steps, StepKind::Tool, Some(&t.op), &r.ts);
-                    let step = &mut steps[i];
-                    step.name = t.tool.clone();
-                    step.entry = Some(t.result_entry.clone());
-                    step.call_id = Some(t.call_id.clone());
-                    if let Some(a) = asked.get(&t.call_id) {
-                        step.parent = Some(a.number);
-                        step.input = Some(a.arguments.clone());
-                    }
-                    tool_by_call.insert(t.call_id.clone(), i);
-                }
-                OpRecord::OpFinished(f) => {
-                    open_ops.insert(f.op.clone(), false);
-                }
-                OpRecord::ApprovalResolved(a) => {
-                    if a.approved {
-                        denied.remove(&a.call_id);
-                    } else {
-                        denied.insert(a.call_id.clone());
-                    }
-                }
-                OpRecord::ApprovalRequested(_)
-                | OpRecord::InputQueued(_)
-                | OpRecord::Ignored(_) => {}
-            },
+            Body::Op(op) => d.op(op, &r.ts),
             Body::Entry(e) => {
-                let EntryBody::Message(m) = &e.body else {
-                    continue;
-                };
-                if m.role == Role::User {
-                    let text = m.plain_text();
-                    if !op_inputs.contains(&e.id) && !is_only_results(m) {
-                        // A user message no operation started from: an input.
-                        let i = push(&mut steps, StepKind::Input, None, &r.ts);
-                        let step = &mut steps[i];
-                        step.name = crate::summary::excerpt(&text, 60);
-                        step.status = StepStatus::Ok;
-                        step.entry = Some(e.id.clone());
-                        step.input = Some(text.clone());
-                    }
-                    user_text.insert(e.id.clone(), text);
-                }
-                if m.role == Role::Assistant && !attempted.contains(&e.id) {
-                    // A reply no model attempt announced: a model step of its own.
-                    let i = push(&mut steps, StepKind::Model, None, &r.ts);
-                    steps[i].name = m.model.clone().unwrap_or_else(|| "model".into());
-                    steps[i].entry = Some(e.id.clone());
-                    model_by_entry.insert(e.id.clone(), i);
-                }
-                if let Some(&i) = model_by_entry.get(&e.id) {
-                    let s = &mut steps[i];
-                    s.status = match m.stop_reason.as_deref() {
-                        Some("interrupted") => StepStatus::Interrupted,
-                        Some("error") => StepStatus::Error,
-                        _ => StepStatus::Ok,
-                    };
-                    if s.duration_ms.is_none() && s.op.is_some() {
-                        s.duration_ms = elapsed(s.started_at, &r.ts);
-                    }
-                    if s.usage.is_none() {
-                        s.usage = m.usage.clone();
-                    }
-                    s.output = reply_output(m);
-                    for (call_id, tool, arguments) in m.tool_calls() {
-                        asked.insert(
-                            call_id.to_owned(),
-                            Asked {
-                                number: s.number,
-                                op: s.op.clone(),
-                                tool: tool.to_owned(),
-                                arguments: arguments.to_string(),
-                            },
-                        );
-                    }
-                }
-                for res in m.results() {
-                    let status = match res.code {
-                        Some(TOOL_OUTCOME_UNKNOWN) => StepStatus::Unknown,
-                        Some(TOOL_NOT_STARTED) => StepStatus::NotStarted,
-                        _ if res.is_error => StepStatus::Error,
-                        _ => StepStatus::Ok,
-                    };
-                    let (output, child) = result_output(res.content);
-                    let dispatched = tool_by_call
-                        .get(res.call_id)
-                        .copied()
-                        .filter(|&i| steps[i].status == StepStatus::Running);
-                    let i = match dispatched {
-                        Some(i) => {
-                            let s = &mut steps[i];
-                            s.status = status;
-                            s.duration_ms = elapsed(s.started_at, &r.ts);
-                            i
-                        }
-                        None => {
-                            // Answered without a dispatch: denied, closed as never
-                            // started, run by a host outside the operation API, or
-                            // written with no operation at all. Only calls a model
-                            // step asked for are steps.
-                            let Some(a) = asked.get(res.call_id) else {
-                                continue;
-                            };
-                            let status = match status {
-                                StepStatus::Error if denied.contains(res.call_id) => {
-                                    StepStatus::Denied
-                                }
-                                StepStatus::Error if a.op.is_some() => StepStatus::NotStarted,
-                                other @ (StepStatus::Ok
-                                | StepStatus::Error
-                                | StepStatus::Running
-                                | StepStatus::Interrupted
-                                | StepStatus::Unknown
-                                | StepStatus::NotStarted
-                                | StepStatus::Denied) => other,
-                            };
-                            let (parent, op, tool, arguments) =
-                                (a.number, a.op.clone(), a.tool.clone(), a.arguments.clone());
-                            let i = push(&mut steps, StepKind::Tool, op.as_deref(), &r.ts);
-                            let s = &mut steps[i];
-                            s.name = tool;
-                            s.status = status;
-                            s.parent = Some(parent);
-                            s.entry = Some(e.id.clone());
-                            s.call_id = Some(res.call_id.to_owned());
-                            s.input = Some(arguments);
-                            i
-                        }
-                    };
-                    steps[i].output = Some(output);
-                    steps[i].child = child;
+                if let EntryBody::Message(m) = &e.body {
+                    d.message(&e.id, m, &r.ts);
                 }
             }
         }
     }
-    // A model step still waiting once its operation ended, or once a later
-    // attempt was made, was interrupted.
-    let mut later_model_in_op: HashSet<String> = HashSet::new();
-    for s in steps.iter_mut().rev() {
-        let (StepKind::Model, Some(op)) = (s.kind, &s.op) else {
-            continue;
+    d.finish()
+}
+
+/// The fold [`derive`] runs over the records.
+#[derive(Default)]
+struct Deriving<'a> {
+    /// Messages an operation started from.
+    op_inputs: HashSet<&'a EntryId>,
+    /// Replies a model attempt announced.
+    attempted: HashSet<&'a EntryId>,
+    steps: Vec<Step>,
+    user_text: HashMap<EntryId, String>,
+    model_by_entry: HashMap<EntryId, usize>,
+    asked: HashMap<String, Asked>,
+    tool_by_call: HashMap<String, usize>,
+    /// Operations by whether they are still open.
+    open_ops: HashMap<String, bool>,
+    /// Calls whose approval was answered no.
+    denied: HashSet<String>,
+}
+
+impl Deriving<'_> {
+    /// An operation record at time `ts`.
+    fn op(&mut self, op: &OpRecord, ts: &str) {
+        let steps = &mut self.steps;
+        match op {
+            OpRecord::OpStarted(s) => {
+                self.open_ops.insert(s.op.clone(), true);
+                let text = s
+                    .input
+                    .as_ref()
+                    .and_then(|i| self.user_text.get(i))
+                    .cloned();
+                let i = push(steps, StepKind::Input, Some(&s.op), ts);
+                let step = &mut steps[i];
+                step.name = text
+                    .as_deref()
+                    .map(|t| crate::summary::excerpt(t, 60))
+                    .unwrap_or_default();
+                step.status = StepStatus::Ok;
+                step.entry = s.input.clone();
+                step.input = text;
+            }
+            OpRecord::ModelAttempted(m) => {
+                let i = push(steps, StepKind::Model, Some(&m.op), ts);
+                steps[i].name = m.model.clone().unwrap_or_else(|| "model".into());
+                steps[i].entry = Some(m.entry.clone());
+                self.model_by_entry.insert(m.entry.clone(), i);
+            }
+            OpRecord::UsageSettled(u) => {
+                if let Some(&i) = self.model_by_entry.get(&u.entry) {
+                    steps[i].usage = Some(u.usage.clone());
+                    if u.latency_ms.is_some() {
+                        steps[i].duration_ms = u.latency_ms;
+                    }
+                }
+            }
+            OpRecord::ToolDispatched(t) => {
+                let i = push(steps, StepKind::Tool, Some(&t.op), ts);
+                let step = &mut steps[i];
+                step.name = t.tool.clone();
+                step.entry = Some(t.result_entry.clone());
+                step.call_id = Some(t.call_id.clone());
+                if let Some(a) = self.asked.get(&t.call_id) {
+                    step.parent = Some(a.number);
+                    step.input = Some(a.arguments.clone());
+                }
+                self.tool_by_call.insert(t.call_id.clone(), i);
+            }
+            OpRecord::OpFinished(f) => {
+                self.open_ops.insert(f.op.clone(), false);
+            }
+            OpRecord::ApprovalResolved(a) => {
+                if a.approved {
+                    self.denied.remove(&a.call_id);
+                } else {
+                    self.denied.insert(a.call_id.clone());
+                }
+            }
+            OpRecord::ApprovalRequested(_) | OpRecord::InputQueued(_) | OpRecord::Ignored(_) => {}
+        }
+    }
+
+    /// Message entry `id` at time `ts`: an input, a model step's reply, and
+    /// the tool results it holds.
+    fn message(&mut self, id: &EntryId, m: &Message, ts: &str) {
+        if m.role == Role::User {
+            let text = m.plain_text();
+            if !self.op_inputs.contains(id) && !is_only_results(m) {
+                // A user message no operation started from: an input.
+                let i = push(&mut self.steps, StepKind::Input, None, ts);
+                let step = &mut self.steps[i];
+                step.name = crate::summary::excerpt(&text, 60);
+                step.status = StepStatus::Ok;
+                step.entry = Some(id.clone());
+                step.input = Some(text.clone());
+            }
+            self.user_text.insert(id.clone(), text);
+        }
+        if m.role == Role::Assistant && !self.attempted.contains(id) {
+            // A reply no model attempt announced: a model step of its own.
+            let i = push(&mut self.steps, StepKind::Model, None, ts);
+            self.steps[i].name = m.model.clone().unwrap_or_else(|| "model".into());
+            self.steps[i].entry = Some(id.clone());
+            self.model_by_entry.insert(id.clone(), i);
+        }
+        if let Some(&i) = self.model_by_entry.get(id) {
+            let s = &mut self.steps[i];
+            s.status = match m.stop_reason.as_deref() {
+                Some("interrupted") => StepStatus::Interrupted,
+                Some("error") => StepStatus::Error,
+                _ => StepStatus::Ok,
+            };
+            if s.duration_ms.is_none() && s.op.is_some() {
+                s.duration_ms = elapsed(s.started_at, ts);
+            }
+            if s.usage.is_none() {
+                s.usage = m.usage.clone();
+            }
+            s.output = reply_output(m);
+            for (call_id, tool, arguments) in m.tool_calls() {
+                self.asked.insert(
+                    call_id.to_owned(),
+                    Asked {
+                        number: s.number,
+                        op: s.op.clone(),
+                        tool: tool.to_owned(),
+                        arguments: arguments.to_string(),
+                    },
+                );
+            }
+        }
+        for res in m.results() {
+            self.result(id, &res, ts);
+        }
+    }
+
+    /// A tool result in entry `id`: ends its dispatched step, or is a step
+    /// of its own when a model step asked for the call.
+    fn result(&mut self, id: &EntryId, res: &ResultBlock<'_>, ts: &str) {
+        let status = match res.code {
+            Some(TOOL_OUTCOME_UNKNOWN) => StepStatus::Unknown,
+            Some(TOOL_NOT_STARTED) => StepStatus::NotStarted,
+            _ if res.is_error => StepStatus::Error,
+            _ => StepStatus::Ok,
         };
-        let later = !later_model_in_op.insert(op.clone());
-        if s.status == StepStatus::Running && (later || open_ops.get(op) == Some(&false)) {
-            s.status = StepStatus::Interrupted;
-        }
+        let (output, child) = result_output(res.content);
+        let dispatched = self
+            .tool_by_call
+            .get(res.call_id)
+            .copied()
+            .filter(|&i| self.steps[i].status == StepStatus::Running);
+        let i = match dispatched {
+            Some(i) => {
+                let s = &mut self.steps[i];
+                s.status = status;
+                s.duration_ms = elapsed(s.started_at, ts);
+                i
+            }
+            None => {
+                // Answered without a dispatch: denied, closed as never
+                // started, run by a host outside the operation API, or
+                // written with no operation at all. Only calls a model
+                // step asked for are steps.
+                let Some(a) = self.asked.get(res.call_id) else {
+                    return;
+                };
+                let status = match status {
+                    StepStatus::Error if self.denied.contains(res.call_id) => StepStatus::Denied,
+                    StepStatus::Error if a.op.is_some() => StepStatus::NotStarted,
+                    other @ (StepStatus::Ok
+                    | StepStatus::Error
+                    | StepStatus::Running
+                    | StepStatus::Interrupted
+                    | StepStatus::Unknown
+                    | StepStatus::NotStarted
+                    | StepStatus::Denied) => other,
+                };
+                let (parent, op, tool, arguments) =
+                    (a.number, a.op.clone(), a.tool.clone(), a.arguments.clone());
+                let i = push(&mut self.steps, StepKind::Tool, op.as_deref(), ts);
+                let s = &mut self.steps[i];
+                s.name = tool;
+                s.status = status;
+                s.parent = Some(parent);
+                s.entry = Some(id.clone());
+                s.call_id = Some(res.call_id.to_owned());
+                s.input = Some(arguments);
+                i
+            }
+        };
+        self.steps[i].output = Some(output);
+        self.steps[i].child = child;
     }
-    for s in &mut steps {
-        if s.kind == StepKind::Tool
-            && s.status == StepStatus::Running
-            && s.op.as_ref().and_then(|op| open_ops.get(op)) == Some(&false)
-        {
-            s.status = StepStatus::Unknown;
+
+    /// The steps, with those left running settled: a model step still
+    /// waiting once its operation ended, or once a later attempt was made,
+    /// was interrupted; a tool step of an ended operation, unknown.
+    fn finish(self) -> Vec<Step> {
+        let (mut steps, open_ops) = (self.steps, self.open_ops);
+        let mut later_model_in_op: HashSet<String> = HashSet::new();
+        for s in steps.iter_mut().rev() {
+            let (StepKind::Model, Some(op)) = (s.kind, &s.op) else {
+                continue;
+            };
+            let later = !later_model_in_op.insert(op.clone());
+            if s.status == StepStatus::Running && (later || open_ops.get(op) == Some(&false)) {
+                s.status = StepStatus::Interrupted;
+            }
         }
+        for s in &mut steps {
+            if s.kind == StepKind::Tool
+                && s.status == StepStatus::Running
+                && s.op.as_ref().and_then(|op| open_ops.get(op)) == Some(&false)
+            {
+                s.status = StepStatus::Unknown;
+            }
+        }
+        steps
     }
-    steps
 }
 
 /// Whether a user-role message holds tool results and nothing else (some

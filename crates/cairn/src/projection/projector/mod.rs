@@ -1,7 +1,17 @@
 //! `Projector`: the context of one session maintained incrementally as
 //! entries are appended and the leaf moves, equal at every step to
 //! [`Context::fold`] over the same branch (property-tested), and the checks
-//! an entry must pass against it before it is appended.
+//! an entry must pass against it before it is appended (`checks.rs`); its
+//! checkpoint for a persisted index is in `checkpoint.rs`.
+//!
+//! The projector holds its branch from position `from` on (the compaction
+//! in force, when restored from a checkpoint) and walks further up the tree
+//! when a move or a check needs more. Its tool calls by id are read from the
+//! messages the first time an append or the verdict needs them.
+//! `Projector::each_message` hands the context's messages over one at a
+//! time, each record read and checked in turn (or, on the file backend, kept
+//! as where its line is): what `rebuild_messages` collects and a
+//! `ContextStream` hands on.
 
 use std::collections::BTreeMap;
 
@@ -9,40 +19,24 @@ use std::collections::BTreeMap;
 use hashbrown::HashMap;
 use std::sync::{Arc, OnceLock};
 
-use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::{
     ActiveCompaction, Context, ContextMessage, Messages, Source, active, apply_state,
     merge_settings, message_from, message_of, summary_message,
 };
-use crate::backend::LineAt;
-use crate::error::{Invalid, ReadError};
+use crate::error::ReadError;
 use crate::id::EntryId;
 use crate::kind::EntryKind;
-use crate::record::{Compaction, Entry, EntryBody, Message};
+use crate::record::{Entry, EntryBody, Message};
+use crate::source::EntrySource;
 use crate::tree::{BranchFold, Tree, Walk};
 
-/// Reads decoded entries by node number (the session reads them from its log).
-pub(crate) trait EntrySource {
-    fn entry(&self, node: u32) -> Result<Entry, ReadError>;
+mod checkpoint;
+mod checks;
 
-    /// The `seq` of node `node`'s record and where its line is, when the
-    /// log reads lines cheaply by position: a message entry is then kept so
-    /// and decoded when first read ([`ContextMessage::message`]). `None`:
-    /// decode it now.
-    fn line_at(&self, node: u32) -> Option<(u64, LineAt)> {
-        let _ = node;
-        None
-    }
-
-    /// Whether the entries' structure (the tree) still answers truly: an
-    /// error once a block of the persisted index failed its check after the
-    /// open, since a lookup through it then answers without that block.
-    fn check(&self) -> Result<(), ReadError> {
-        Ok(())
-    }
-}
+pub(crate) use checkpoint::Saved;
+pub(crate) use checks::CheckError;
 
 /// Snapshots of the app state are kept every this many `app_state` entries on
 /// the branch; a move replays at most this many patches.
@@ -59,47 +53,6 @@ struct Mark<T> {
 struct Call {
     pos: u32,
     answered: Option<u32>,
-}
-
-/// The projection at one entry as a persisted index keeps it
-/// ([`Projector::save`], [`Projector::restore`]): what folding the branch
-/// found, so that an open need not read its app-state and settings entries
-/// again. Positions are on the branch from the root to `leaf`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(crate) struct Saved {
-    /// The entry it stands at.
-    pub leaf: u32,
-    app_state: Value,
-    settings: Map<String, Value>,
-    /// Positions of the app-state entries.
-    state_at: Vec<u32>,
-    /// Their entry numbers (so that a restore need not walk to them).
-    state_nodes: Vec<u32>,
-    /// Positions of the settings entries.
-    settings_at: Vec<u32>,
-    /// Their entry numbers.
-    settings_nodes: Vec<u32>,
-    /// Positions of the compactions.
-    compactions: Vec<u32>,
-}
-
-/// The marks of entries `nodes` at positions `at` of the branch: only the
-/// last holds its value (`last`); a move back past it replays the entries
-/// from an earlier snapshot, or from the start.
-fn restored_marks<T: Clone>(at: &[u32], nodes: &[u32], last: &T) -> Vec<Mark<T>> {
-    let mut marks: Vec<Mark<T>> = at
-        .iter()
-        .zip(nodes)
-        .map(|(&pos, &node)| Mark {
-            pos,
-            node,
-            snapshot: None,
-        })
-        .collect();
-    if let Some(m) = marks.last_mut() {
-        m.snapshot = Some(Arc::new(last.clone()));
-    }
-    marks
 }
 
 /// The incremental projection of one session. It holds its branch from
@@ -139,106 +92,6 @@ impl Projector {
             kept_from: 0,
             calls: OnceLock::from(HashMap::new()),
         }
-    }
-
-    /// What [`Projector::restore`] needs to stand here again without
-    /// reading the branch (`None` before the first entry).
-    pub fn save(&self) -> Option<Saved> {
-        fn pos<T>(marks: &[Mark<T>]) -> Vec<u32> {
-            marks.iter().map(|m| m.pos).collect()
-        }
-        fn nodes<T>(marks: &[Mark<T>]) -> Vec<u32> {
-            marks.iter().map(|m| m.node).collect()
-        }
-        Some(Saved {
-            leaf: *self.path.last()?,
-            app_state: self.ctx.app_state.clone(),
-            settings: self.ctx.settings.clone(),
-            state_at: pos(&self.state_marks),
-            state_nodes: nodes(&self.state_marks),
-            settings_at: pos(&self.settings_marks),
-            settings_nodes: nodes(&self.settings_marks),
-            compactions: self.compactions.clone(),
-        })
-    }
-
-    /// The projection at `saved.leaf`, from what [`Projector::save`] kept:
-    /// the path is walked back from the leaf to the compaction in force
-    /// (the root without one) and the messages are read from there on; no
-    /// app-state or settings entry is read. `None` when `saved` does not
-    /// fit `tree` (its leaf is not an entry the persisted index covers, or
-    /// an entry it names is not of its kind, not at its position's depth,
-    /// or, on the walked part of the branch, not on it): it is then not
-    /// trusted. That the entries above the walked part are on the branch is
-    /// trusted to the index's checksum.
-    ///
-    /// With `messages` false the messages are left out (the context holds
-    /// none): only for a reader that takes them with
-    /// [`Projector::each_message`] and never hands this context out.
-    pub fn restore(
-        initial_state: Value,
-        saved: Saved,
-        tree: &Tree,
-        src: &dyn EntrySource,
-        messages: bool,
-    ) -> Result<Option<Projector>, ReadError> {
-        if saved.leaf >= tree.base_len() {
-            return Ok(None);
-        }
-        let depth = tree.node(saved.leaf).depth;
-        let from = saved.compactions.last().copied().unwrap_or(0);
-        if from > depth {
-            return Ok(None);
-        }
-        let path = tree.path_from(from, saved.leaf);
-        if path.len() != (depth - from) as usize + 1 {
-            return Ok(None);
-        }
-        let fits = |at: &[u32], nodes: Option<&[u32]>, kind: EntryKind| {
-            at.windows(2).all(|w| w[0] < w[1])
-                && nodes.is_none_or(|n| n.len() == at.len())
-                && at.iter().enumerate().all(|(i, &p)| {
-                    let held = p.checked_sub(from).and_then(|i| path.get(i as usize));
-                    // An earlier compaction above the part walked: trusted.
-                    let Some(n) = nodes.map_or(held, |n| n.get(i)).copied() else {
-                        return nodes.is_none() && p < from;
-                    };
-                    let node = tree.node(n);
-                    (n as usize) < tree.len()
-                        && node.depth == p
-                        && node.kind == Some(kind)
-                        && held.is_none_or(|&h| h == n)
-                })
-        };
-        if !fits(
-            &saved.state_at,
-            Some(&saved.state_nodes),
-            EntryKind::AppState,
-        ) || !fits(
-            &saved.settings_at,
-            Some(&saved.settings_nodes),
-            EntryKind::Settings,
-        ) || !fits(&saved.compactions, None, EntryKind::Compaction)
-        {
-            return Ok(None);
-        }
-        let mut p = Projector::new(initial_state);
-        p.state_marks = restored_marks(&saved.state_at, &saved.state_nodes, &saved.app_state);
-        p.settings_marks =
-            restored_marks(&saved.settings_at, &saved.settings_nodes, &saved.settings);
-        p.compactions = saved.compactions;
-        {
-            let ctx = Arc::make_mut(&mut p.ctx);
-            ctx.app_state = saved.app_state;
-            ctx.settings = saved.settings;
-            ctx.leaf = Some(tree.entry_id(saved.leaf));
-        }
-        p.path = path;
-        p.from = from;
-        if messages {
-            p.rebuild_messages(tree, src)?;
-        }
-        Ok(Some(p))
     }
 
     /// A shared, immutable snapshot of the context.
@@ -680,112 +533,6 @@ impl Projector {
         }
         Ok(())
     }
-
-    /// Checks that `entry` may be appended at the current leaf.
-    pub fn check(
-        &self,
-        tree: &Tree,
-        entry: &Entry,
-        src: &dyn EntrySource,
-    ) -> Result<(), CheckError> {
-        match &entry.body {
-            EntryBody::Message(m) => {
-                if m.tool_calls().next().is_none() && m.tool_results().next().is_none() {
-                    // Nothing to check against the calls: none are read.
-                    return Ok(());
-                }
-                let calls = self.calls()?;
-                let mut seen_calls = Vec::new();
-                for (call_id, _, _) in m.tool_calls() {
-                    if calls.contains_key(call_id) || seen_calls.contains(&call_id) {
-                        return Err(Invalid::CallIdReused(call_id.to_owned()).into());
-                    }
-                    seen_calls.push(call_id);
-                }
-                let mut answered = Vec::new();
-                for call_id in m.tool_results() {
-                    match calls.get(call_id) {
-                        None if !seen_calls.contains(&call_id) => {
-                            return Err(Invalid::NoSuchCall(call_id.to_owned()).into());
-                        }
-                        Some(Call {
-                            answered: Some(_), ..
-                        }) => {
-                            return Err(Invalid::AlreadyAnswered(call_id.to_owned()).into());
-                        }
-                        _ if answered.contains(&call_id) => {
-                            return Err(Invalid::AlreadyAnswered(call_id.to_owned()).into());
-                        }
-                        _ => answered.push(call_id),
-                    }
-                }
-                Ok(())
-            }
-            EntryBody::Compaction(c) => self.check_compaction(tree, c, src),
-            EntryBody::AppState(_)
-            | EntryBody::Checkout(_)
-            | EntryBody::Settings(_)
-            | EntryBody::Label(_)
-            | EntryBody::SessionInfo(_)
-            | EntryBody::Custom(_)
-            | EntryBody::Ignored(_) => Ok(()),
-        }
-    }
-
-    fn check_compaction(
-        &self,
-        tree: &Tree,
-        c: &Compaction,
-        src: &dyn EntrySource,
-    ) -> Result<(), CheckError> {
-        let fk = match &c.first_kept {
-            None => self.end(),
-            Some(k) => {
-                let off = || Invalid::FirstKeptOffBranch(k.to_string());
-                let node = tree.get(k).ok_or_else(off)?;
-                self.on_path(tree, node).ok_or_else(off)?
-            }
-        };
-        let fk_name = || {
-            c.first_kept
-                .as_ref()
-                .map_or_else(|| "(nothing)".to_owned(), ToString::to_string)
-        };
-        for (call_id, call) in self.calls()? {
-            let split = call.pos < fk && call.answered.is_none_or(|a| a >= fk);
-            if split {
-                return Err(Invalid::SplitsToolCall {
-                    first_kept: fk_name(),
-                    call_id: call_id.clone(),
-                }
-                .into());
-            }
-        }
-        if fk < self.kept_from {
-            // The kept range reaches back past the active compaction: read it.
-            let mut calls_in_range: Vec<String> = Vec::new();
-            for pos in fk..self.kept_from {
-                let node = self.node_at(tree, pos);
-                if tree.node(node).kind != Some(EntryKind::Message) {
-                    continue;
-                }
-                if let EntryBody::Message(m) = &src.entry(node)?.body {
-                    calls_in_range.extend(m.tool_calls().map(|(id, _, _)| id.to_owned()));
-                    if let Some(r) = m
-                        .tool_results()
-                        .find(|r| !calls_in_range.iter().any(|c| c == r))
-                    {
-                        return Err(Invalid::SplitsToolCall {
-                            first_kept: fk_name(),
-                            call_id: r.to_owned(),
-                        }
-                        .into());
-                    }
-                }
-            }
-        }
-        Ok(())
-    }
 }
 
 /// The projection truncates its context to the common ancestor (rebuilding
@@ -806,23 +553,5 @@ impl BranchFold for Projector {
 
     fn extend(&mut self, suffix: &[u32], walk: Walk<'_>) -> Result<(), ReadError> {
         self.extend_branch(walk.tree, suffix, walk.src)
-    }
-}
-
-/// An entry that cannot be appended, or a read that failed while checking.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum CheckError {
-    #[error(transparent)]
-    Invalid(#[from] Invalid),
-    #[error(transparent)]
-    Read(#[from] ReadError),
-}
-
-impl From<CheckError> for crate::error::AppendError {
-    fn from(e: CheckError) -> Self {
-        match e {
-            CheckError::Invalid(i) => i.into(),
-            CheckError::Read(r) => r.into(),
-        }
     }
 }
