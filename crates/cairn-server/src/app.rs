@@ -16,7 +16,7 @@ use futures_util::FutureExt as _;
 
 use crate::error::{ApiError, ErrorCode};
 use crate::extract::AppState;
-use crate::{api, auth, ops, stream, web};
+use crate::{api, auth, derived, ops, stream, web};
 
 /// The whole application: API, streams, OpenAPI document and web view,
 /// with `extra` routes (tests add a panicking one) behind the same guards.
@@ -24,6 +24,7 @@ pub fn router(state: AppState, extra: Router<AppState>) -> Router {
     let max_body = state.max_body;
     Router::new()
         .merge(api::routes())
+        .merge(derived::routes())
         .merge(ops::routes())
         .merge(stream::routes())
         .merge(web::routes())

@@ -30,6 +30,7 @@
 mod api;
 mod app;
 mod auth;
+mod derived;
 mod error;
 mod extract;
 mod hub;

@@ -12,7 +12,7 @@ use utoipa::openapi::{Content, Ref, RefOr};
 use utoipa::{Modify, OpenApi, ToSchema};
 
 use crate::error::ErrorBody;
-use crate::{api, ops, stream};
+use crate::{api, derived, ops, stream};
 
 /// The document's source: every route's handler.
 #[derive(OpenApi)]
@@ -24,7 +24,8 @@ use crate::{api, ops, stream};
     ),
     paths(
         api::list, api::create, api::get_session, api::remove, api::append, api::history,
-        api::context, api::state, api::tree, api::steps, api::memory, api::verdict,
+        derived::context, derived::state, derived::tree, derived::steps, derived::memory,
+        derived::verdict,
         api::checkout, api::copy, api::label,
         ops::start, ops::current, ops::attempt, ops::reply, ops::dispatch, ops::result,
         ops::rerun, ops::request_approval, ops::resolve_approval, ops::deny, ops::queue_input,
