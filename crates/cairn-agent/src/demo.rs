@@ -478,9 +478,15 @@ pub fn run(home: &Path, out: &mut dyn Write, opts: DemoOptions) -> Result<DemoRe
     t.step(3, "Rewind to panel 1")?;
     t.say("The side plot is dropped: a checkout entry moves the leaf back to `panel-1`, and the files with it (in the REPL: `/rewind panel-1 --files`). Nothing is deleted from the log; panel 2 stays there on its own branch, and its image in the blob store.")?;
     let blobs = cairn_stores::BlobStore::for_store(home);
-    let restored =
-        cairn_workspace::checkout_files(agent.session(), &blobs, Some(&panel1), None, false)
-            .context("rewinding the panel files")?;
+    let restored = cairn_workspace::checkout_files(
+        &store,
+        agent.session(),
+        &blobs,
+        Some(&panel1),
+        None,
+        false,
+    )
+    .context("rewinding the panel files")?;
     let panels_after_rewind = panel_files(&workdir)?;
     ensure!(
         panels_after_rewind == ["panel-1.svg"],

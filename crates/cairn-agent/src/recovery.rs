@@ -49,6 +49,7 @@ pub struct Resumed {
 /// outcome (the session is left unchanged); a verdict recovery could not
 /// settle.
 pub fn resume(session: &Session, rt: &mut Runtime) -> Result<Resumed> {
+    crate::resumed::record_crash(session, rt)?;
     let before = session.verdict()?;
     if !matches!(
         before,

@@ -143,6 +143,7 @@ fn command(agent: &mut Agent, cmd: &str, tree: Option<&TreePrinter>) -> Result<b
             if files {
                 let blobs = cairn_stores::BlobStore::new(&agent.runtime().env.blob_dir);
                 let r = cairn_workspace::checkout_files(
+                    agent.store(),
                     agent.session(),
                     &blobs,
                     Some(&target),

@@ -16,7 +16,7 @@ use std::io::Write;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use cairn::{EntryId, Session};
+use cairn::{EntryId, Session, Store};
 use cairn_stores::BlobStore;
 
 use crate::flush::{FileSystem, Flush};
@@ -78,6 +78,25 @@ pub struct Conflict {
     pub why: String,
 }
 
+/// A path a restore leaves as it is, and why: never skipped silently.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Left {
+    /// Relative to the working directory.
+    pub path: String,
+    /// Why it cannot be brought back.
+    pub why: &'static str,
+}
+
+/// Why a file whose content was not kept is left.
+const TOO_LARGE: &str =
+    "its content at the entry was larger than the snapshot limit and was not kept";
+
+/// Why a path the snapshots leave out is left.
+const IGNORED: &str = "ignored by .gitignore: no snapshot records it";
+
+/// Why a directory a forced restore could not remove is left.
+const HOLDS_UNRECORDED: &str = "it holds files no snapshot recorded";
+
 /// What a restore will do.
 #[derive(Debug, Clone)]
 pub struct Plan {
@@ -93,8 +112,9 @@ pub struct Plan {
     pub done: Vec<(String, Option<FileState>)>,
     /// Paths changed outside the agent since the last snapshot.
     pub conflicts: Vec<Conflict>,
-    /// Paths whose target content was not kept (larger than the limit).
-    pub unrestorable: Vec<String>,
+    /// Paths it cannot bring back, each with why: content not kept (larger
+    /// than the limit), or never snapshotted (`.gitignore`d).
+    pub unrestorable: Vec<Left>,
 }
 
 /// What a restore did.
@@ -110,24 +130,27 @@ pub struct RestoreReport {
     pub already: Vec<String>,
     /// Files changed outside the agent that `force` overwrote.
     pub overwritten: Vec<String>,
-    /// Files whose content was not kept, left as they are.
-    pub unrestorable: Vec<String>,
+    /// Paths left as they are, each with why (content not kept; a
+    /// directory holding files no snapshot recorded).
+    pub unrestorable: Vec<Left>,
     /// The checkout entry the conversation moved to, if it moved.
     pub checkout: Option<EntryId>,
 }
 
 /// The workspace differences between entries `a` and `b` of the session
-/// (`None`: before the first entry), by path.
+/// (`None`: before the first entry), by path; what its subagents did in
+/// the same directory counts ([`History::read_family`]).
 ///
 /// # Errors
 ///
-/// As [`History::read`]; [`WorkspaceError::NoSnapshots`].
+/// As [`History::read_family`]; [`WorkspaceError::NoSnapshots`].
 pub fn diff(
+    store: &Store,
     session: &Session,
     a: Option<&EntryId>,
     b: Option<&EntryId>,
 ) -> Result<Vec<Change>, WorkspaceError> {
-    let history = History::read(session)?;
+    let history = History::read_family(store, session)?;
     if history.is_empty() {
         return Err(WorkspaceError::NoSnapshots(session.id().to_string()));
     }
@@ -155,19 +178,22 @@ fn differences(from: &Manifest, to: &Manifest) -> Vec<Change> {
 }
 
 /// Plans the restore of the session's workspace to its state at `target`,
-/// checking the disk against the last snapshot. Reads the disk; writes
-/// only blobs (the content of files changed outside the agent, so even a
-/// forced restore keeps them in the blob store).
+/// checking the disk against the last snapshot; the snapshots of its
+/// subagents, which work in the same directory, count
+/// ([`History::read_family`]). Reads the disk; writes only blobs (the
+/// content of files changed outside the agent, so even a forced restore
+/// keeps them in the blob store).
 ///
 /// # Errors
 ///
-/// [`WorkspaceError::NoSnapshots`]; as [`History::read`]; I/O errors.
+/// [`WorkspaceError::NoSnapshots`]; as [`History::read_family`]; I/O errors.
 pub fn plan(
+    store: &Store,
     session: &Session,
     blobs: &BlobStore,
     target: Option<&EntryId>,
 ) -> Result<Plan, WorkspaceError> {
-    let history = History::read(session)?;
+    let history = History::read_family(store, session)?;
     let Some(root) = history.root() else {
         return Err(WorkspaceError::NoSnapshots(session.id().to_string()));
     };
@@ -185,7 +211,13 @@ pub fn plan(
     let (changes, unrestorable): (Vec<Change>, Vec<Change>) = differences(&last, &wanted)
         .into_iter()
         .partition(|c| c.to.as_ref().is_none_or(FileState::restorable));
-    plan.unrestorable = unrestorable.into_iter().map(|c| c.path).collect();
+    plan.unrestorable = unrestorable
+        .into_iter()
+        .map(|c| Left {
+            path: c.path,
+            why: TOO_LARGE,
+        })
+        .collect();
     // The disk at each path, looked at from a few threads: a file the last
     // snapshot or restore wrote within a timestamp tick is read and hashed.
     let numbered: Vec<(usize, &Change)> = changes.iter().enumerate().collect();
@@ -255,6 +287,11 @@ pub fn plan(
         }
     }
     unlisted_in_removed_dirs(&mut plan)?;
+    plan.unrestorable.extend(
+        snap.ignored()
+            .into_iter()
+            .map(|path| Left { path, why: IGNORED }),
+    );
     Ok(plan)
 }
 
@@ -499,7 +536,10 @@ pub fn apply_with(
     files.extend(renamed);
     for change in &plan.changes {
         if kept.contains(&change.path) {
-            report.unrestorable.push(change.path.clone());
+            report.unrestorable.push(Left {
+                path: change.path.clone(),
+                why: HOLDS_UNRECORDED,
+            });
             continue;
         }
         if conflicting.contains(change.path.as_str()) {
@@ -619,13 +659,14 @@ fn retry_over_leftover<T>(
 /// As [`plan`] and [`apply`]; [`WorkspaceError::Checkout`] when the
 /// session refuses the checkout (an entry with unanswered tool calls).
 pub fn checkout_files(
+    store: &Store,
     session: &Session,
     blobs: &BlobStore,
     target: Option<&EntryId>,
     summary: Option<String>,
     force: bool,
 ) -> Result<RestoreReport, WorkspaceError> {
-    let plan = plan(session, blobs, target)?;
+    let plan = plan(store, session, blobs, target)?;
     if !plan.conflicts.is_empty() && !force {
         return Err(WorkspaceError::Conflicts(plan.conflicts));
     }

@@ -338,6 +338,54 @@ impl Snapshotter {
         Ok(out)
     }
 
+    /// What a tree scan leaves out because `.gitignore` (or
+    /// `.git/info/exclude`) ignores it, so no snapshot records it: each
+    /// top-most such path (an ignored directory is named, not what it
+    /// holds), in walk order, at most [`Limits::max_files`] of them.
+    pub(crate) fn ignored(&self) -> Vec<String> {
+        let max = self.limits.max_files;
+        let mut kept: HashSet<std::ffi::OsString> = HashSet::new();
+        for entry in self.walk(None, false).build().flatten() {
+            if kept.len() >= max {
+                break;
+            }
+            kept.insert(entry.path().as_os_str().to_owned());
+        }
+        let kept = Arc::new(kept);
+        let found = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let exclude = self.exclude.clone();
+        let root = self.root.clone();
+        let mut all = ignore::WalkBuilder::new(&self.root);
+        let (seen, into) = (Arc::clone(&kept), Arc::clone(&found));
+        all.standard_filters(false)
+            .follow_links(false)
+            .filter_entry(move |e| {
+                if e.file_name() == ".git"
+                    || e.file_name().to_string_lossy().ends_with(TEMP_SUFFIX)
+                    || exclude.iter().any(|x| e.path().starts_with(x))
+                {
+                    return false;
+                }
+                if seen.contains(e.path().as_os_str()) {
+                    return true;
+                }
+                if let Some(rel) = path::relative(&root, e.path()) {
+                    let mut found = into
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    if found.len() < max {
+                        found.push(rel);
+                    }
+                }
+                false
+            });
+        for _ in all.build().flatten() {}
+        let found = found
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        found.clone()
+    }
+
     /// `path` relative to the root ("" for the root itself), when it is a
     /// path a manifest can name.
     fn rel_of(&self, p: &Path) -> Option<String> {

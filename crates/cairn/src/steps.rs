@@ -20,6 +20,12 @@ use crate::record::{Block, Body, EntryBody, Message, OpRecord, Record, Role, Usa
 use crate::session::Session;
 use crate::time;
 
+/// The kind of the ignorable, log-only record a host appends when it
+/// resumes an operation its process did not finish (FORMAT.md §19): tool
+/// steps still running then were interrupted, and the time between the
+/// record before it and it is downtime, not part of any step's duration.
+pub const RESUMED: &str = "cairn.resumed";
+
 /// What a step is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
