@@ -48,7 +48,10 @@ pub enum StepStatus {
     Error,
     /// It has not completed and its operation is still open.
     Running,
-    /// A model call whose reply never came (crash, interruption).
+    /// A model call whose reply never came (crash, interruption), or a tool
+    /// whose process died before its result: a host resumed the operation
+    /// (a [`RESUMED`] record), re-ran the call, or — told by the caller
+    /// ([`interrupt_running`]) — nobody holds the session any more.
     Interrupted,
     /// A tool that started and whose outcome is unknown.
     Unknown,
@@ -93,8 +96,13 @@ pub struct Step {
     /// `started` as an instant (`None` when that `ts` is not RFC 3339).
     #[serde(skip)]
     pub started_at: Option<Timestamp>,
-    /// How long it took, when it ended.
+    /// How long it took, when it ended: for a step its process died under,
+    /// until the last record that process wrote.
     pub duration_ms: Option<u64>,
+    /// Time no process ran while the step was under way (from the last
+    /// record of the process that died to the [`RESUMED`] record of the
+    /// one that took over), never part of `duration_ms`.
+    pub downtime_ms: Option<u64>,
     /// Tokens used (model steps).
     pub usage: Option<Usage>,
     /// The step that caused it (a tool step's model step).
@@ -249,7 +257,12 @@ pub fn derive(records: &[Record]) -> Vec<Step> {
     let mut open_ops: HashMap<String, bool> = HashMap::new();
     // Calls whose approval was answered no.
     let mut denied: HashSet<String> = HashSet::new();
+    // Tool steps their process died under, whose later result settles them.
+    let mut cut: HashSet<usize> = HashSet::new();
+    let mut prev_ts: Option<&str> = None;
     for r in records {
+        let before = prev_ts.replace(&r.ts);
+        let prev_ts = before;
         match &r.body {
             Body::Header(_) => {}
             Body::Op(op) => match op {
@@ -281,6 +294,12 @@ pub fn derive(records: &[Record]) -> Vec<Step> {
                     }
                 }
                 OpRecord::ToolDispatched(t) => {
+                    if let Some(&earlier) = tool_by_call.get(&t.call_id)
+                        && steps[earlier].status == StepStatus::Running
+                    {
+                        // Dispatched again: a re-run after its process died.
+                        steps[earlier].status = StepStatus::Interrupted;
+                    }
                     let i = push(&mut steps, StepKind::Tool, Some(&t.op), &r.ts);
                     let step = &mut steps[i];
                     step.name = t.tool.clone();
@@ -301,6 +320,9 @@ pub fn derive(records: &[Record]) -> Vec<Step> {
                     } else {
                         denied.insert(a.call_id.clone());
                     }
+                }
+                OpRecord::Ignored(u) if u.kind == RESUMED => {
+                    died(&mut steps, &mut cut, prev_ts, &r.ts);
                 }
                 OpRecord::ApprovalRequested(_)
                 | OpRecord::InputQueued(_)
@@ -364,15 +386,17 @@ pub fn derive(records: &[Record]) -> Vec<Step> {
                         _ => StepStatus::Ok,
                     };
                     let (output, child) = result_output(res.content);
-                    let dispatched = tool_by_call
-                        .get(res.call_id)
-                        .copied()
-                        .filter(|&i| steps[i].status == StepStatus::Running);
+                    let dispatched = tool_by_call.get(res.call_id).copied().filter(|&i| {
+                        steps[i].status == StepStatus::Running
+                            || (steps[i].status == StepStatus::Interrupted && cut.contains(&i))
+                    });
                     let i = match dispatched {
                         Some(i) => {
                             let s = &mut steps[i];
                             s.status = status;
-                            s.duration_ms = elapsed(s.started_at, &r.ts);
+                            if !cut.remove(&i) {
+                                s.duration_ms = elapsed(s.started_at, &r.ts);
+                            }
                             i
                         }
                         None => {
@@ -438,6 +462,37 @@ pub fn derive(records: &[Record]) -> Vec<Step> {
     steps
 }
 
+/// A host resumed at `resumed` the operation its process left at
+/// `alive` (the last record it wrote): every step still running was
+/// interrupted there. A tool step lasted until `alive`, the time between
+/// is its downtime, and its result, when recovery writes one, settles it
+/// (`cut`).
+fn died(steps: &mut [Step], cut: &mut HashSet<usize>, alive: Option<&str>, resumed: &str) {
+    let alive_at = alive.and_then(time::parse);
+    for (i, s) in steps.iter_mut().enumerate() {
+        if s.status != StepStatus::Running {
+            continue;
+        }
+        s.status = StepStatus::Interrupted;
+        if s.kind == StepKind::Tool {
+            s.duration_ms = alive.and_then(|a| elapsed(s.started_at, a));
+            s.downtime_ms = elapsed(alive_at, resumed);
+            cut.insert(i);
+        }
+    }
+}
+
+/// Marks the steps still running as interrupted: for a caller that knows
+/// the session's process is gone (its status is `interrupted`: an open
+/// operation nobody holds), which the records alone cannot tell.
+pub fn interrupt_running(steps: &mut [Step]) {
+    for s in steps {
+        if s.status == StepStatus::Running {
+            s.status = StepStatus::Interrupted;
+        }
+    }
+}
+
 /// Whether a user-role message holds tool results and nothing else (some
 /// hosts put results in user messages): not an input.
 fn is_only_results(m: &Message) -> bool {
@@ -459,6 +514,7 @@ fn push(steps: &mut Vec<Step>, kind: StepKind, op: Option<&str>, started: &str) 
         started: started.to_owned(),
         started_at: time::parse(started),
         duration_ms: None,
+        downtime_ms: None,
         usage: None,
         parent: None,
         call_id: None,
@@ -608,5 +664,176 @@ mod tests {
     fn times_with_an_offset_are_compared_as_instants() {
         let s = model_step("2026-12-01T01:00:00+01:00", "2026-12-01T00:00:00.500Z");
         assert_eq!(s.duration_ms, Some(500));
+    }
+
+    /// A crashed tool call: started at 0 s, the dead process's last record
+    /// at 1 s, the resume at 60 s; then `ending` (none, a re-run's T1, or
+    /// recovery's unknown result at 61 s).
+    fn crashed_tool(ending: &str) -> Vec<Step> {
+        use crate::record::{ToolDispatched, Unknown};
+        let t = |s: u32| format!("2026-12-01T00:{:02}:{:02}.000Z", s / 60, s % 60);
+        let reply_id = EntryId::parse("reply").unwrap();
+        let result_id = EntryId::parse("result").unwrap();
+        let mut ask = Message::text(Role::Assistant, "");
+        ask.content = vec![Block::ToolCall {
+            call_id: "c1".into(),
+            name: "bash".into(),
+            arguments: serde_json::json!({}),
+        }];
+        let dispatch = |seq: u64, at: u32| {
+            op(
+                seq,
+                &t(at),
+                OpRecord::ToolDispatched(ToolDispatched {
+                    op: "op-1".into(),
+                    call_id: "c1".into(),
+                    tool: "bash".into(),
+                    args_hash: String::new(),
+                    effect: crate::EffectClass::SideEffect,
+                    key: "k".into(),
+                    result_entry: result_id.clone(),
+                }),
+            )
+        };
+        let mut records = vec![
+            op(
+                1,
+                &t(0),
+                OpRecord::OpStarted(OpStarted {
+                    op: "op-1".into(),
+                    input: None,
+                }),
+            ),
+            op(
+                2,
+                &t(0),
+                OpRecord::ModelAttempted(ModelAttempted {
+                    op: "op-1".into(),
+                    attempt: 1,
+                    entry: reply_id.clone(),
+                    provider: None,
+                    model: None,
+                }),
+            ),
+            Record {
+                seq: 3,
+                ts: t(0),
+                body: Body::Entry(Entry {
+                    id: reply_id,
+                    parent: None,
+                    body: EntryBody::Message(ask),
+                }),
+            },
+            dispatch(4, 0),
+            op(
+                5,
+                &t(1),
+                OpRecord::Ignored(Unknown {
+                    kind: "cairn.workspace".into(),
+                    data: serde_json::json!({}),
+                }),
+            ),
+            op(
+                6,
+                &t(60),
+                OpRecord::Ignored(Unknown {
+                    kind: RESUMED.into(),
+                    data: serde_json::json!({"op": "op-1"}),
+                }),
+            ),
+        ];
+        let mut answer = Message::text(Role::Tool, "");
+        answer.content = vec![Block::ToolResult {
+            call_id: "c1".into(),
+            content: vec![],
+            is_error: true,
+            code: Some(TOOL_OUTCOME_UNKNOWN.into()),
+        }];
+        match ending {
+            "rerun" => records.push(dispatch(7, 61)),
+            "unknown" => records.push(Record {
+                seq: 7,
+                ts: t(61),
+                body: Body::Entry(Entry {
+                    id: result_id,
+                    parent: None,
+                    body: EntryBody::Message(answer),
+                }),
+            }),
+            _ => {}
+        }
+        derive(&records)
+    }
+
+    #[test]
+    fn a_tool_whose_process_died_is_interrupted_and_its_downtime_is_apart() {
+        let steps = crashed_tool("");
+        let tool = &steps[2];
+        assert_eq!(
+            (tool.kind, tool.status),
+            (StepKind::Tool, StepStatus::Interrupted)
+        );
+        assert_eq!(
+            tool.duration_ms,
+            Some(1000),
+            "until the dead process's last record"
+        );
+        assert_eq!(tool.downtime_ms, Some(59_000));
+    }
+
+    #[test]
+    fn an_interrupted_tool_recovery_marks_unknown_keeps_its_running_time_apart_from_downtime() {
+        let steps = crashed_tool("unknown");
+        assert_eq!(steps.len(), 3, "{steps:?}");
+        let tool = &steps[2];
+        assert_eq!(tool.status, StepStatus::Unknown);
+        assert_eq!(
+            (tool.duration_ms, tool.downtime_ms),
+            (Some(1000), Some(59_000))
+        );
+    }
+
+    #[test]
+    fn a_rerun_leaves_the_first_dispatch_interrupted() {
+        let steps = crashed_tool("rerun");
+        let statuses: Vec<_> = steps.iter().map(|s| s.status).collect();
+        assert_eq!(
+            statuses,
+            [
+                StepStatus::Ok,
+                StepStatus::Ok,
+                StepStatus::Interrupted,
+                StepStatus::Running
+            ]
+        );
+    }
+
+    #[test]
+    fn steps_still_running_when_the_process_is_gone_are_interrupted() {
+        let entry = EntryId::parse("reply").unwrap();
+        let mut steps = derive(&[
+            op(
+                1,
+                "2026-12-01T00:00:00.000Z",
+                OpRecord::OpStarted(OpStarted {
+                    op: "op-1".into(),
+                    input: None,
+                }),
+            ),
+            op(
+                2,
+                "2026-12-01T00:00:00.000Z",
+                OpRecord::ModelAttempted(ModelAttempted {
+                    op: "op-1".into(),
+                    attempt: 1,
+                    entry,
+                    provider: None,
+                    model: None,
+                }),
+            ),
+        ]);
+        assert_eq!(steps[1].status, StepStatus::Running);
+        interrupt_running(&mut steps);
+        assert_eq!(steps[1].status, StepStatus::Interrupted);
     }
 }
