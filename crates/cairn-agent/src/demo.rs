@@ -376,6 +376,28 @@ pub(crate) fn storyboard_config() -> AgentConfig {
     }
 }
 
+/// Records in the session what `cairn agent --resume` needs to run it
+/// again offline: the scripted provider, its script, the working directory
+/// and the tools (the settings `app.rs` reads back).
+fn record_provider(session: &Session, script: &Path, workdir: &Path) -> Result<()> {
+    use crate::provider::Provider as _;
+    let model = ScriptedProvider::load(script)?.model().to_owned();
+    let registry = storyboard_tools(Some(Path::new("ledger.json")), workdir);
+    let mut tools = registry.names();
+    tools.push("delegate");
+    let mut values = serde_json::Map::new();
+    values.insert("provider".into(), Value::from("scripted"));
+    values.insert("script".into(), Value::from(script.display().to_string()));
+    values.insert("model".into(), Value::from(model));
+    values.insert(
+        crate::app::SETTING_WORKDIR.into(),
+        Value::from(workdir.display().to_string()),
+    );
+    values.insert(crate::app::SETTING_TOOLS.into(), Value::from(tools));
+    session.append(cairn::EntryBody::Settings(cairn::Settings { values }))?;
+    Ok(())
+}
+
 /// The names of the panel images in the demo's working directory.
 fn panel_files(workdir: &Path) -> Result<Vec<String>> {
     let dir = workdir.join("panels");
@@ -413,6 +435,7 @@ pub fn run(home: &Path, out: &mut dyn Write, opts: DemoOptions) -> Result<DemoRe
         .with_context(|| format!("writing {}", workdir.join(".gitignore").display()))?;
     let script_path = workdir.join("script.json");
     std::fs::write(&script_path, serde_json::to_vec_pretty(&script())?)?;
+    record_provider(&session, &script_path, &workdir)?;
     let ledger = Ledger::create(workdir.join("ledger.json"), 100)?;
     let mut t = Tour {
         out,
