@@ -51,7 +51,8 @@ pub struct AgentArgs {
     /// Resume this session (id or unique prefix): act on its recovery verdict first.
     #[arg(long, value_name = "SESSION", conflicts_with = "continue_latest")]
     pub resume: Option<String>,
-    /// Resume the most recently updated session.
+    /// Resume the most recently updated session (not a subagent's: those
+    /// resume through their parent).
     #[arg(long = "continue", short = 'c')]
     pub continue_latest: bool,
     /// OpenAI-compatible API base URL (default `https://api.openai.com/v1`;
@@ -376,7 +377,18 @@ fn open_session(store: &Store, opts: &AgentOptions) -> Result<Option<Session>> {
     let id = if let Some(q) = &opts.resume {
         store.resolve(q)?
     } else if opts.continue_latest {
-        store.latest()?
+        // A subagent's session is resumed through its parent, never as a
+        // top-level agent (after a crash inside `delegate` it is the newest).
+        let listed = store.list()?;
+        match listed.into_iter().find(|s| s.parent.is_none()) {
+            Some(s) => s.id,
+            None => {
+                store.latest()?;
+                bail!(
+                    "no session to continue: the store holds only subagents' sessions; resume one by id with --resume"
+                );
+            }
+        }
     } else {
         return Ok(None);
     };
