@@ -355,6 +355,8 @@ pub fn run(opts: AgentOptions) -> Result<()> {
     );
     agent.resume()?;
     agent.runtime().interrupt.check_terminated()?;
+    crate::resumed::deliver_queued(&mut agent)?;
+    agent.runtime().interrupt.check_terminated()?;
     record_settings(agent.session())?;
     if let Some(p) = &opts.prompt {
         let end = agent.prompt(p)?;

@@ -27,7 +27,7 @@ pub mod prompt;
 pub mod provider;
 pub mod recovery;
 pub mod repl;
-mod resumed;
+pub mod resumed;
 pub mod store;
 pub mod stream;
 pub mod term;

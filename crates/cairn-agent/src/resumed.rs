@@ -10,13 +10,18 @@
 //!   rewind to before the call brings those files back too. Only a call
 //!   whose `before` snapshot exists gets one; changes made by hand between
 //!   the crash and the resume count as the tool's.
+//!
+//! And once the resumed operation is over, the input queued during
+//! operations (`input_queued`) and never delivered is delivered, in order
+//! ([`deliver_queued`]).
 
 use anyhow::Result;
 use cairn::{OpRecord, Session, Unknown, Verdict};
 use cairn_workspace::Phase;
 use serde_json::{Value, json};
 
-use crate::agent::{Runtime, snapshot_after};
+use crate::agent::{Agent, Runtime, TurnEnd, snapshot_after};
+use crate::observer::Event;
 
 /// Records the resume marker (when an operation is open) and the
 /// workspace snapshot after each call of the verdict that may have run.
@@ -73,4 +78,66 @@ fn arguments_of(session: &Session, call_id: &str) -> Result<Option<Value>> {
         }
     }
     Ok(None)
+}
+
+/// The input queued during operations (`input_queued`) and not delivered
+/// since, in order. A queued text is delivered by a later operation whose
+/// input is that text while it is the first one waiting (the way
+/// [`deliver_queued`] delivers them), so a crash in the middle of the
+/// delivery leaves the rest waiting for the next resume.
+///
+/// # Errors
+///
+/// When a record cannot be read.
+pub fn undelivered(session: &Session) -> Result<Vec<String>> {
+    let ops = session.op_records();
+    let queued = cairn::OpKind::InputQueued.name();
+    if !ops.iter().any(|(_, kind)| kind == queued) {
+        return Ok(Vec::new());
+    }
+    let started = cairn::OpKind::OpStarted.name();
+    let mut waiting = std::collections::VecDeque::new();
+    for (seq, kind) in ops {
+        if kind != queued && kind != started {
+            continue;
+        }
+        match session.record(seq)?.body {
+            cairn::Body::Op(OpRecord::InputQueued(q)) => waiting.push_back(q.text),
+            cairn::Body::Op(OpRecord::OpStarted(o)) if !waiting.is_empty() => {
+                let Some(input) = o.input else { continue };
+                let text = match session.entry(&input)? {
+                    Some(cairn::Entry {
+                        body: cairn::EntryBody::Message(m),
+                        ..
+                    }) => m.plain_text(),
+                    _ => continue,
+                };
+                if waiting.front() == Some(&text) {
+                    waiting.pop_front();
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(waiting.into())
+}
+
+/// Delivers the input queued and never delivered ([`undelivered`]), in
+/// order, each as a request of its own — after a crash, the input a host
+/// queued while the operation ran is not lost. Call it once the session's
+/// open operation is resumed (an operation still open is resumed first).
+///
+/// # Errors
+///
+/// As [`Agent::prompt`].
+pub fn deliver_queued(agent: &mut Agent) -> Result<Vec<TurnEnd>> {
+    let mut ends = Vec::new();
+    for text in undelivered(agent.session())? {
+        agent.runtime().observer.event(&Event::Recovery(&format!(
+            "delivering input queued before the process stopped: {}",
+            crate::term::excerpt(&text, 60)
+        )));
+        ends.push(agent.prompt(&text)?);
+    }
+    Ok(ends)
 }
