@@ -237,229 +237,281 @@ struct Asked {
 
 /// Derives the steps from a session's records, in `seq` order. Pure.
 pub fn derive(records: &[Record]) -> Vec<Step> {
-    // Messages an operation accounts for: its inputs and its attempts' replies.
-    let mut op_inputs: HashSet<&EntryId> = HashSet::new();
-    let mut attempted: HashSet<&EntryId> = HashSet::new();
-    for r in records {
-        match &r.body {
-            Body::Op(OpRecord::OpStarted(s)) => op_inputs.extend(s.input.as_ref()),
-            Body::Op(OpRecord::ModelAttempted(m)) => {
-                attempted.insert(&m.entry);
-            }
-            Body::Header(_) | Body::Op(_) | Body::Entry(_) => {}
-        }
-    }
-    let mut steps: Vec<Step> = Vec::new();
-    let mut user_text: HashMap<EntryId, String> = HashMap::new();
-    let mut model_by_entry: HashMap<EntryId, usize> = HashMap::new();
-    let mut asked: HashMap<String, Asked> = HashMap::new();
-    let mut tool_by_call: HashMap<String, usize> = HashMap::new();
-    let mut open_ops: HashMap<String, bool> = HashMap::new();
-    // Calls whose approval was answered no.
-    let mut denied: HashSet<String> = HashSet::new();
-    // Tool steps their process died under, whose later result settles them.
-    let mut cut: HashSet<usize> = HashSet::new();
+    let mut d = Deriving::new(records);
     let mut prev_ts: Option<&str> = None;
     for r in records {
-        let before = prev_ts.replace(&r.ts);
-        let prev_ts = before;
+        let alive = prev_ts.replace(&r.ts);
         match &r.body {
             Body::Header(_) => {}
-            Body::Op(op) => match op {
-                OpRecord::OpStarted(s) => {
-                    open_ops.insert(s.op.clone(), true);
-                    let text = s.input.as_ref().and_then(|i| user_text.get(i)).cloned();
-                    let i = push(&mut steps, StepKind::Input, Some(&s.op), &r.ts);
-                    let step = &mut steps[i];
-                    step.name = text
-                        .as_deref()
-                        .map(|t| crate::summary::excerpt(t, 60))
-                        .unwrap_or_default();
-                    step.status = StepStatus::Ok;
-                    step.entry = s.input.clone();
-                    step.input = text;
-                }
-                OpRecord::ModelAttempted(m) => {
-                    let i = push(&mut steps, StepKind::Model, Some(&m.op), &r.ts);
-                    steps[i].name = m.model.clone().unwrap_or_else(|| "model".into());
-                    steps[i].entry = Some(m.entry.clone());
-                    model_by_entry.insert(m.entry.clone(), i);
-                }
-                OpRecord::UsageSettled(u) => {
-                    if let Some(&i) = model_by_entry.get(&u.entry) {
-                        steps[i].usage = Some(u.usage.clone());
-                        if u.latency_ms.is_some() {
-                            steps[i].duration_ms = u.latency_ms;
-                        }
-                    }
-                }
-                OpRecord::ToolDispatched(t) => {
-                    if let Some(&earlier) = tool_by_call.get(&t.call_id)
-                        && steps[earlier].status == StepStatus::Running
-                    {
-                        // Dispatched again: a re-run after its process died.
-                        steps[earlier].status = StepStatus::Interrupted;
-                    }
-                    let i = push(&mut steps, StepKind::Tool, Some(&t.op), &r.ts);
-                    let step = &mut steps[i];
-                    step.name = t.tool.clone();
-                    step.entry = Some(t.result_entry.clone());
-                    step.call_id = Some(t.call_id.clone());
-                    if let Some(a) = asked.get(&t.call_id) {
-                        step.parent = Some(a.number);
-                        step.input = Some(a.arguments.clone());
-                    }
-                    tool_by_call.insert(t.call_id.clone(), i);
-                }
-                OpRecord::OpFinished(f) => {
-                    open_ops.insert(f.op.clone(), false);
-                }
-                OpRecord::ApprovalResolved(a) => {
-                    if a.approved {
-                        denied.remove(&a.call_id);
-                    } else {
-                        denied.insert(a.call_id.clone());
-                    }
-                }
-                OpRecord::Ignored(u) if u.kind == RESUMED => {
-                    died(&mut steps, &mut cut, prev_ts, &r.ts);
-                }
-                OpRecord::ApprovalRequested(_)
-                | OpRecord::InputQueued(_)
-                | OpRecord::Ignored(_) => {}
-            },
+            Body::Op(op) => d.op(r, op, alive),
             Body::Entry(e) => {
-                let EntryBody::Message(m) = &e.body else {
-                    continue;
-                };
-                if m.role == Role::User {
-                    let text = m.plain_text();
-                    if !op_inputs.contains(&e.id) && !is_only_results(m) {
-                        // A user message no operation started from: an input.
-                        let i = push(&mut steps, StepKind::Input, None, &r.ts);
-                        let step = &mut steps[i];
-                        step.name = crate::summary::excerpt(&text, 60);
-                        step.status = StepStatus::Ok;
-                        step.entry = Some(e.id.clone());
-                        step.input = Some(text.clone());
-                    }
-                    user_text.insert(e.id.clone(), text);
-                }
-                if m.role == Role::Assistant && !attempted.contains(&e.id) {
-                    // A reply no model attempt announced: a model step of its own.
-                    let i = push(&mut steps, StepKind::Model, None, &r.ts);
-                    steps[i].name = m.model.clone().unwrap_or_else(|| "model".into());
-                    steps[i].entry = Some(e.id.clone());
-                    model_by_entry.insert(e.id.clone(), i);
-                }
-                if let Some(&i) = model_by_entry.get(&e.id) {
-                    let s = &mut steps[i];
-                    s.status = match m.stop_reason.as_deref() {
-                        Some("interrupted") => StepStatus::Interrupted,
-                        Some("error") => StepStatus::Error,
-                        _ => StepStatus::Ok,
-                    };
-                    if s.duration_ms.is_none() && s.op.is_some() {
-                        s.duration_ms = elapsed(s.started_at, &r.ts);
-                    }
-                    if s.usage.is_none() {
-                        s.usage = m.usage.clone();
-                    }
-                    s.output = reply_output(m);
-                    for (call_id, tool, arguments) in m.tool_calls() {
-                        asked.insert(
-                            call_id.to_owned(),
-                            Asked {
-                                number: s.number,
-                                op: s.op.clone(),
-                                tool: tool.to_owned(),
-                                arguments: arguments.to_string(),
-                            },
-                        );
-                    }
-                }
-                for res in m.results() {
-                    let status = match res.code {
-                        Some(TOOL_OUTCOME_UNKNOWN) => StepStatus::Unknown,
-                        Some(TOOL_NOT_STARTED) => StepStatus::NotStarted,
-                        _ if res.is_error => StepStatus::Error,
-                        _ => StepStatus::Ok,
-                    };
-                    let (output, child) = result_output(res.content);
-                    let dispatched = tool_by_call.get(res.call_id).copied().filter(|&i| {
-                        steps[i].status == StepStatus::Running
-                            || (steps[i].status == StepStatus::Interrupted && cut.contains(&i))
-                    });
-                    let i = match dispatched {
-                        Some(i) => {
-                            let s = &mut steps[i];
-                            s.status = status;
-                            if !cut.remove(&i) {
-                                s.duration_ms = elapsed(s.started_at, &r.ts);
-                            }
-                            i
-                        }
-                        None => {
-                            // Answered without a dispatch: denied, closed as never
-                            // started, run by a host outside the operation API, or
-                            // written with no operation at all. Only calls a model
-                            // step asked for are steps.
-                            let Some(a) = asked.get(res.call_id) else {
-                                continue;
-                            };
-                            let status = match status {
-                                StepStatus::Error if denied.contains(res.call_id) => {
-                                    StepStatus::Denied
-                                }
-                                StepStatus::Error if a.op.is_some() => StepStatus::NotStarted,
-                                other @ (StepStatus::Ok
-                                | StepStatus::Error
-                                | StepStatus::Running
-                                | StepStatus::Interrupted
-                                | StepStatus::Unknown
-                                | StepStatus::NotStarted
-                                | StepStatus::Denied) => other,
-                            };
-                            let (parent, op, tool, arguments) =
-                                (a.number, a.op.clone(), a.tool.clone(), a.arguments.clone());
-                            let i = push(&mut steps, StepKind::Tool, op.as_deref(), &r.ts);
-                            let s = &mut steps[i];
-                            s.name = tool;
-                            s.status = status;
-                            s.parent = Some(parent);
-                            s.entry = Some(e.id.clone());
-                            s.call_id = Some(res.call_id.to_owned());
-                            s.input = Some(arguments);
-                            i
-                        }
-                    };
-                    steps[i].output = Some(output);
-                    steps[i].child = child;
+                if let EntryBody::Message(m) = &e.body {
+                    d.message(r, &e.id, m);
                 }
             }
         }
     }
-    // A model step still waiting once its operation ended, or once a later
-    // attempt was made, was interrupted.
-    let mut later_model_in_op: HashSet<String> = HashSet::new();
-    for s in steps.iter_mut().rev() {
-        let (StepKind::Model, Some(op)) = (s.kind, &s.op) else {
-            continue;
+    d.finish()
+}
+
+/// The state of [`derive`] as it goes through the records.
+struct Deriving<'r> {
+    steps: Vec<Step>,
+    /// Messages an operation accounts for: its inputs…
+    op_inputs: HashSet<&'r EntryId>,
+    /// … and its attempts' replies.
+    attempted: HashSet<&'r EntryId>,
+    user_text: HashMap<EntryId, String>,
+    model_by_entry: HashMap<EntryId, usize>,
+    asked: HashMap<String, Asked>,
+    tool_by_call: HashMap<String, usize>,
+    /// Each operation seen, and whether it is still open.
+    open_ops: HashMap<String, bool>,
+    /// Calls whose approval was answered no.
+    denied: HashSet<String>,
+    /// Tool steps their process died under, whose later result settles them.
+    cut: HashSet<usize>,
+}
+
+impl<'r> Deriving<'r> {
+    fn new(records: &'r [Record]) -> Deriving<'r> {
+        let mut op_inputs = HashSet::new();
+        let mut attempted = HashSet::new();
+        for r in records {
+            match &r.body {
+                Body::Op(OpRecord::OpStarted(s)) => op_inputs.extend(s.input.as_ref()),
+                Body::Op(OpRecord::ModelAttempted(m)) => {
+                    attempted.insert(&m.entry);
+                }
+                Body::Header(_) | Body::Op(_) | Body::Entry(_) => {}
+            }
+        }
+        Deriving {
+            steps: Vec::new(),
+            op_inputs,
+            attempted,
+            user_text: HashMap::new(),
+            model_by_entry: HashMap::new(),
+            asked: HashMap::new(),
+            tool_by_call: HashMap::new(),
+            open_ops: HashMap::new(),
+            denied: HashSet::new(),
+            cut: HashSet::new(),
+        }
+    }
+
+    /// An operation record; `alive`: the `ts` of the record before it.
+    fn op(&mut self, r: &Record, op: &OpRecord, alive: Option<&str>) {
+        let steps = &mut self.steps;
+        match op {
+            OpRecord::OpStarted(s) => {
+                self.open_ops.insert(s.op.clone(), true);
+                let text = s
+                    .input
+                    .as_ref()
+                    .and_then(|i| self.user_text.get(i))
+                    .cloned();
+                let i = push(steps, StepKind::Input, Some(&s.op), &r.ts);
+                let step = &mut steps[i];
+                step.name = text
+                    .as_deref()
+                    .map(|t| crate::summary::excerpt(t, 60))
+                    .unwrap_or_default();
+                step.status = StepStatus::Ok;
+                step.entry = s.input.clone();
+                step.input = text;
+            }
+            OpRecord::ModelAttempted(m) => {
+                let i = push(steps, StepKind::Model, Some(&m.op), &r.ts);
+                steps[i].name = m.model.clone().unwrap_or_else(|| "model".into());
+                steps[i].entry = Some(m.entry.clone());
+                self.model_by_entry.insert(m.entry.clone(), i);
+            }
+            OpRecord::UsageSettled(u) => {
+                if let Some(&i) = self.model_by_entry.get(&u.entry) {
+                    steps[i].usage = Some(u.usage.clone());
+                    if u.latency_ms.is_some() {
+                        steps[i].duration_ms = u.latency_ms;
+                    }
+                }
+            }
+            OpRecord::ToolDispatched(t) => {
+                if let Some(&earlier) = self.tool_by_call.get(&t.call_id)
+                    && steps[earlier].status == StepStatus::Running
+                {
+                    // Dispatched again: a re-run after its process died.
+                    steps[earlier].status = StepStatus::Interrupted;
+                }
+                let i = push(steps, StepKind::Tool, Some(&t.op), &r.ts);
+                let step = &mut steps[i];
+                step.name = t.tool.clone();
+                step.entry = Some(t.result_entry.clone());
+                step.call_id = Some(t.call_id.clone());
+                if let Some(a) = self.asked.get(&t.call_id) {
+                    step.parent = Some(a.number);
+                    step.input = Some(a.arguments.clone());
+                }
+                self.tool_by_call.insert(t.call_id.clone(), i);
+            }
+            OpRecord::OpFinished(f) => {
+                self.open_ops.insert(f.op.clone(), false);
+            }
+            OpRecord::ApprovalResolved(a) => {
+                if a.approved {
+                    self.denied.remove(&a.call_id);
+                } else {
+                    self.denied.insert(a.call_id.clone());
+                }
+            }
+            OpRecord::Ignored(u) if u.kind == RESUMED => {
+                died(steps, &mut self.cut, alive, &r.ts);
+            }
+            OpRecord::ApprovalRequested(_) | OpRecord::InputQueued(_) | OpRecord::Ignored(_) => {}
+        }
+    }
+
+    /// A message entry: an input, a reply (a model step), tool results.
+    fn message(&mut self, r: &Record, id: &EntryId, m: &Message) {
+        if m.role == Role::User {
+            let text = m.plain_text();
+            if !self.op_inputs.contains(id) && !is_only_results(m) {
+                // A user message no operation started from: an input.
+                let i = push(&mut self.steps, StepKind::Input, None, &r.ts);
+                let step = &mut self.steps[i];
+                step.name = crate::summary::excerpt(&text, 60);
+                step.status = StepStatus::Ok;
+                step.entry = Some(id.clone());
+                step.input = Some(text.clone());
+            }
+            self.user_text.insert(id.clone(), text);
+        }
+        if m.role == Role::Assistant && !self.attempted.contains(id) {
+            // A reply no model attempt announced: a model step of its own.
+            let i = push(&mut self.steps, StepKind::Model, None, &r.ts);
+            self.steps[i].name = m.model.clone().unwrap_or_else(|| "model".into());
+            self.steps[i].entry = Some(id.clone());
+            self.model_by_entry.insert(id.clone(), i);
+        }
+        if let Some(&i) = self.model_by_entry.get(id) {
+            self.reply(i, r, m);
+        }
+        for res in m.results() {
+            self.result(r, id, &res);
+        }
+    }
+
+    /// The reply of model step `i`.
+    fn reply(&mut self, i: usize, r: &Record, m: &Message) {
+        let s = &mut self.steps[i];
+        s.status = match m.stop_reason.as_deref() {
+            Some("interrupted") => StepStatus::Interrupted,
+            Some("error") => StepStatus::Error,
+            _ => StepStatus::Ok,
         };
-        let later = !later_model_in_op.insert(op.clone());
-        if s.status == StepStatus::Running && (later || open_ops.get(op) == Some(&false)) {
-            s.status = StepStatus::Interrupted;
+        if s.duration_ms.is_none() && s.op.is_some() {
+            s.duration_ms = elapsed(s.started_at, &r.ts);
+        }
+        if s.usage.is_none() {
+            s.usage = m.usage.clone();
+        }
+        s.output = reply_output(m);
+        for (call_id, tool, arguments) in m.tool_calls() {
+            self.asked.insert(
+                call_id.to_owned(),
+                Asked {
+                    number: s.number,
+                    op: s.op.clone(),
+                    tool: tool.to_owned(),
+                    arguments: arguments.to_string(),
+                },
+            );
         }
     }
-    for s in &mut steps {
-        if s.kind == StepKind::Tool
-            && s.status == StepStatus::Running
-            && s.op.as_ref().and_then(|op| open_ops.get(op)) == Some(&false)
-        {
-            s.status = StepStatus::Unknown;
-        }
+
+    /// A tool result in entry `id`: it ends its dispatched step, or is a
+    /// step of its own (a call answered without a dispatch).
+    fn result(&mut self, r: &Record, id: &EntryId, res: &crate::record::ResultBlock<'_>) {
+        let status = match res.code {
+            Some(TOOL_OUTCOME_UNKNOWN) => StepStatus::Unknown,
+            Some(TOOL_NOT_STARTED) => StepStatus::NotStarted,
+            _ if res.is_error => StepStatus::Error,
+            _ => StepStatus::Ok,
+        };
+        let (output, child) = result_output(res.content);
+        let steps = &mut self.steps;
+        let cut = &mut self.cut;
+        let dispatched = self.tool_by_call.get(res.call_id).copied().filter(|&i| {
+            steps[i].status == StepStatus::Running
+                || (steps[i].status == StepStatus::Interrupted && cut.contains(&i))
+        });
+        let i = match dispatched {
+            Some(i) => {
+                let s = &mut steps[i];
+                s.status = status;
+                if !cut.remove(&i) {
+                    s.duration_ms = elapsed(s.started_at, &r.ts);
+                }
+                i
+            }
+            None => {
+                // Answered without a dispatch: denied, closed as never
+                // started, run by a host outside the operation API, or
+                // written with no operation at all. Only calls a model step
+                // asked for are steps.
+                let Some(a) = self.asked.get(res.call_id) else {
+                    return;
+                };
+                let status = match status {
+                    StepStatus::Error if self.denied.contains(res.call_id) => StepStatus::Denied,
+                    StepStatus::Error if a.op.is_some() => StepStatus::NotStarted,
+                    other @ (StepStatus::Ok
+                    | StepStatus::Error
+                    | StepStatus::Running
+                    | StepStatus::Interrupted
+                    | StepStatus::Unknown
+                    | StepStatus::NotStarted
+                    | StepStatus::Denied) => other,
+                };
+                let i = push(steps, StepKind::Tool, a.op.as_deref(), &r.ts);
+                let s = &mut steps[i];
+                s.name = a.tool.clone();
+                s.status = status;
+                s.parent = Some(a.number);
+                s.entry = Some(id.clone());
+                s.call_id = Some(res.call_id.to_owned());
+                s.input = Some(a.arguments.clone());
+                i
+            }
+        };
+        steps[i].output = Some(output);
+        steps[i].child = child;
     }
-    steps
+
+    /// The steps, once every record is in: a model step still waiting once
+    /// its operation ended, or once a later attempt was made, was
+    /// interrupted; a tool step still running once its operation ended has
+    /// an unknown outcome.
+    fn finish(mut self) -> Vec<Step> {
+        let mut later_model_in_op: HashSet<String> = HashSet::new();
+        for s in self.steps.iter_mut().rev() {
+            let (StepKind::Model, Some(op)) = (s.kind, &s.op) else {
+                continue;
+            };
+            let later = !later_model_in_op.insert(op.clone());
+            if s.status == StepStatus::Running && (later || self.open_ops.get(op) == Some(&false)) {
+                s.status = StepStatus::Interrupted;
+            }
+        }
+        for s in &mut self.steps {
+            if s.kind == StepKind::Tool
+                && s.status == StepStatus::Running
+                && s.op.as_ref().and_then(|op| self.open_ops.get(op)) == Some(&false)
+            {
+                s.status = StepStatus::Unknown;
+            }
+        }
+        self.steps
+    }
 }
 
 /// A host resumed at `resumed` the operation its process left at
