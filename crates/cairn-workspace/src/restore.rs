@@ -369,12 +369,6 @@ pub fn apply_with(
         return Err(WorkspaceError::Conflicts(plan.conflicts.clone()));
     }
     let conflicting: BTreeSet<&str> = plan.conflicts.iter().map(|c| c.path.as_str()).collect();
-    let mut report = RestoreReport {
-        unrestorable: plan.unrestorable.clone(),
-        ..RestoreReport::default()
-    };
-    let mut files = Manifest::new();
-    let mut dirs = BTreeSet::new();
     let hook = std::sync::Mutex::new(hook);
     let step = |event: &str, path: &str| {
         let mut h = hook
@@ -382,8 +376,57 @@ pub fn apply_with(
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         (*h)(event, path);
     };
-    // The content of each file changed outside the agent, which `plan`
-    // stored as a blob, durable before anything replaces or removes it.
+    keep_outside(blobs, plan, &conflicting, &step)?;
+    let mut files = Manifest::new();
+    // 1. Every new directory, then every new content under its temporary
+    // name; nothing else visible yet. 2. All of them durable.
+    let (targets, dirs) = make_dirs(plan, &mut files, &step)?;
+    let order: Vec<(&Change, &PathBuf)> = plan.changes.iter().zip(&targets).collect();
+    let writes: Vec<FileWrite<'_>> = order
+        .iter()
+        .filter_map(|(c, dest)| Some((*c, *dest, c.to.as_ref().filter(|t| !t.dir)?)))
+        .collect();
+    let mtimes = write_durably(plan, blobs, flush, &writes, &step)?;
+    // 3. What goes away removed, then each new content renamed over its
+    // path; the files replaced freed beside the next steps (release.rs).
+    let replaced = writes.iter().filter(|(c, _, _)| c.from.is_some()).count();
+    let removals: Vec<(&Change, &PathBuf)> = order
+        .iter()
+        .rev()
+        .filter(|(c, _)| c.to.is_none())
+        .copied()
+        .collect();
+    let releaser = Releaser::start(removals.len() + replaced);
+    let kept = remove(&removals, &releaser, &mut files, &step)?;
+    rename(&writes, mtimes, &releaser, &mut files, &step)?;
+    let report = report(plan, &conflicting, &kept);
+    // 4. The renames and removals durable: every directory touched; then
+    // the record.
+    for dir in &dirs {
+        if dir.exists() {
+            cairn_stores::blobs::sync_dir(dir)?;
+        }
+    }
+    record(session, plan, files)?;
+    step("recorded", "");
+    releaser.finish();
+    Ok(report)
+}
+
+/// One file a restore writes: its change, its path, its state.
+type FileWrite<'a> = (&'a Change, &'a PathBuf, &'a FileState);
+
+/// A step's hook: `(event, path)`.
+type Hook<'a> = dyn Fn(&str, &str) + Sync + 'a;
+
+/// The content of each file changed outside the agent, which `plan`
+/// stored as a blob, made durable before anything replaces or removes it.
+fn keep_outside(
+    blobs: &BlobStore,
+    plan: &Plan,
+    conflicting: &BTreeSet<&str>,
+    step: &Hook<'_>,
+) -> Result<(), WorkspaceError> {
     let kept_outside: Vec<&Change> = plan
         .changes
         .iter()
@@ -398,8 +441,18 @@ pub fn apply_with(
     for c in &kept_outside {
         step("kept", &c.path);
     }
-    // 1. Every new directory, then every new content under its temporary
-    // name; nothing else visible yet.
+    Ok(())
+}
+
+/// Each change's path (confined to the working directory), the
+/// directories holding them, and every new directory made (recorded in
+/// `files`).
+fn make_dirs(
+    plan: &Plan,
+    files: &mut Manifest,
+    step: &Hook<'_>,
+) -> Result<(Vec<PathBuf>, BTreeSet<PathBuf>), WorkspaceError> {
+    let mut dirs = BTreeSet::new();
     let mut targets = Vec::with_capacity(plan.changes.len());
     for change in &plan.changes {
         let dest = path::confined(&plan.root, &change.path, change.to.is_some())?;
@@ -429,11 +482,21 @@ pub fn apply_with(
         }
         targets.push(dest);
     }
-    let order: Vec<(&Change, &PathBuf)> = plan.changes.iter().zip(&targets).collect();
-    let writes: Vec<(&Change, &PathBuf, &FileState)> = order
-        .iter()
-        .filter_map(|(c, dest)| Some((*c, *dest, c.to.as_ref().filter(|t| !t.dir)?)))
-        .collect();
+    Ok((targets, dirs))
+}
+
+/// Writes every file under its temporary name, then makes them all
+/// durable (data and size; the names are made durable by the directories'
+/// fsyncs after the renames): one syncfs of the working directory's file
+/// system, or an fdatasync of each. The mtime of each file written (a
+/// rename leaves it as it is; `None` for a symlink).
+fn write_durably(
+    plan: &Plan,
+    blobs: &BlobStore,
+    flush: Flush,
+    writes: &[FileWrite<'_>],
+    step: &Hook<'_>,
+) -> Result<Vec<Option<i64>>, WorkspaceError> {
     // The file system opened before anything is written, so its syncfs
     // reports any write-back error from here on (flush.rs).
     let bytes = writes.iter().map(|(_, _, to)| to.size).sum();
@@ -444,18 +507,14 @@ pub fn apply_with(
         step("written", &change.path);
         Ok((i, mtime_ns))
     })?;
-    // The mtime of each file written (a rename leaves it as it is).
     let mut mtimes = vec![None; writes.len()];
     for (i, mtime_ns) in written {
         mtimes[i] = mtime_ns;
     }
-    // 2. All of them durable (data and size; the names are made durable by
-    // the directories' fsyncs after the renames): one syncfs of the working
-    // directory's file system, or an fdatasync of each.
     if let Some(fs) = &fs {
         fs.sync(&plan.root)?;
     } else {
-        parallel::each(&writes, |(_, dest, to)| {
+        parallel::each(writes, |(_, dest, to)| {
             if to.link.is_some() {
                 return Ok(());
             }
@@ -465,22 +524,22 @@ pub fn apply_with(
                 .map_err(io_err("sync", &tmp))
         })?;
     }
-    // 3. What goes away removed (files, then directories deepest first),
-    // then each new content renamed over its path (atomic: before or
-    // after).
-    let removals: Vec<(&Change, &PathBuf)> = order
-        .iter()
-        .rev()
-        .filter(|(c, _)| c.to.is_none())
-        .copied()
-        .collect();
+    Ok(mtimes)
+}
+
+/// Removes what goes away: files, then directories deepest first. The
+/// directories a forced restore must keep (they hold what no snapshot
+/// recorded).
+fn remove(
+    removals: &[(&Change, &PathBuf)],
+    releaser: &Releaser,
+    files: &mut Manifest,
+    step: &Hook<'_>,
+) -> Result<Vec<String>, WorkspaceError> {
     let (dir_removals, file_removals): (Vec<_>, Vec<_>) = removals
-        .into_iter()
+        .iter()
+        .copied()
         .partition(|(c, _)| c.from.as_ref().is_some_and(|f| f.dir));
-    // The files renamed over or removed are freed beside the next steps
-    // (release.rs), all before this returns.
-    let replaced = writes.iter().filter(|(c, _, _)| c.from.is_some()).count();
-    let releaser = Releaser::start(file_removals.len() + replaced);
     let removed = parallel::each(&file_removals, |(change, dest)| {
         let held = releaser.hold(dest);
         match std::fs::remove_file(dest) {
@@ -508,6 +567,18 @@ pub fn apply_with(
         step("deleted", &change.path);
         files.insert(change.path.clone(), None);
     }
+    Ok(kept)
+}
+
+/// Renames each new content over its path (atomic: before or after),
+/// recording its state with the mtime it was written with.
+fn rename(
+    writes: &[FileWrite<'_>],
+    mtimes: Vec<Option<i64>>,
+    releaser: &Releaser,
+    files: &mut Manifest,
+    step: &Hook<'_>,
+) -> Result<(), WorkspaceError> {
     let renames: Vec<_> = writes.iter().zip(mtimes).collect();
     let renamed = parallel::each(&renames, |&((change, dest, to), written_at)| {
         let tmp = temp_name(dest);
@@ -534,6 +605,15 @@ pub fn apply_with(
         Ok((change.path.clone(), Some(state)))
     })?;
     files.extend(renamed);
+    Ok(())
+}
+
+/// What the restore did, by path.
+fn report(plan: &Plan, conflicting: &BTreeSet<&str>, kept: &[String]) -> RestoreReport {
+    let mut report = RestoreReport {
+        unrestorable: plan.unrestorable.clone(),
+        ..RestoreReport::default()
+    };
     for change in &plan.changes {
         if kept.contains(&change.path) {
             report.unrestorable.push(Left {
@@ -551,15 +631,17 @@ pub fn apply_with(
             Action::Delete => report.deleted.push(change.path.clone()),
         }
     }
-    // 4. The renames and removals durable: every directory touched.
-    for dir in &dirs {
-        if dir.exists() {
-            cairn_stores::blobs::sync_dir(dir)?;
-        }
-    }
+    report
+        .already
+        .extend(plan.done.iter().map(|(p, _)| p.clone()));
+    report
+}
+
+/// Appends the `restore` record (at the new leaf: every path written,
+/// created, deleted or found done) and syncs it.
+fn record(session: &Session, plan: &Plan, mut files: Manifest) -> Result<(), WorkspaceError> {
     for (p, state) in &plan.done {
         files.insert(p.clone(), state.clone());
-        report.already.push(p.clone());
     }
     let record = WorkspaceRecord {
         at: session.leaf(),
@@ -572,9 +654,7 @@ pub fn apply_with(
     };
     record.append(session)?;
     session.sync().map_err(WorkspaceError::Append)?;
-    step("recorded", "");
-    releaser.finish();
-    Ok(report)
+    Ok(())
 }
 
 /// The temporary name a file is written under: `.NAME.cairn-restore`

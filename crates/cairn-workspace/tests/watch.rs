@@ -269,13 +269,14 @@ fn a_directory_holding_a_file_no_snapshot_recorded_is_a_conflict() {
     let p = plan(&s.store, &s.session, &s.blobs, start.as_ref()).unwrap();
     assert_eq!(conflicts(&p), vec!["out"]);
     let report = cairn_workspace::apply(&s.session, &s.blobs, &p, true).unwrap();
+    // Both named: the ignored file, and the directory kept for it.
     assert_eq!(
         report
             .unrestorable
             .iter()
             .map(|l| l.path.as_str())
             .collect::<Vec<_>>(),
-        vec!["out"]
+        vec!["out/x.log", "out"]
     );
     assert!(s.work.join("out/x.log").exists());
 }
