@@ -25,9 +25,9 @@ use crate::interrupt::Interrupt;
 use crate::observer::{Acks, Observer, Silent};
 use crate::prompt::Batch;
 use crate::provider::scripted::ScriptedProvider;
-use crate::tools::delegate::{Delegate, Make, SharedAfterToolEffect, Subagents};
-use crate::tools::render::{Ledger, RenderPanel};
-use crate::tools::{Registry, ToolEnv, bash::Bash, state::SetState};
+use crate::storyboard::{config, delegating, tools};
+use crate::tools::ToolEnv;
+use crate::tools::delegate::{Make, SharedAfterToolEffect};
 
 /// The environment variable that makes an executable run a [`ChildSpec`].
 pub const CHILD_ENV: &str = "CAIRN_AGENT_CHILD";
@@ -68,43 +68,6 @@ pub fn run_if_requested() -> Option<ExitCode> {
     })
 }
 
-/// The storyboard's tools: `set_state`, `render_panel` (when a ledger is
-/// given, 10 credits a panel) and `bash`.
-pub fn storyboard_tools(ledger: Option<&std::path::Path>, workdir: &std::path::Path) -> Registry {
-    let mut r = Registry::new().with(SetState);
-    if let Some(l) = ledger {
-        r = r.with(RenderPanel::new(Ledger::at(l), 10, workdir.join("panels")));
-    }
-    r.with(Bash)
-}
-
-/// The storyboard's tools and `delegate`, whose subagents have the
-/// storyboard's tools, report to `observer` and share the crash point.
-pub(crate) fn delegating(
-    tools: Registry,
-    store: &cairn::Store,
-    provider: &Arc<dyn crate::provider::Provider>,
-    env: &ToolEnv,
-    observer: Make<Box<dyn Observer>>,
-    after_tool_effect: Option<SharedAfterToolEffect>,
-) -> Registry {
-    let sub = Subagents {
-        store: store.clone(),
-        provider: Arc::clone(provider),
-        tools: tools.clone(),
-        env: env.clone(),
-        config: crate::agent::AgentConfig {
-            system_prompt: Some(crate::tools::delegate::SUBAGENT_PROMPT.to_owned()),
-            ..crate::demo::storyboard_config()
-        },
-        max_depth: crate::tools::delegate::DEFAULT_MAX_DEPTH,
-        observer,
-        prompter: Arc::new(|| Box::new(Batch)),
-        after_tool_effect,
-    };
-    tools.with(Delegate::new(sub))
-}
-
 fn run_spec(text: &str) -> Result<()> {
     let spec: ChildSpec = serde_json::from_str(text).context("the child spec is not valid JSON")?;
     let store = cairn_stores::open_store(&spec.home)?;
@@ -134,7 +97,7 @@ fn run_spec(text: &str) -> Result<()> {
     });
     let env = ToolEnv::new(&spec.workdir, cairn_stores::blob_dir(&spec.home));
     let tools = delegating(
-        storyboard_tools(spec.ledger.as_deref(), &spec.workdir),
+        tools(spec.ledger.as_deref(), &spec.workdir),
         &store,
         &provider,
         &env,
@@ -145,7 +108,7 @@ fn run_spec(text: &str) -> Result<()> {
         provider,
         tools,
         env,
-        config: crate::demo::storyboard_config(),
+        config: config(),
         observer: observer(),
         prompter: Box::new(Batch),
         interrupt: Interrupt::new(),

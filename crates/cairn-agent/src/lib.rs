@@ -29,6 +29,7 @@ pub mod recovery;
 pub mod repl;
 pub mod resumed;
 pub mod store;
+pub mod storyboard;
 pub mod stream;
 pub mod term;
 pub mod tools;
