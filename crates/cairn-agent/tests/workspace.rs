@@ -543,3 +543,38 @@ fn rewind_names_a_file_over_the_snapshot_limit_it_cannot_bring_back() {
         "{left:?}"
     );
 }
+
+#[test]
+fn rewind_names_a_file_a_tool_wrote_outside_the_working_directory() {
+    let h = Harness::new();
+    let outside = h.dir.path().join("outside.txt");
+    let script = json!({"turns": [
+        {"match": "look", "replies": [
+            {"text": "Looking.", "tool_calls": [{"name": "bash", "arguments": {"command": "true"}}]},
+            {"text": "Looked."}]},
+        {"match": "write", "replies": [
+            {"text": "Writing.", "tool_calls": [{"name": "write_file", "arguments": {"path": outside.display().to_string(), "content": "x"}}]},
+            {"text": "Written."}]},
+    ]});
+    let mut rt = h.runtime(Harness::scripted(script), Default::default());
+    rt.config.auto_approve = true;
+    let mut agent = h.agent(h.new_session(), rt);
+    agent.prompt("look").unwrap();
+    let looked = leaf(agent.session());
+    agent.prompt("write outside").unwrap();
+    assert!(outside.exists());
+    let s = agent.session();
+    let report = checkout_files(&h.store, s, &blobs(&h), Some(&looked), None, false).unwrap();
+    assert!(outside.exists(), "never touched by a restore");
+    let left: Vec<&str> = report
+        .unrestorable
+        .iter()
+        .map(|l| l.path.as_str())
+        .collect();
+    assert_eq!(left, [outside.display().to_string()]);
+    assert!(
+        report.unrestorable[0]
+            .why
+            .contains("outside the working directory")
+    );
+}

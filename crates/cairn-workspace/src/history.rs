@@ -129,6 +129,21 @@ impl History {
         m
     }
 
+    /// The paths tools named after `entry` that no record describes
+    /// (outside the working directory, …): a restore to `entry` cannot
+    /// bring them back.
+    pub fn unrecorded_after(&self, entry: Option<&EntryId>) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for (_, r) in &self.records[self.index_at(entry)..] {
+            for p in &r.unrecorded {
+                if !out.contains(p) {
+                    out.push(p.clone());
+                }
+            }
+        }
+        out
+    }
+
     /// How many records count at `entry`: up to and including the last one
     /// taken at the nearest entry of its branch that has one (0 if none).
     fn index_at(&self, entry: Option<&EntryId>) -> usize {

@@ -94,6 +94,10 @@ const TOO_LARGE: &str =
 /// Why a path the snapshots leave out is left.
 const IGNORED: &str = "ignored by .gitignore: no snapshot records it";
 
+/// Why a path a tool named outside what snapshots describe is left.
+const UNRECORDED: &str =
+    "a tool after the entry named it outside the working directory (or in .git): never snapshotted";
+
 /// Why a directory a forced restore could not remove is left.
 const HOLDS_UNRECORDED: &str = "it holds files no snapshot recorded";
 
@@ -113,7 +117,8 @@ pub struct Plan {
     /// Paths changed outside the agent since the last snapshot.
     pub conflicts: Vec<Conflict>,
     /// Paths it cannot bring back, each with why: content not kept (larger
-    /// than the limit), or never snapshotted (`.gitignore`d).
+    /// than the limit), or never snapshotted (`.gitignore`d, or named by a
+    /// tool outside the working directory).
     pub unrestorable: Vec<Left>,
 }
 
@@ -287,6 +292,15 @@ pub fn plan(
         }
     }
     unlisted_in_removed_dirs(&mut plan)?;
+    plan.unrestorable.extend(
+        history
+            .unrecorded_after(target)
+            .into_iter()
+            .map(|path| Left {
+                path,
+                why: UNRECORDED,
+            }),
+    );
     plan.unrestorable.extend(
         snap.ignored()
             .into_iter()
@@ -651,6 +665,7 @@ fn record(session: &Session, plan: &Plan, mut files: Manifest) -> Result<(), Wor
         scope: Scope::Files,
         files,
         truncated: false,
+        unrecorded: Vec::new(),
     };
     record.append(session)?;
     session.sync().map_err(WorkspaceError::Append)?;
