@@ -379,18 +379,7 @@ fn open_session(store: &Store, opts: &AgentOptions) -> Result<Option<Session>> {
     let id = if let Some(q) = &opts.resume {
         store.resolve(q)?
     } else if opts.continue_latest {
-        // A subagent's session is resumed through its parent, never as a
-        // top-level agent (after a crash inside `delegate` it is the newest).
-        let listed = store.list()?;
-        match listed.into_iter().find(|s| s.parent.is_none()) {
-            Some(s) => s.id,
-            None => {
-                store.latest()?;
-                bail!(
-                    "no session to continue: the store holds only subagents' sessions; resume one by id with --resume"
-                );
-            }
-        }
+        crate::store::newest_top_level(store)?
     } else {
         return Ok(None);
     };

@@ -158,6 +158,9 @@ fn command(agent: &mut Agent, cmd: &str, tree: Option<&TreePrinter>) -> Result<b
                     r.deleted.len(),
                     r.already.len()
                 )?;
+                for left in &r.unrestorable {
+                    writeln!(out, "left as is: {} ({})", clean_line(&left.path), left.why)?;
+                }
             } else {
                 agent.session().checkout(Some(&target), None)?;
             }

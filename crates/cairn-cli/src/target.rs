@@ -141,17 +141,7 @@ pub fn locate(ctx: &Ctx, spec: &Spec) -> Result<(Store, SessionId)> {
         }
         Spec::Last => {
             let store = ctx.store()?;
-            let listed = store.list()?;
-            let id = match listed.into_iter().find(|s| s.parent.is_none()) {
-                Some(s) => s.id,
-                None => {
-                    // An empty store: its own message says so.
-                    store.latest()?;
-                    bail!(
-                        "no session to use for --last: the store holds only subagents' sessions (--last --all takes those too)"
-                    );
-                }
-            };
+            let id = cairn_agent::store::newest_top_level(&store)?;
             Ok((store, id))
         }
         Spec::LastOfAny => {
