@@ -50,7 +50,8 @@ impl History {
     /// a child's records are placed where the parent dispatched the call
     /// that spawned it (its first `tool_dispatched`), in the child's own
     /// order, and count as taken at that call's result entry. Only the
-    /// records of the working directory of the last one are kept.
+    /// records of the session's working directory (that of its own last
+    /// record; without one, that of the last of its subagents') are kept.
     ///
     /// # Errors
     ///
@@ -60,9 +61,17 @@ impl History {
         let mut keyed: Vec<(Vec<u64>, u64, WorkspaceRecord)> = Vec::new();
         gather(store, session, &[], None, 0, &mut keyed)?;
         keyed.sort_by(|a, b| a.0.cmp(&b.0));
+        // The session's own working directory (its last record's), else
+        // its subagents'.
+        let root = keyed
+            .iter()
+            .rev()
+            .find(|(key, _, _)| key.len() == 1)
+            .or(keyed.last())
+            .map(|(_, _, r)| r.root.clone());
         let mut records: Vec<(u64, WorkspaceRecord)> =
             keyed.into_iter().map(|(_, seq, r)| (seq, r)).collect();
-        if let Some(root) = records.last().map(|(_, r)| r.root.clone()) {
+        if let Some(root) = root {
             records.retain(|(_, r)| r.root == root);
         }
         let parents = session
