@@ -19,8 +19,17 @@ use pretty_assertions::assert_eq;
 use serde_json::json;
 use support::Harness;
 
+/// One turn of a script: a request matching `word` gets `calls`, then a reply.
+fn turn(word: &str, calls: serde_json::Value) -> serde_json::Value {
+    json!({"match": word, "replies": [{"text": "On it.", "tool_calls": calls}, {"text": format!("{word} done.")}]})
+}
+
+/// A bash call.
+fn bash(command: &str) -> serde_json::Value {
+    json!([{"name": "bash", "arguments": {"command": command}}])
+}
+
 fn script() -> serde_json::Value {
-    let turn = |word: &str, calls: serde_json::Value| json!({"match": word, "replies": [{"text": "On it.", "tool_calls": calls}, {"text": format!("{word} done.")}]});
     json!({"turns": [
         turn("create", json!([{"name": "write_file", "arguments": {"path": "a.txt", "content": "one\n"}}])),
         turn("edit", json!([{"name": "edit_file", "arguments": {"path": "a.txt", "old_string": "one", "new_string": "two"}}])),
@@ -440,15 +449,9 @@ fn rewind_brings_back_the_files_a_subagent_wrote_in_the_same_directory() {
     )
     .unwrap();
     let script = json!({"turns": [
-        {"match": "letter", "replies": [
-            {"text": "Delegating.", "tool_calls": [{"name": "delegate", "arguments": {"task": "write the balloon"}}]},
-            {"text": "Lettered."}]},
-        {"match": "write the balloon", "replies": [
-            {"text": "Writing.", "tool_calls": [{"name": "bash", "arguments": {"command": "printf hi > balloons.txt && mkdir -p art && printf x > art/b.txt"}}]},
-            {"text": "Written."}]},
-        {"match": "start", "replies": [
-            {"text": "Starting.", "tool_calls": [{"name": "write_file", "arguments": {"path": "a.txt", "content": "a\n"}}]},
-            {"text": "Started."}]},
+        turn("letter", json!([{"name": "delegate", "arguments": {"task": "write the balloon"}}])),
+        turn("write the balloon", bash("printf hi > balloons.txt && mkdir -p art && printf x > art/b.txt")),
+        turn("start", json!([{"name": "write_file", "arguments": {"path": "a.txt", "content": "a\n"}}])),
     ]});
     let provider = Harness::scripted(script);
     let mut rt = h.runtime(std::sync::Arc::clone(&provider), Default::default());
@@ -507,12 +510,8 @@ fn rewind_names_a_file_over_the_snapshot_limit_it_cannot_bring_back() {
     std::fs::write(h.work.join("big.bin"), "0123456789abcdefghij").unwrap();
     std::fs::write(h.work.join("small.txt"), "s").unwrap();
     let script = json!({"turns": [
-        {"match": "look", "replies": [
-            {"text": "Looking.", "tool_calls": [{"name": "bash", "arguments": {"command": "true"}}]},
-            {"text": "Looked."}]},
-        {"match": "change", "replies": [
-            {"text": "Changing.", "tool_calls": [{"name": "bash", "arguments": {"command": "printf short > big.bin && printf t > small.txt"}}]},
-            {"text": "Changed."}]},
+        turn("look", bash("true")),
+        turn("change", bash("printf short > big.bin && printf t > small.txt")),
     ]});
     let mut rt = h.runtime(Harness::scripted(script), Default::default());
     rt.config.auto_approve = true;
@@ -549,12 +548,8 @@ fn rewind_names_a_file_a_tool_wrote_outside_the_working_directory() {
     let h = Harness::new();
     let outside = h.dir.path().join("outside.txt");
     let script = json!({"turns": [
-        {"match": "look", "replies": [
-            {"text": "Looking.", "tool_calls": [{"name": "bash", "arguments": {"command": "true"}}]},
-            {"text": "Looked."}]},
-        {"match": "write", "replies": [
-            {"text": "Writing.", "tool_calls": [{"name": "write_file", "arguments": {"path": outside.display().to_string(), "content": "x"}}]},
-            {"text": "Written."}]},
+        turn("look", bash("true")),
+        turn("write", json!([{"name": "write_file", "arguments": {"path": outside.display().to_string(), "content": "x"}}])),
     ]});
     let mut rt = h.runtime(Harness::scripted(script), Default::default());
     rt.config.auto_approve = true;

@@ -68,6 +68,19 @@ fn agent_demo_runs_from_the_cli_and_its_key_claims_hold() {
     }
 }
 
+/// Runs `cairn demo`; the storyboard session it made.
+fn storyboard_of_demo(home: &Home) -> cairn::SessionId {
+    let out = home.cairn().arg("demo").output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    home.store()
+        .list()
+        .unwrap()
+        .into_iter()
+        .find(|s| s.parent.is_none() && s.forked_from.is_none())
+        .unwrap()
+        .id
+}
+
 /// What a directory holds: each path (`/`-separated) with its content
 /// (`dir` for a directory).
 fn tree(root: &std::path::Path) -> Vec<(String, String)> {
@@ -97,16 +110,7 @@ fn tree(root: &std::path::Path) -> Vec<(String, String)> {
 #[test]
 fn regression_rewind_files_after_the_demo_left_the_crashed_tools_and_the_subagents_files() {
     let home = Home::new();
-    let out = home.cairn().arg("demo").output().unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
-    let store = home.store();
-    let story = store
-        .list()
-        .unwrap()
-        .into_iter()
-        .find(|s| s.parent.is_none() && s.forked_from.is_none())
-        .unwrap()
-        .id;
+    let story = storyboard_of_demo(&home);
     let work = home.path().join("demo").join(story.as_str());
     let ledger = std::fs::read_to_string(work.join("ledger.json")).unwrap();
     let panel_1 = std::fs::read_to_string(work.join("panels/panel-1.svg")).unwrap();
@@ -140,16 +144,7 @@ fn regression_rewind_files_after_the_demo_left_the_crashed_tools_and_the_subagen
 #[test]
 fn regression_agent_resume_of_a_demo_session_asked_for_an_api_key() {
     let home = Home::new();
-    let out = home.cairn().arg("demo").output().unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
-    let story = home
-        .store()
-        .list()
-        .unwrap()
-        .into_iter()
-        .find(|s| s.parent.is_none() && s.forked_from.is_none())
-        .unwrap()
-        .id;
+    let story = storyboard_of_demo(&home);
     let out = home
         .cairn()
         .args([

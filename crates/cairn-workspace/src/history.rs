@@ -33,8 +33,19 @@ impl History {
     ///
     /// As [`read_all`].
     pub fn read(session: &Session) -> Result<History, WorkspaceError> {
-        let mut records = read_all(session)?;
-        if let Some(root) = records.last().map(|(_, r)| r.root.clone()) {
+        let records = read_all(session)?;
+        let root = records.last().map(|(_, r)| r.root.clone());
+        Ok(History::of(session, records, root))
+    }
+
+    /// The history of `session` made of `records`, those of working
+    /// directory `root` only.
+    fn of(
+        session: &Session,
+        mut records: Vec<(u64, WorkspaceRecord)>,
+        root: Option<String>,
+    ) -> History {
+        if let Some(root) = root {
             records.retain(|(_, r)| r.root == root);
         }
         let parents = session
@@ -42,7 +53,7 @@ impl History {
             .into_iter()
             .map(|n| (n.id, n.parent))
             .collect();
-        Ok(History { records, parents })
+        History { records, parents }
     }
 
     /// Reads the session's workspace records and those of every subagent
@@ -69,17 +80,8 @@ impl History {
             .find(|(key, _, _)| key.len() == 1)
             .or(keyed.last())
             .map(|(_, _, r)| r.root.clone());
-        let mut records: Vec<(u64, WorkspaceRecord)> =
-            keyed.into_iter().map(|(_, seq, r)| (seq, r)).collect();
-        if let Some(root) = root {
-            records.retain(|(_, r)| r.root == root);
-        }
-        let parents = session
-            .nodes()
-            .into_iter()
-            .map(|n| (n.id, n.parent))
-            .collect();
-        Ok(History { records, parents })
+        let records = keyed.into_iter().map(|(_, seq, r)| (seq, r)).collect();
+        Ok(History::of(session, records, root))
     }
 
     /// Whether the session has any workspace record.
