@@ -120,6 +120,20 @@ fn rewind(h: &Harness, s: &Session, to: Option<&EntryId>) {
     checkout_files(&h.store, s, &blobs(h), to, None, false).unwrap();
 }
 
+/// `diff` between two entries: each path and its action.
+fn changes(
+    h: &Harness,
+    s: &Session,
+    a: Option<&EntryId>,
+    b: Option<&EntryId>,
+) -> Vec<(String, &'static str)> {
+    diff(&h.store, s, a, b)
+        .unwrap()
+        .into_iter()
+        .map(|c| (c.path, c.action.name()))
+        .collect()
+}
+
 fn leaf(s: &Session) -> EntryId {
     s.leaf().unwrap()
 }
@@ -205,11 +219,7 @@ fn diff_shows_the_workspace_difference_between_two_entries() {
     agent.prompt("shell").unwrap();
     let s = agent.session();
     let shelled = leaf(s);
-    let changes: Vec<(String, &str)> = diff(&h.store, s, Some(&created), Some(&shelled))
-        .unwrap()
-        .into_iter()
-        .map(|c| (c.path, c.action.name()))
-        .collect();
+    let changes = changes(&h, s, Some(&created), Some(&shelled));
     assert_eq!(
         changes,
         vec![
@@ -482,11 +492,7 @@ fn rewind_brings_back_the_files_a_subagent_wrote_in_the_same_directory() {
     let s = agent.session();
     assert_eq!(h.store.children(s.id()).unwrap().len(), 1);
 
-    let changes: Vec<(String, &str)> = diff(&h.store, s, Some(&started), s.leaf().as_ref())
-        .unwrap()
-        .into_iter()
-        .map(|c| (c.path, c.action.name()))
-        .collect();
+    let changes = changes(&h, s, Some(&started), s.leaf().as_ref());
     assert_eq!(
         changes,
         [
