@@ -579,3 +579,53 @@ fn rewind_names_a_file_a_tool_wrote_outside_the_working_directory() {
             .contains("outside the working directory")
     );
 }
+
+#[test]
+fn rewind_names_the_files_past_a_snapshots_path_limit() {
+    let h = Harness::new();
+    for name in ["a", "b", "c", "d", "e"] {
+        std::fs::write(h.work.join(name), name).unwrap();
+    }
+    let script = json!({"turns": [
+        turn("look", bash("true")),
+        turn("change", bash("printf x > new.txt && printf changed > a && printf changed > e")),
+    ]});
+    let mut rt = h.runtime(Harness::scripted(script), Default::default());
+    rt.config.auto_approve = true;
+    rt.env.snapshots = Some(cairn_workspace::Limits {
+        max_files: 3,
+        max_file_bytes: 1 << 20,
+    });
+    let mut agent = h.agent(h.new_session(), rt);
+    agent.prompt("look").unwrap();
+    let looked = leaf(agent.session());
+    let at_looked = files(&h.work);
+    agent.prompt("change").unwrap();
+    let s = agent.session();
+    assert!(read_all(s).unwrap().iter().any(|(_, r)| r.truncated));
+    let report = checkout_files(&h.store, s, &blobs(&h), Some(&looked), None, false).unwrap();
+    // Each path is as it was at the entry, or named.
+    let left: Vec<&str> = report
+        .unrestorable
+        .iter()
+        .map(|l| l.path.as_str())
+        .collect();
+    let now = files(&h.work);
+    for (path, content) in &now {
+        let before = at_looked.iter().find(|(p, _)| p == path).map(|(_, c)| c);
+        assert!(
+            before == Some(content) || left.contains(&path.as_str()),
+            "{path} is neither as at the entry nor named: {left:?}"
+        );
+    }
+    for (path, _) in &at_looked {
+        assert!(
+            now.iter().any(|(p, _)| p == path) || left.contains(&path.as_str()),
+            "{path} is gone and not named"
+        );
+    }
+    assert!(
+        !left.is_empty(),
+        "the scan was truncated: something is named"
+    );
+}

@@ -4,7 +4,7 @@
 //! work in the same directory: a child's records count as taken during
 //! the parent's call that spawned it, at that call's result entry.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use cairn::{Access, Body, EntryId, OpRecord, Session, SessionId, Store};
 
@@ -138,6 +138,33 @@ impl History {
             }
         }
         m
+    }
+
+    /// The paths whose state at `entry` the records cannot tell: first
+    /// named after it in an `after` record, once a tree scan stopped at its
+    /// path limit (the path may have been there all along, unseen), so
+    /// [`History::state_at`]'s "absent" is a guess a restore must not act on.
+    pub fn uncertain_at(&self, entry: Option<&EntryId>) -> BTreeSet<String> {
+        let n = self.index_at(entry);
+        let named: BTreeSet<&String> = self.records[..n]
+            .iter()
+            .flat_map(|(_, r)| r.files.keys())
+            .collect();
+        let mut truncated = self.records[..n].iter().any(|(_, r)| r.truncated);
+        let mut seen: BTreeSet<&String> = BTreeSet::new();
+        let mut out = BTreeSet::new();
+        for (_, r) in &self.records[n..] {
+            for p in r.files.keys() {
+                if named.contains(p) || !seen.insert(p) {
+                    continue;
+                }
+                if truncated && r.phase == Phase::After {
+                    out.insert(p.clone());
+                }
+            }
+            truncated |= r.truncated;
+        }
+        out
     }
 
     /// The paths tools named after `entry` that no record describes

@@ -94,6 +94,15 @@ const TOO_LARGE: &str =
 /// Why a path the snapshots leave out is left.
 const IGNORED: &str = "ignored by .gitignore: no snapshot records it";
 
+/// Why a path whose state at the entry the records cannot tell is left.
+const UNCERTAIN: &str = "first recorded after a snapshot that stopped at its path limit: its state at the entry is not known";
+
+/// Why a path on disk no record names is left.
+const UNKNOWN: &str = "no snapshot recorded it (past a snapshot's path limit, or made outside the agent since the last snapshot)";
+
+/// Why a path past what a restore looks at is left.
+const UNREACHED: &str = "past the number of paths a restore looks at: neither recorded nor checked";
+
 /// Why a path a tool named outside what snapshots describe is left.
 const UNRECORDED: &str =
     "a tool after the entry named it outside the working directory (or in .git): never snapshotted";
@@ -117,8 +126,9 @@ pub struct Plan {
     /// Paths changed outside the agent since the last snapshot.
     pub conflicts: Vec<Conflict>,
     /// Paths it cannot bring back, each with why: content not kept (larger
-    /// than the limit), or never snapshotted (`.gitignore`d, or named by a
-    /// tool outside the working directory).
+    /// than the limit), or on disk and in no record (`.gitignore`d, past a
+    /// snapshot's path limit, made outside the agent since the last
+    /// snapshot, or named by a tool outside the working directory).
     pub unrestorable: Vec<Left>,
 }
 
@@ -213,14 +223,20 @@ pub fn plan(
         conflicts: Vec::new(),
         unrestorable: Vec::new(),
     };
-    let (changes, unrestorable): (Vec<Change>, Vec<Change>) = differences(&last, &wanted)
-        .into_iter()
-        .partition(|c| c.to.as_ref().is_none_or(FileState::restorable));
+    let uncertain = history.uncertain_at(target);
+    let (changes, unrestorable): (Vec<Change>, Vec<Change>) =
+        differences(&last, &wanted).into_iter().partition(|c| {
+            c.to.as_ref().is_none_or(FileState::restorable) && !uncertain.contains(&c.path)
+        });
     plan.unrestorable = unrestorable
         .into_iter()
         .map(|c| Left {
+            why: if uncertain.contains(&c.path) {
+                UNCERTAIN
+            } else {
+                TOO_LARGE
+            },
             path: c.path,
-            why: TOO_LARGE,
         })
         .collect();
     // The disk at each path, looked at from a few threads: a file the last
@@ -302,9 +318,9 @@ pub fn plan(
             }),
     );
     plan.unrestorable.extend(
-        snap.ignored()
+        snap.left_out(&last, IGNORED, UNKNOWN, UNREACHED)
             .into_iter()
-            .map(|path| Left { path, why: IGNORED }),
+            .map(|(path, why)| Left { path, why }),
     );
     Ok(plan)
 }

@@ -338,19 +338,50 @@ impl Snapshotter {
         Ok(out)
     }
 
-    /// What a tree scan leaves out because `.gitignore` (or
-    /// `.git/info/exclude`) ignores it, so no snapshot records it: each
-    /// top-most such path (an ignored directory is named, not what it
-    /// holds), in walk order, at most [`Limits::max_files`] of them.
-    pub(crate) fn ignored(&self) -> Vec<String> {
+    /// What is on disk and in no record, so a restore leaves it as it is:
+    /// each top-most such path (a directory is named, not what it holds),
+    /// with why — `.gitignore`d (or `.git/info/exclude`d: no scan looks at
+    /// it), or `unknown` (not in `known`, the state the records describe:
+    /// past a snapshot's path limit, or made outside the agent since the
+    /// last snapshot). At most [`Limits::max_files`] paths are looked at
+    /// through the ignore rules; past that, what was not reached is named
+    /// as such.
+    pub(crate) fn left_out(
+        &self,
+        known: &Manifest,
+        ignored: &'static str,
+        unknown: &'static str,
+        unreached: &'static str,
+    ) -> Vec<(String, &'static str)> {
         let max = self.limits.max_files;
+        let mut out = Vec::new();
         let mut kept: HashSet<std::ffi::OsString> = HashSet::new();
+        let mut capped = false;
+        let mut under_unknown: Option<String> = None;
         for entry in self.walk(None, false).build().flatten() {
             if kept.len() >= max {
+                capped = true;
                 break;
             }
             kept.insert(entry.path().as_os_str().to_owned());
+            if entry.depth() == 0 || entry.file_name().to_string_lossy().ends_with(TEMP_SUFFIX) {
+                continue;
+            }
+            let Some(rel) = path::relative(&self.root, entry.path()) else {
+                continue;
+            };
+            if under_unknown
+                .as_ref()
+                .is_some_and(|d| rel.starts_with(&format!("{d}/")))
+            {
+                continue;
+            }
+            if !known.get(&rel).is_some_and(Option::is_some) && out.len() < max {
+                out.push((rel.clone(), unknown));
+                under_unknown = Some(rel);
+            }
         }
+        let why = if capped { unreached } else { ignored };
         let kept = Arc::new(kept);
         let found = Arc::new(std::sync::Mutex::new(Vec::new()));
         let exclude = self.exclude.clone();
@@ -383,7 +414,8 @@ impl Snapshotter {
         let found = found
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        found.clone()
+        out.extend(found.iter().map(|p| (p.clone(), why)));
+        out
     }
 
     /// `path` relative to the root ("" for the root itself), when it is a
