@@ -224,6 +224,11 @@ pub fn plan(
         unrestorable: Vec::new(),
     };
     let uncertain = history.uncertain_at(target);
+    // Only tree scans describe the files no tool named.
+    let scanned_tree = history
+        .records()
+        .iter()
+        .any(|(_, r)| r.scope == Scope::Tree);
     let (changes, unrestorable): (Vec<Change>, Vec<Change>) =
         differences(&last, &wanted).into_iter().partition(|c| {
             c.to.as_ref().is_none_or(FileState::restorable) && !uncertain.contains(&c.path)
@@ -318,7 +323,7 @@ pub fn plan(
             }),
     );
     plan.unrestorable.extend(
-        snap.left_out(&last, IGNORED, UNKNOWN, UNREACHED)
+        snap.left_out(scanned_tree.then_some(&last), IGNORED, UNKNOWN, UNREACHED)
             .into_iter()
             .map(|(path, why)| Left { path, why }),
     );

@@ -343,12 +343,14 @@ impl Snapshotter {
     /// with why — `.gitignore`d (or `.git/info/exclude`d: no scan looks at
     /// it), or `unknown` (not in `known`, the state the records describe:
     /// past a snapshot's path limit, or made outside the agent since the
-    /// last snapshot). At most [`Limits::max_files`] paths are looked at
+    /// last snapshot; only with `known`: a session whose tools only named
+    /// their files says nothing of the others). At most
+    /// [`Limits::max_files`] paths are looked at
     /// through the ignore rules; past that, what was not reached is named
     /// as such.
     pub(crate) fn left_out(
         &self,
-        known: &Manifest,
+        known: Option<&Manifest>,
         ignored: &'static str,
         unknown: &'static str,
         unreached: &'static str,
@@ -376,7 +378,7 @@ impl Snapshotter {
             {
                 continue;
             }
-            if !known.get(&rel).is_some_and(Option::is_some) && out.len() < max {
+            if known.is_some_and(|k| !k.get(&rel).is_some_and(Option::is_some)) && out.len() < max {
                 out.push((rel.clone(), unknown));
                 under_unknown = Some(rel);
             }
