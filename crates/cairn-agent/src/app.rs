@@ -51,7 +51,8 @@ pub struct AgentArgs {
     /// Resume this session (id or unique prefix): act on its recovery verdict first.
     #[arg(long, value_name = "SESSION", conflicts_with = "continue_latest")]
     pub resume: Option<String>,
-    /// Resume the most recently updated session.
+    /// Resume the most recently updated session (not a subagent's: those
+    /// resume through their parent).
     #[arg(long = "continue", short = 'c')]
     pub continue_latest: bool,
     /// OpenAI-compatible API base URL (default `https://api.openai.com/v1`;
@@ -361,6 +362,8 @@ pub fn run(opts: AgentOptions) -> Result<()> {
     );
     agent.resume()?;
     agent.runtime().interrupt.check_terminated()?;
+    crate::resumed::deliver_queued(&mut agent)?;
+    agent.runtime().interrupt.check_terminated()?;
     record_settings(agent.session())?;
     if let Some(p) = &opts.prompt {
         let end = agent.prompt(p)?;
@@ -383,7 +386,7 @@ fn open_session(store: &Store, opts: &AgentOptions) -> Result<Option<Session>> {
     let id = if let Some(q) = &opts.resume {
         store.resolve(q)?
     } else if opts.continue_latest {
-        store.latest()?
+        crate::store::newest_top_level(store)?
     } else {
         return Ok(None);
     };

@@ -20,16 +20,15 @@ use anyhow::{Context as _, Result};
 use cairn::Access;
 use serde::{Deserialize, Serialize};
 
-use crate::agent::{Agent, AgentConfig, OnUnknown, Runtime};
-use crate::compaction::CompactionPolicy;
-use crate::delegate::{Delegate, Make, SharedAfterToolEffect, Subagents};
+use crate::agent::{Agent, Runtime};
+use crate::delegate::{Make, SharedAfterToolEffect};
 use crate::interrupt::Interrupt;
 use crate::observer::{Acks, Observer, Silent};
 use crate::prompt::Batch;
 use crate::provider::scripted::ScriptedProvider;
 use crate::store::{OpenedStore, Opener};
-use crate::tools::render::{Ledger, RenderPanel};
-use crate::tools::{Registry, ToolEnv, bash::Bash, state::SetState};
+use crate::storyboard::{config, delegating, tools};
+use crate::tools::ToolEnv;
 
 /// The environment variable that makes an executable run a [`ChildSpec`].
 pub const CHILD_ENV: &str = "CAIRN_AGENT_CHILD";
@@ -71,62 +70,6 @@ pub fn run_if_requested(open: Opener) -> Option<ExitCode> {
     })
 }
 
-/// The storyboard agent's system prompt.
-pub const SYSTEM_PROMPT: &str = "You draw a comic storyboard panel by panel. Keep the hero's state (buff, skill) in the app state with set_state, and render each panel with render_panel.";
-
-/// How the storyboard agent runs, here and in its child processes: the
-/// storyboard prompt, side effects approved, unknown outcomes marked, no
-/// compaction.
-pub(crate) fn storyboard_config() -> AgentConfig {
-    AgentConfig {
-        system_prompt: Some(SYSTEM_PROMPT.to_owned()),
-        auto_approve: true,
-        on_unknown: OnUnknown::Mark,
-        compaction: CompactionPolicy {
-            budget_tokens: None,
-            keep_recent_tokens: 0,
-        },
-        ..AgentConfig::default()
-    }
-}
-
-/// The storyboard's tools: `set_state`, `render_panel` (when a ledger is
-/// given, 10 credits a panel) and `bash`.
-pub fn storyboard_tools(ledger: Option<&std::path::Path>, workdir: &std::path::Path) -> Registry {
-    let mut r = Registry::new().with(SetState);
-    if let Some(l) = ledger {
-        r = r.with(RenderPanel::new(Ledger::at(l), 10, workdir.join("panels")));
-    }
-    r.with(Bash)
-}
-
-/// The storyboard's tools and `delegate`, whose subagents have the
-/// storyboard's tools, report to `observer` and share the crash point.
-pub(crate) fn delegating(
-    tools: Registry,
-    store: &cairn::Store,
-    provider: &Arc<dyn crate::provider::Provider>,
-    env: &ToolEnv,
-    observer: Make<Box<dyn Observer>>,
-    after_tool_effect: Option<SharedAfterToolEffect>,
-) -> Registry {
-    let sub = Subagents {
-        store: store.clone(),
-        provider: Arc::clone(provider),
-        tools: tools.clone(),
-        env: env.clone(),
-        config: crate::agent::AgentConfig {
-            system_prompt: Some(crate::delegate::SUBAGENT_PROMPT.to_owned()),
-            ..storyboard_config()
-        },
-        max_depth: crate::delegate::DEFAULT_MAX_DEPTH,
-        observer,
-        prompter: Arc::new(|| Box::new(Batch)),
-        after_tool_effect,
-    };
-    tools.with(Delegate::new(sub))
-}
-
 fn run_spec(text: &str, open: Opener) -> Result<()> {
     let spec: ChildSpec = serde_json::from_str(text).context("the child spec is not valid JSON")?;
     let OpenedStore { store, blobs, .. } = open(&spec.home)?;
@@ -156,7 +99,7 @@ fn run_spec(text: &str, open: Opener) -> Result<()> {
     });
     let env = ToolEnv::new(&spec.workdir, blobs);
     let tools = delegating(
-        storyboard_tools(spec.ledger.as_deref(), &spec.workdir),
+        tools(spec.ledger.as_deref(), &spec.workdir),
         &store,
         &provider,
         &env,
@@ -167,7 +110,7 @@ fn run_spec(text: &str, open: Opener) -> Result<()> {
         provider,
         tools,
         env,
-        config: storyboard_config(),
+        config: config(),
         observer: observer(),
         prompter: Box::new(Batch),
         interrupt: Interrupt::new(),

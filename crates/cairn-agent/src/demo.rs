@@ -31,23 +31,22 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail, ensure};
-use cairn::{Access, Block, NewSession, Session, SessionId, Store, Verdict};
+use cairn::{Access, Block, EntryId, NewSession, Session, SessionId, Store, Verdict};
 use serde_json::{Value, json};
 
 use crate::agent::{Agent, Runtime};
-use crate::child::{
-    CHILD_ENV, CRASH_MARKER, ChildSpec, delegating, storyboard_config, storyboard_tools,
-};
+use crate::child::{CHILD_ENV, CRASH_MARKER, ChildSpec};
 use crate::interrupt::Interrupt;
 use crate::observer::Printer;
 use crate::prompt::Batch;
 use crate::provider::scripted::ScriptedProvider;
 use crate::repl::TreePrinter;
 use crate::store::OpenedStore;
+use crate::storyboard::{self, delegating};
 use crate::tools::ToolEnv;
 use crate::tools::render::Ledger;
 
-pub use crate::child::SYSTEM_PROMPT;
+pub use crate::storyboard::SYSTEM_PROMPT;
 
 /// Options of the demo.
 #[derive(Clone, Default)]
@@ -177,6 +176,10 @@ struct Tour<'a> {
     out: &'a mut dyn Write,
     capture: Capture,
     store: Store,
+    /// The storyboard session.
+    id: SessionId,
+    /// The executable the crash scenes run in a child process.
+    exe: PathBuf,
     home: PathBuf,
     blobs: PathBuf,
     workdir: PathBuf,
@@ -214,7 +217,7 @@ impl Tour<'_> {
         let env = ToolEnv::new(&self.workdir, &self.blobs);
         let capture = self.capture.clone();
         let tools = delegating(
-            storyboard_tools(Some(self.ledger.path()), &self.workdir),
+            storyboard::tools(Some(self.ledger.path()), &self.workdir),
             &self.store,
             &provider,
             &env,
@@ -225,7 +228,7 @@ impl Tour<'_> {
             provider,
             tools,
             env,
-            config: storyboard_config(),
+            config: storyboard::config(),
             observer: Box::new(Printer::new(Box::new(self.capture.clone()), "     │ ")),
             prompter: Box::new(Batch),
             interrupt: Interrupt::new(),
@@ -362,6 +365,28 @@ fn tool_result(session: &Session, tool: &str) -> Result<Option<(String, Option<S
     }))
 }
 
+/// Records in the session what `cairn agent --resume` needs to run it
+/// again offline: the scripted provider, its script, the working directory
+/// and the tools (the settings `app.rs` reads back).
+fn record_provider(session: &Session, script: &Path, workdir: &Path) -> Result<()> {
+    use crate::provider::Provider as _;
+    let model = ScriptedProvider::load(script)?.model().to_owned();
+    let registry = storyboard::tools(Some(Path::new("ledger.json")), workdir);
+    let mut tools = registry.names();
+    tools.push("delegate");
+    let mut values = serde_json::Map::new();
+    values.insert("provider".into(), Value::from("scripted"));
+    values.insert("script".into(), Value::from(script.display().to_string()));
+    values.insert("model".into(), Value::from(model));
+    values.insert(
+        crate::app::SETTING_WORKDIR.into(),
+        Value::from(workdir.display().to_string()),
+    );
+    values.insert(crate::app::SETTING_TOOLS.into(), Value::from(tools));
+    session.append(cairn::EntryBody::Settings(cairn::Settings { values }))?;
+    Ok(())
+}
+
 /// The names of the panel images in the demo's working directory.
 fn panel_files(workdir: &Path) -> Result<Vec<String>> {
     let dir = workdir.join("panels");
@@ -400,11 +425,14 @@ pub fn run(at: &OpenedStore, out: &mut dyn Write, opts: DemoOptions) -> Result<D
         .with_context(|| format!("writing {}", workdir.join(".gitignore").display()))?;
     let script_path = workdir.join("script.json");
     std::fs::write(&script_path, serde_json::to_vec_pretty(&script())?)?;
+    record_provider(&session, &script_path, &workdir)?;
     let ledger = Ledger::create(workdir.join("ledger.json"), 100)?;
     let mut t = Tour {
         out,
         capture: Capture::default(),
         store: store.clone(),
+        id: id.clone(),
+        exe,
         home: home.clone(),
         blobs: at.blobs.clone(),
         workdir: workdir.clone(),
@@ -423,6 +451,60 @@ pub fn run(at: &OpenedStore, out: &mut dyn Write, opts: DemoOptions) -> Result<D
         home.display()
     ))?;
 
+    // 1-3. Panels 1 and 2, and the rewind.
+    let (mut agent, panel1) = panel_1(&mut t, session)?;
+    let state_after_panel_2 = panel_2(&mut t, &mut agent)?;
+    let (panels_after_rewind, state_after_rewind) = rewind(&mut t, &agent, &panel1)?;
+    // 4-7. Three crashes, each resumed.
+    let (agent, panel_3_charges, balance) = render_crash(&mut t, agent)?;
+    let (agent, side_effect_code, print_queue_lines) = bash_crash(&mut t, agent)?;
+    let (agent, subagent, subagent_model_calls, balloon_lines) = subagent_crash(&mut t, agent)?;
+    // 8. The fork.
+    let fork_id = fork(&mut t, &agent, &panel1, opts.tree_printer.as_ref())?;
+    let report = DemoReport {
+        session: id.clone(),
+        fork: fork_id.clone(),
+        workdir: workdir.clone(),
+        state_after_panel_2,
+        state_after_rewind,
+        panels_after_rewind,
+        verdict_after_crash: "IndeterminateTool".into(),
+        panel_3_charges,
+        balance,
+        side_effect_code,
+        print_queue_lines,
+        subagent,
+        subagent_model_calls,
+        balloon_lines,
+    };
+    drop(agent);
+
+    writeln!(t.out, "\nExplore what the demo made:")?;
+    let store = crate::store::store_flag(home);
+    for cmd in [
+        format!("cairn{store} tree {id}"),
+        format!("cairn{store} steps {id}"),
+        format!("cairn{store} export {id} --format html > storyboard.html"),
+        format!("cairn{store} tree {fork_id}"),
+        format!("cairn{store} ls"),
+    ] {
+        writeln!(t.out, "  {cmd}")?;
+    }
+    writeln!(
+        t.out,
+        "The ledger, the script and the rendered panels are in {}.",
+        workdir.display()
+    )?;
+    Ok(report)
+}
+
+/// The hero's state after panel 1.
+fn power_up() -> Value {
+    json!({"buff": "power-up", "skill": "ten-palm strike"})
+}
+
+/// Scene 1: panel 1, labelled `panel-1`.
+fn panel_1(t: &mut Tour<'_>, session: Session) -> Result<(Agent, EntryId)> {
     // 1. Panel 1.
     t.step(1, "Panel 1: the hero eats a power-up")?;
     let mut agent = t.agent(session)?;
@@ -435,7 +517,7 @@ pub fn run(at: &OpenedStore, out: &mut dyn Write, opts: DemoOptions) -> Result<D
         .leaf()
         .context("the session has no entries")?;
     agent.session().label("panel-1", Some(&panel1))?;
-    let power_up = json!({"buff": "power-up", "skill": "ten-palm strike"});
+    let power_up = power_up();
     let state = agent.session().context().app_state().clone();
     ensure!(
         state == power_up,
@@ -449,9 +531,14 @@ pub fn run(at: &OpenedStore, out: &mut dyn Write, opts: DemoOptions) -> Result<D
         "The reply {panel1} is labelled `panel-1`, a bookmark to come back to."
     ))?;
 
+    Ok((agent, panel1))
+}
+
+/// Scene 2: panel 2, a side plot; the state after it.
+fn panel_2(t: &mut Tour<'_>, agent: &mut Agent) -> Result<Value> {
     // 2. Panel 2.
     t.step(2, "Panel 2, a side plot: the wrong pill")?;
-    t.ask(&mut agent, "Panel 2, a comic side plot: the teacher mixes up the pills and the hero swallows an expired one.")?;
+    t.ask(agent, "Panel 2, a comic side plot: the teacher mixes up the pills and the hero swallows an expired one.")?;
     let state_after_panel_2 = agent.session().context().app_state().clone();
     ensure!(
         state_after_panel_2 == json!({"buff": "exhausted"}),
@@ -462,14 +549,26 @@ pub fn run(at: &OpenedStore, out: &mut dyn Write, opts: DemoOptions) -> Result<D
         t.balance_line()?
     ))?;
 
+    Ok(state_after_panel_2)
+}
+
+/// Scene 3: the rewind to panel 1, files included; the panels and the
+/// state after it.
+fn rewind(t: &mut Tour<'_>, agent: &Agent, panel1: &EntryId) -> Result<(Vec<String>, Value)> {
     // 3. Rewind.
     t.step(3, "Rewind to panel 1")?;
     t.say("The side plot is dropped: a checkout entry moves the leaf back to `panel-1`, and the files with it (in the REPL: `/rewind panel-1 --files`). Nothing is deleted from the log; panel 2 stays there on its own branch, and its image in the blob store.")?;
-    let blobs = cairn_blobs::BlobStore::new(&at.blobs);
-    let restored =
-        cairn_workspace::checkout_files(agent.session(), &blobs, Some(&panel1), None, false)
-            .context("rewinding the panel files")?;
-    let panels_after_rewind = panel_files(&workdir)?;
+    let blobs = cairn_blobs::BlobStore::new(&t.blobs);
+    let restored = cairn_workspace::checkout_files(
+        &t.store,
+        agent.session(),
+        &blobs,
+        Some(panel1),
+        None,
+        false,
+    )
+    .context("rewinding the panel files")?;
+    let panels_after_rewind = panel_files(&t.workdir)?;
     ensure!(
         panels_after_rewind == ["panel-1.svg"],
         "after the rewind only panel 1's image should be left, not {panels_after_rewind:?}"
@@ -482,13 +581,21 @@ pub fn run(at: &OpenedStore, out: &mut dyn Write, opts: DemoOptions) -> Result<D
     ))?;
     let state_after_rewind = agent.session().context().app_state().clone();
     ensure!(
-        state_after_rewind == power_up,
+        state_after_rewind == power_up(),
         "after the rewind the state should be the power-up again, not {state_after_rewind}"
     );
     t.say(&format!(
         "App state now: {state_after_rewind}. The power-up is back with no extra work: the state is a fold of the branch, and panel 2's patch is not on it."
     ))?;
 
+    Ok((panels_after_rewind, state_after_rewind))
+}
+
+/// Scenes 4 and 5: panel 3 in a child process killed after the render
+/// charged, then the idempotent re-run; the resumed agent, the panel 3
+/// charges and the balance.
+fn render_crash(t: &mut Tour<'_>, agent: Agent) -> Result<(Agent, usize, i64)> {
+    let (store, id, exe) = (t.store.clone(), t.id.clone(), t.exe.clone());
     // 4. Panel 3, crash.
     t.step(4, "Panel 3 on the new branch — and a crash")?;
     t.say("This request runs in a child process. The render is dispatched (T1, fsynced), the billing service charges, and the process is killed before the result (T2) is written — the moment that makes agents charge twice.")?;
@@ -545,6 +652,13 @@ pub fn run(at: &OpenedStore, out: &mut dyn Write, opts: DemoOptions) -> Result<D
         t.balance_line()?
     ))?;
 
+    Ok((agent, panel_3_charges, ledger.balance))
+}
+
+/// Scene 6: the same crash with `bash`, a side effect without a key; the
+/// resumed agent, the result code and the print queue's lines.
+fn bash_crash(t: &mut Tour<'_>, agent: Agent) -> Result<(Agent, Option<String>, usize)> {
+    let (store, id, exe) = (t.store.clone(), t.id.clone(), t.exe.clone());
     // 6. The same crash with bash.
     t.step(6, "The same crash with a side effect that has no key")?;
     t.say("Now the agent sends the panel to the print shop with `bash`, a side effect with no idempotency key, and the process is killed again after the command ran.")?;
@@ -569,7 +683,7 @@ pub fn run(at: &OpenedStore, out: &mut dyn Write, opts: DemoOptions) -> Result<D
         side_effect_code.as_deref() == Some(cairn::TOOL_OUTCOME_UNKNOWN),
         "the bash result should be TOOL_OUTCOME_UNKNOWN, not {side_effect_code:?}: {text}"
     );
-    let queue = std::fs::read_to_string(workdir.join("print-queue.txt")).unwrap_or_default();
+    let queue = std::fs::read_to_string(t.workdir.join("print-queue.txt")).unwrap_or_default();
     let print_queue_lines = queue.lines().count();
     ensure!(
         print_queue_lines == 1,
@@ -577,6 +691,13 @@ pub fn run(at: &OpenedStore, out: &mut dyn Write, opts: DemoOptions) -> Result<D
     );
     t.say("The model sees a real result with code TOOL_OUTCOME_UNKNOWN, so the history is valid and honest; the print queue has the job once.")?;
 
+    Ok((agent, side_effect_code, print_queue_lines))
+}
+
+/// Scene 7: a subagent letters panel 3, and a crash after it answered;
+/// the resumed agent, the subagent, its model calls and the balloon's lines.
+fn subagent_crash(t: &mut Tour<'_>, agent: Agent) -> Result<(Agent, SessionId, usize, usize)> {
+    let (store, id, exe) = (t.store.clone(), t.id.clone(), t.exe.clone());
     // 7. A subagent, and a crash after it answered.
     t.step(
         7,
@@ -635,7 +756,7 @@ pub fn run(at: &OpenedStore, out: &mut dyn Write, opts: DemoOptions) -> Result<D
         answer.contains("HI-YAH"),
         "the parent's result should carry the subagent's answer, not {answer}"
     );
-    let balloons = std::fs::read_to_string(workdir.join("balloons.txt")).unwrap_or_default();
+    let balloons = std::fs::read_to_string(t.workdir.join("balloons.txt")).unwrap_or_default();
     let balloon_lines = balloons.lines().count();
     ensure!(
         balloon_lines == 1,
@@ -645,61 +766,37 @@ pub fn run(at: &OpenedStore, out: &mut dyn Write, opts: DemoOptions) -> Result<D
         "The parent's call is answered with the subagent's answer; balloons.txt has the balloon once. `cairn steps {id}` shows the subagent's steps under the call, `cairn ls` shows its session under the storyboard."
     ))?;
 
+    Ok((agent, subagent, subagent_model_calls, balloon_lines))
+}
+
+/// Scene 8: the fork from panel 1, and both trees drawn; the fork's id.
+fn fork(
+    t: &mut Tour<'_>,
+    agent: &Agent,
+    panel1: &EntryId,
+    printer: Option<&TreePrinter>,
+) -> Result<SessionId> {
     // 8. Fork.
     t.step(8, "Fork from panel 1 into a new session")?;
-    let fork = store.fork(
+    let fork = t.store.fork(
         agent.session(),
-        Some(&panel1),
+        Some(panel1),
         Some("comic storyboard — fork at panel 1".into()),
     )?;
     let fork_id = fork.id().clone();
     ensure!(
-        *fork.context().app_state() == power_up,
+        *fork.context().app_state() == power_up(),
         "the fork should start powered up"
     );
     t.say(&format!("The fork {fork_id} holds the branch up to panel 1 — state {} — and the original is untouched.", fork.context().app_state()))?;
     writeln!(
         t.out,
-        "\n   The storyboard session {id} (* marks the active branch):"
+        "\n   The storyboard session {} (* marks the active branch):",
+        t.id
     )?;
-    let printer = opts.tree_printer.clone();
-    t.draw(agent.session(), printer.as_ref())?;
+    t.draw(agent.session(), printer)?;
     writeln!(t.out, "\n   The fork {fork_id}:")?;
-    t.draw(&fork, printer.as_ref())?;
+    t.draw(&fork, printer)?;
     drop(fork);
-    let report = DemoReport {
-        session: id.clone(),
-        fork: fork_id.clone(),
-        workdir: workdir.clone(),
-        state_after_panel_2,
-        state_after_rewind,
-        panels_after_rewind,
-        verdict_after_crash: "IndeterminateTool".into(),
-        panel_3_charges,
-        balance: ledger.balance,
-        side_effect_code,
-        print_queue_lines,
-        subagent,
-        subagent_model_calls,
-        balloon_lines,
-    };
-    drop(agent);
-
-    writeln!(t.out, "\nExplore what the demo made:")?;
-    let store = crate::store::store_flag(home);
-    for cmd in [
-        format!("cairn{store} tree {id}"),
-        format!("cairn{store} steps {id}"),
-        format!("cairn{store} export {id} --format html > storyboard.html"),
-        format!("cairn{store} tree {fork_id}"),
-        format!("cairn{store} ls"),
-    ] {
-        writeln!(t.out, "  {cmd}")?;
-    }
-    writeln!(
-        t.out,
-        "The ledger, the script and the rendered panels are in {}.",
-        workdir.display()
-    )?;
-    Ok(report)
+    Ok(fork_id)
 }

@@ -72,6 +72,7 @@ pub struct Recovered {
 /// outcome (the session is left unchanged); a verdict recovery could not
 /// settle.
 pub fn resolve(session: &Session, rt: &mut Runtime) -> Result<Recovered> {
+    crate::resumed::record_crash(session, rt)?;
     let before = session.verdict()?;
     if !matches!(
         before,

@@ -148,6 +148,7 @@ fn command(agent: &mut Agent, cmd: &str, tree: Option<&TreePrinter>) -> Result<b
             if files {
                 let blobs = cairn_blobs::BlobStore::new(&agent.runtime().env.blob_dir);
                 let r = cairn_workspace::checkout_files(
+                    agent.store(),
                     agent.session(),
                     &blobs,
                     Some(&target),
@@ -162,6 +163,9 @@ fn command(agent: &mut Agent, cmd: &str, tree: Option<&TreePrinter>) -> Result<b
                     r.deleted.len(),
                     r.already.len()
                 )?;
+                for left in &r.unrestorable {
+                    writeln!(out, "left as is: {} ({})", clean_line(&left.path), left.why)?;
+                }
             } else {
                 agent.session().checkout(Some(&target), None)?;
             }

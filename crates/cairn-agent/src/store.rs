@@ -1,13 +1,14 @@
-//! The store the agent is handed, and how it names that store on a command
-//! line. Opening a store from its location (a directory, `sqlite:PATH`, a
-//! `postgres://` URL), and where tools keep their own files beside it, is
+//! The store the agent is handed, how it names that store on a command
+//! line, and which session "the newest" is (`--continue`, the CLI's
+//! `--last`). Opening a store from its location (a directory, `sqlite:PATH`,
+//! a `postgres://` URL), and where tools keep their own files beside it, is
 //! the caller's job (the `cairn` binary does it with `cairn_stores`): the
 //! agent links no database driver, and takes an [`OpenedStore`], or an
 //! [`Opener`] where it must open a store again in a child process.
 
 use std::path::{Path, PathBuf};
 
-use cairn::Store;
+use cairn::{SessionId, Store};
 
 /// A store its caller opened, with the directories beside it the agent
 /// keeps its own files in.
@@ -54,6 +55,25 @@ pub fn store_flag(spec: &Path) -> String {
         return String::new();
     }
     format!(" --store {}", shell_quote(&spec.display().to_string()))
+}
+
+/// The most recently updated session that is not a subagent's: a child
+/// session is resumed through its parent, never as a top-level agent
+/// (after a crash inside `delegate`, the child is the newest).
+///
+/// # Errors
+///
+/// An empty store (the store's own message), a store holding only
+/// subagents' sessions, listing errors.
+pub fn newest_top_level(store: &Store) -> anyhow::Result<SessionId> {
+    let listed = store.list()?;
+    if let Some(s) = listed.into_iter().find(|s| s.parent.is_none()) {
+        return Ok(s.id);
+    }
+    store.latest()?;
+    anyhow::bail!(
+        "the store holds only subagents' sessions, which resume through their parent: name one to use it alone"
+    )
 }
 
 /// Quotes `s` for a POSIX shell when it holds anything but plain path characters.

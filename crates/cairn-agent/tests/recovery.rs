@@ -153,3 +153,52 @@ fn a_prompt_after_a_call_with_no_operation_records_recovers_first() {
         assert_eq!(dangling(r), Vec::<String>::new());
     }
 }
+
+/// The user messages of the session's branch, in order.
+fn user_texts(session: &cairn::Session) -> Vec<String> {
+    let ctx = session.context();
+    ctx.messages()
+        .iter()
+        .map(|m| m.message().unwrap())
+        .filter(|m| m.role == Role::User)
+        .map(|m| m.plain_text())
+        .collect()
+}
+
+#[test]
+fn regression_input_queued_before_a_crash_was_never_delivered_after_it() {
+    let h = Harness::new();
+    let s = h.new_session();
+    let id = s.id().clone();
+    // A host's operation took input "first", then queued two more while
+    // it ran, and its process died with the operation open.
+    let op = s
+        .start_operation(Message::text(Role::User, "first"))
+        .unwrap();
+    op.queue_input("then A").unwrap();
+    op.queue_input("then B").unwrap();
+    drop(op);
+    drop(s);
+    let script = json!({"turns": [{"replies": [{"text": "Noted."}]}]});
+    let rt = h.runtime(Harness::scripted(script), Canned::default());
+    let mut agent = h.agent(h.store.open(&id, Access::Write).unwrap(), rt);
+    assert_eq!(
+        cairn_agent::resumed::undelivered(agent.session()).unwrap(),
+        ["then A", "then B"]
+    );
+    agent.resume().unwrap();
+    let ends = cairn_agent::resumed::deliver_queued(&mut agent).unwrap();
+    assert_eq!(ends.len(), 2);
+    assert_eq!(user_texts(agent.session()), ["first", "then A", "then B"]);
+    // Delivered once: nothing waits any more.
+    assert!(
+        cairn_agent::resumed::undelivered(agent.session())
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        cairn_agent::resumed::deliver_queued(&mut agent)
+            .unwrap()
+            .is_empty()
+    );
+}

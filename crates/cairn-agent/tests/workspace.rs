@@ -19,8 +19,17 @@ use pretty_assertions::assert_eq;
 use serde_json::json;
 use support::Harness;
 
+/// One turn of a script: a request matching `word` gets `calls`, then a reply.
+fn turn(word: &str, calls: serde_json::Value) -> serde_json::Value {
+    json!({"match": word, "replies": [{"text": "On it.", "tool_calls": calls}, {"text": format!("{word} done.")}]})
+}
+
+/// A bash call.
+fn bash(command: &str) -> serde_json::Value {
+    json!([{"name": "bash", "arguments": {"command": command}}])
+}
+
 fn script() -> serde_json::Value {
-    let turn = |word: &str, calls: serde_json::Value| json!({"match": word, "replies": [{"text": "On it.", "tool_calls": calls}, {"text": format!("{word} done.")}]});
     json!({"turns": [
         turn("create", json!([{"name": "write_file", "arguments": {"path": "a.txt", "content": "one\n"}}])),
         turn("edit", json!([{"name": "edit_file", "arguments": {"path": "a.txt", "old_string": "one", "new_string": "two"}}])),
@@ -108,7 +117,21 @@ fn blobs(h: &Harness) -> BlobStore {
 }
 
 fn rewind(h: &Harness, s: &Session, to: Option<&EntryId>) {
-    checkout_files(s, &blobs(h), to, None, false).unwrap();
+    checkout_files(&h.store, s, &blobs(h), to, None, false).unwrap();
+}
+
+/// `diff` between two entries: each path and its action.
+fn changes(
+    h: &Harness,
+    s: &Session,
+    a: Option<&EntryId>,
+    b: Option<&EntryId>,
+) -> Vec<(String, &'static str)> {
+    diff(&h.store, s, a, b)
+        .unwrap()
+        .into_iter()
+        .map(|c| (c.path, c.action.name()))
+        .collect()
 }
 
 fn leaf(s: &Session) -> EntryId {
@@ -190,17 +213,13 @@ fn each_tool_path_is_rewound_and_forwarded_across_branches() {
 
 #[test]
 fn diff_shows_the_workspace_difference_between_two_entries() {
-    let Setup { h: _h, mut agent } = setup();
+    let Setup { h, mut agent } = setup();
     agent.prompt("create a file").unwrap();
     let created = leaf(agent.session());
     agent.prompt("shell").unwrap();
     let s = agent.session();
     let shelled = leaf(s);
-    let changes: Vec<(String, &str)> = diff(s, Some(&created), Some(&shelled))
-        .unwrap()
-        .into_iter()
-        .map(|c| (c.path, c.action.name()))
-        .collect();
+    let changes = changes(&h, s, Some(&created), Some(&shelled));
     assert_eq!(
         changes,
         vec![
@@ -222,7 +241,7 @@ fn a_file_changed_outside_the_agent_is_never_overwritten_silently() {
     let s = agent.session();
     let before = leaf(s);
     std::fs::write(h.work.join("a.txt"), "mine, by hand\n").unwrap();
-    let e = checkout_files(s, &blobs(&h), Some(&created), None, false).unwrap_err();
+    let e = checkout_files(&h.store, s, &blobs(&h), Some(&created), None, false).unwrap_err();
     let WorkspaceError::Conflicts(conflicts) = &e else {
         panic!("{e}");
     };
@@ -236,7 +255,7 @@ fn a_file_changed_outside_the_agent_is_never_overwritten_silently() {
         "mine, by hand\n"
     );
     // Forced, it is overwritten — and the hand-made content is still in the blob store.
-    let report = checkout_files(s, &blobs(&h), Some(&created), None, true).unwrap();
+    let report = checkout_files(&h.store, s, &blobs(&h), Some(&created), None, true).unwrap();
     assert_eq!(report.overwritten, vec!["a.txt".to_owned()]);
     assert_eq!(
         std::fs::read_to_string(h.work.join("a.txt")).unwrap(),
@@ -364,4 +383,250 @@ fn a_side_effect_the_recovery_loop_reruns_is_snapshotted_around() {
     rewind(&h, agent.session(), asked.as_ref());
     assert_eq!(content(&h.work, "tally"), "before\n");
     assert!(!h.work.join("made").exists());
+}
+
+/// An agent whose process "dies" right after `tool` did its work, before
+/// its result is recorded: the hook unwinds out of the loop, which leaves
+/// the log as a SIGKILL would (the `before` snapshot and the T1 durable,
+/// no `after`, no result); then a new agent resumes the session.
+fn crash_then_resume(
+    h: &Harness,
+    mut agent: cairn_agent::Agent,
+    request: &str,
+    tool: &'static str,
+) -> cairn_agent::Agent {
+    let id = agent.session().id().clone();
+    agent.runtime().after_tool_effect = Some(Box::new(move |name, _| {
+        assert!(name != tool, "the process dies here");
+    }));
+    let died = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| agent.prompt(request)));
+    assert!(died.is_err(), "the crash point was reached");
+    let rt = agent.runtime();
+    let script = std::mem::replace(&mut rt.provider, Harness::scripted(json!({"turns": []})));
+    drop(agent);
+    let mut rt = h.runtime(script, Default::default());
+    rt.config.auto_approve = true;
+    rt.config.on_unknown = cairn_agent::OnUnknown::Mark;
+    let mut agent = h.agent(h.store.open(&id, cairn::Access::Write).unwrap(), rt);
+    agent.resume().unwrap();
+    agent
+}
+
+#[test]
+fn rewind_brings_back_the_files_of_a_tool_that_died_before_its_result() {
+    let Setup { h, mut agent } = setup();
+    agent.prompt("create a file").unwrap();
+    let created = leaf(agent.session());
+    let at_created = files(&h.work);
+    let agent = crash_then_resume(&h, agent, "shell", "bash");
+    // The crashed call's changes are on record, at its result entry.
+    let s = agent.session();
+    let after: Vec<_> = read_all(s)
+        .unwrap()
+        .into_iter()
+        .filter(|(_, r)| r.phase == Phase::After && r.scope == Scope::Tree)
+        .collect();
+    assert_eq!(after.len(), 1, "{after:?}");
+    assert!(after[0].1.files.contains_key("new.txt"));
+    assert!(h.work.join("new.txt").exists());
+
+    let report = checkout_files(&h.store, s, &blobs(&h), Some(&created), None, false).unwrap();
+    // The directory is as it was at the entry, but for the file the crashed
+    // command wrote that `.gitignore` keeps out of every snapshot: the
+    // report names it.
+    let mut now = files(&h.work);
+    now.retain(|(p, _)| p != "ignored.txt");
+    assert_eq!(now, at_created, "the directory is as it was at the entry");
+    let left: Vec<&str> = report
+        .unrestorable
+        .iter()
+        .map(|l| l.path.as_str())
+        .collect();
+    assert_eq!(
+        left,
+        ["ignored.txt"],
+        "the one file no snapshot recorded is named"
+    );
+}
+
+#[test]
+fn rewind_brings_back_the_files_a_subagent_wrote_in_the_same_directory() {
+    let h = Harness::new();
+    std::fs::write(h.work.join("keep.txt"), "kept\n").unwrap();
+    std::fs::set_permissions(
+        h.work.join("keep.txt"),
+        std::fs::Permissions::from_mode(0o644),
+    )
+    .unwrap();
+    let script = json!({"turns": [
+        turn("letter", json!([{"name": "delegate", "arguments": {"task": "write the balloon"}}])),
+        turn("write the balloon", bash("printf hi > balloons.txt && mkdir -p art && printf x > art/b.txt")),
+        turn("start", json!([{"name": "write_file", "arguments": {"path": "a.txt", "content": "a\n"}}])),
+    ]});
+    let provider = Harness::scripted(script);
+    let mut rt = h.runtime(std::sync::Arc::clone(&provider), Default::default());
+    rt.config.auto_approve = true;
+    let sub = cairn_agent::delegate::Subagents {
+        store: h.store.clone(),
+        provider,
+        tools: cairn_agent::tools::Registry::standard(),
+        env: rt.env.clone(),
+        config: cairn_agent::AgentConfig {
+            auto_approve: true,
+            ..rt.config.clone()
+        },
+        max_depth: 1,
+        observer: std::sync::Arc::new(|| Box::new(cairn_agent::observer::Silent)),
+        prompter: std::sync::Arc::new(|| Box::new(cairn_agent::prompt::Batch)),
+        after_tool_effect: None,
+    };
+    rt.tools
+        .add(std::sync::Arc::new(cairn_agent::delegate::Delegate::new(
+            sub,
+        )));
+    let mut agent = h.agent(h.new_session(), rt);
+    agent.prompt("start").unwrap();
+    let started = leaf(agent.session());
+    let at_started = files(&h.work);
+    agent.prompt("letter panel 3").unwrap();
+    assert_eq!(content(&h.work, "balloons.txt"), "hi");
+    let s = agent.session();
+    assert_eq!(h.store.children(s.id()).unwrap().len(), 1);
+
+    let changes = changes(&h, s, Some(&started), s.leaf().as_ref());
+    assert_eq!(
+        changes,
+        [
+            ("art".to_owned(), "create"),
+            ("art/b.txt".to_owned(), "create"),
+            ("balloons.txt".to_owned(), "create")
+        ]
+    );
+    let report = checkout_files(&h.store, s, &blobs(&h), Some(&started), None, false).unwrap();
+    assert_eq!(
+        files(&h.work),
+        at_started,
+        "the directory is as it was at the entry"
+    );
+    assert!(report.unrestorable.is_empty(), "{report:?}");
+}
+
+#[test]
+fn rewind_names_a_file_over_the_snapshot_limit_it_cannot_bring_back() {
+    let h = Harness::new();
+    std::fs::write(h.work.join("big.bin"), "0123456789abcdefghij").unwrap();
+    std::fs::write(h.work.join("small.txt"), "s").unwrap();
+    let script = json!({"turns": [
+        turn("look", bash("true")),
+        turn("change", bash("printf short > big.bin && printf t > small.txt")),
+    ]});
+    let mut rt = h.runtime(Harness::scripted(script), Default::default());
+    rt.config.auto_approve = true;
+    rt.env.snapshots = Some(cairn_workspace::Limits {
+        max_files: 100,
+        max_file_bytes: 16,
+    });
+    let mut agent = h.agent(h.new_session(), rt);
+    agent.prompt("look").unwrap();
+    let looked = leaf(agent.session());
+    agent.prompt("change").unwrap();
+    let s = agent.session();
+    let report = checkout_files(&h.store, s, &blobs(&h), Some(&looked), None, false).unwrap();
+    // small.txt is back; big.bin's content at the entry was never kept,
+    // so it stays as it is, and the report says so by name.
+    assert_eq!(content(&h.work, "small.txt"), "s");
+    assert_eq!(content(&h.work, "big.bin"), "short");
+    assert_eq!(report.restored, ["small.txt"]);
+    let left: Vec<(&str, &str)> = report
+        .unrestorable
+        .iter()
+        .map(|l| (l.path.as_str(), l.why))
+        .collect();
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert_eq!(left[0].0, "big.bin");
+    assert!(
+        left[0].1.contains("larger than the snapshot limit"),
+        "{left:?}"
+    );
+}
+
+#[test]
+fn rewind_names_a_file_a_tool_wrote_outside_the_working_directory() {
+    let h = Harness::new();
+    let outside = h.dir.path().join("outside.txt");
+    let script = json!({"turns": [
+        turn("look", bash("true")),
+        turn("write", json!([{"name": "write_file", "arguments": {"path": outside.display().to_string(), "content": "x"}}])),
+    ]});
+    let mut rt = h.runtime(Harness::scripted(script), Default::default());
+    rt.config.auto_approve = true;
+    let mut agent = h.agent(h.new_session(), rt);
+    agent.prompt("look").unwrap();
+    let looked = leaf(agent.session());
+    agent.prompt("write outside").unwrap();
+    assert!(outside.exists());
+    let s = agent.session();
+    let report = checkout_files(&h.store, s, &blobs(&h), Some(&looked), None, false).unwrap();
+    assert!(outside.exists(), "never touched by a restore");
+    let left: Vec<&str> = report
+        .unrestorable
+        .iter()
+        .map(|l| l.path.as_str())
+        .collect();
+    assert_eq!(left, [outside.display().to_string()]);
+    assert!(
+        report.unrestorable[0]
+            .why
+            .contains("outside the working directory")
+    );
+}
+
+#[test]
+fn rewind_names_the_files_past_a_snapshots_path_limit() {
+    let h = Harness::new();
+    for name in ["a", "b", "c", "d", "e"] {
+        std::fs::write(h.work.join(name), name).unwrap();
+    }
+    let script = json!({"turns": [
+        turn("look", bash("true")),
+        turn("change", bash("printf x > new.txt && printf changed > a && printf changed > e")),
+    ]});
+    let mut rt = h.runtime(Harness::scripted(script), Default::default());
+    rt.config.auto_approve = true;
+    rt.env.snapshots = Some(cairn_workspace::Limits {
+        max_files: 3,
+        max_file_bytes: 1 << 20,
+    });
+    let mut agent = h.agent(h.new_session(), rt);
+    agent.prompt("look").unwrap();
+    let looked = leaf(agent.session());
+    let at_looked = files(&h.work);
+    agent.prompt("change").unwrap();
+    let s = agent.session();
+    assert!(read_all(s).unwrap().iter().any(|(_, r)| r.truncated));
+    let report = checkout_files(&h.store, s, &blobs(&h), Some(&looked), None, false).unwrap();
+    // Each path is as it was at the entry, or named.
+    let left: Vec<&str> = report
+        .unrestorable
+        .iter()
+        .map(|l| l.path.as_str())
+        .collect();
+    let now = files(&h.work);
+    for (path, content) in &now {
+        let before = at_looked.iter().find(|(p, _)| p == path).map(|(_, c)| c);
+        assert!(
+            before == Some(content) || left.contains(&path.as_str()),
+            "{path} is neither as at the entry nor named: {left:?}"
+        );
+    }
+    for (path, _) in &at_looked {
+        assert!(
+            now.iter().any(|(p, _)| p == path) || left.contains(&path.as_str()),
+            "{path} is gone and not named"
+        );
+    }
+    assert!(
+        !left.is_empty(),
+        "the scan was truncated: something is named"
+    );
 }

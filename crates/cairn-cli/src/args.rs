@@ -60,9 +60,15 @@ pub struct SessionArg {
     #[arg(value_name = "SESSION")]
     pub session: Option<String>,
 
-    /// Use the most recently updated session instead of naming one.
+    /// Use the most recently updated session instead of naming one
+    /// (subagent sessions are skipped unless --all is given too).
     #[arg(long)]
     pub last: bool,
+
+    /// With --last: the newest session of any kind, subagents' included.
+    /// fsck and recover, without --last: every session of the store.
+    #[arg(long)]
+    pub all: bool,
 }
 
 /// Durability of acknowledged appends.
@@ -331,16 +337,14 @@ Example:
     /// Checks every record's framing and checksum, seq continuity, the
     /// header, every payload, the tree and the append-time invariants.
     /// `--salvage DIR` writes a repaired copy of one session into DIR (as
-    /// DIR/ID.jsonl) and never touches the original.
+    /// DIR/ID.jsonl) and never touches the original. `--all` (no session)
+    /// checks every session in the store.
     #[command(
         after_help = "Examples:\n  cairn fsck --all\n  cairn fsck 01jx --salvage /tmp/rescued"
     )]
     Fsck {
         #[command(flatten)]
         target: SessionArg,
-        /// Check every session in the store.
-        #[arg(long, conflicts_with_all = ["session", "last", "salvage"])]
-        all: bool,
         /// Write a repaired copy of the session into this directory.
         #[arg(long, value_name = "DIR")]
         salvage: Option<PathBuf>,
@@ -467,19 +471,17 @@ Example:
     /// implementations: use `cairn agent --resume`. The verdict covers every
     /// tool call on the branch without a result, with or without operation
     /// records; while another process holds the session, its tools are
-    /// reported as running.
+    /// reported as running. `--all` (with `--policy`, no session) recovers
+    /// every interrupted session of the store, one after another: safe to
+    /// run from many workers at once (on Postgres each claims different
+    /// sessions, FOR UPDATE SKIP LOCKED; elsewhere a session another writer
+    /// holds is skipped).
     #[command(
         after_help = "Examples:\n  cairn recover --last\n  cairn recover 01jx --policy unknown\n  cairn recover --all --policy unknown     # every interrupted session (many workers may run it)"
     )]
     Recover {
         #[command(flatten)]
         target: SessionArg,
-        /// Every interrupted session of the store, one after another (needs
-        /// --policy). Safe to run from many workers at once: on Postgres each
-        /// claims different sessions (FOR UPDATE SKIP LOCKED); elsewhere a
-        /// session another writer holds is skipped.
-        #[arg(long, conflicts_with_all = ["session", "last"], requires = "policy")]
-        all: bool,
         /// Resolve without asking.
         #[arg(long, value_enum)]
         policy: Option<RecoverPolicy>,

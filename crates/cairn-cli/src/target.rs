@@ -1,7 +1,8 @@
 //! Finding the store, the session and the entry a command names.
 //!
 //! A session is named by full id, unique id prefix, path to a `.jsonl` file,
-//! or `--last`; an entry by id, unique id prefix, label, or `root`/`none`.
+//! or `--last` (the newest that is not a subagent's; `--last --all`: of
+//! any kind); an entry by id, unique id prefix, label, or `root`/`none`.
 //! Read commands open with [`Access::Read`] (no lock, no repair); write
 //! commands with [`Access::Write`], reporting a torn tail they cut.
 
@@ -97,8 +98,10 @@ pub enum Spec {
     Query(String),
     /// A path to a session file.
     Path(PathBuf),
-    /// The most recently updated session.
+    /// The most recently updated session that is not a subagent's.
     Last,
+    /// The most recently updated session of any kind (`--last --all`).
+    LastOfAny,
 }
 
 impl Spec {
@@ -135,7 +138,9 @@ pub fn split(arg: &SessionArg, rest: &[String], want: usize) -> Result<(Spec, Ve
     let mut all: Vec<String> = arg.session.iter().cloned().collect();
     all.extend(rest.iter().cloned());
     let spec = if arg.last {
-        Spec::Last
+        if arg.all { Spec::LastOfAny } else { Spec::Last }
+    } else if arg.all {
+        bail!("--all goes with --last here (the newest session, subagents' included)");
     } else if all.is_empty() {
         bail!(
             "no session given: name one (id, unique id prefix or path to a .jsonl file) or use --last"
@@ -172,6 +177,11 @@ pub fn locate(ctx: &Ctx, spec: &Spec) -> Result<(Store, SessionId)> {
             Ok((store, id))
         }
         Spec::Last => {
+            let store = ctx.store()?;
+            let id = cairn_agent::store::newest_top_level(&store)?;
+            Ok((store, id))
+        }
+        Spec::LastOfAny => {
             let store = ctx.store()?;
             let id = store.latest()?;
             Ok((store, id))

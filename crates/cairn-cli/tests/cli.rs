@@ -1045,8 +1045,9 @@ fn steps_and_recover_work_on_a_crashed_operation_appended_by_another_program() {
         .assert()
         .success();
     let steps = stdout(&home.cairn().args(["steps", &id]).output().unwrap());
+    // Nobody holds the session: the process that dispatched it is gone.
     assert!(
-        steps.contains("s0003") && steps.contains("charge") && steps.contains("running"),
+        steps.contains("s0003") && steps.contains("charge") && steps.contains("interrupted"),
         "{steps}"
     );
     home.prints(&["recover", &id], "IndeterminateTool");
@@ -1069,4 +1070,76 @@ fn steps_and_recover_work_on_a_crashed_operation_appended_by_another_program() {
     // The result used the preallocated id, and the verdict is settled.
     let log = stdout(&home.cairn().args(["log", &id, "--json"]).output().unwrap());
     assert!(log.contains(r#""id":"r1""#), "{log}");
+}
+
+/// A parent session and, newer, a subagent's session under it.
+fn parent_and_newer_child(home: &Home) -> (SessionId, SessionId) {
+    let store = home.store();
+    let parent = store.create(cairn::NewSession::default()).unwrap();
+    parent
+        .append(cairn::EntryBody::Message(cairn::Message::text(
+            cairn::Role::User,
+            "the parent",
+        )))
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    let child = store.spawn_child(&parent, "call-1", None, 2).unwrap();
+    child
+        .append(cairn::EntryBody::Message(cairn::Message::text(
+            cairn::Role::User,
+            "the child",
+        )))
+        .unwrap();
+    (parent.id().clone(), child.id().clone())
+}
+
+#[test]
+fn regression_last_picked_a_subagents_session_newer_than_its_parent() {
+    let home = Home::new();
+    let (parent, child) = parent_and_newer_child(&home);
+    assert_eq!(
+        home.store().latest().unwrap(),
+        child,
+        "the child is the newest"
+    );
+    assert_eq!(
+        home.json(&["show", "--last", "--json"])["session"]["id"],
+        parent.as_str()
+    );
+    assert_eq!(
+        home.json(&["show", "--last", "--all", "--json"])["session"]["id"],
+        child.as_str()
+    );
+    home.refuses(&["show", "--all"], "--all goes with --last");
+}
+
+#[test]
+fn regression_agent_continue_resumed_a_subagents_session_as_a_top_level_agent() {
+    let home = Home::new();
+    let (parent, child) = parent_and_newer_child(&home);
+    let script = home.path().join("script.json");
+    std::fs::write(
+        &script,
+        json!({"turns": [{"replies": [{"text": "Hello."}]}]}).to_string(),
+    )
+    .unwrap();
+    let out = home
+        .cairn()
+        .args(["agent", "--continue", "--script"])
+        .arg(&script)
+        .arg("--workdir")
+        .arg(home.path())
+        .args(["-p", "continue here"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let said = |id: &SessionId| {
+        let s = home.store().open(id, Access::Read).unwrap();
+        let ctx = s.context();
+        ctx.messages()
+            .iter()
+            .any(|m| m.message().unwrap().plain_text() == "continue here")
+    };
+    assert!(said(&parent), "the parent took the request");
+    assert!(!said(&child), "the subagent's session is untouched");
 }

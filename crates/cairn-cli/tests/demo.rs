@@ -46,7 +46,7 @@ fn agent_demo_runs_from_the_cli_and_its_key_claims_hold() {
         .filter(|s| s["name"] == "delegate")
         .collect();
     assert_eq!(delegates.len(), 2, "the crashed dispatch and its re-run");
-    assert_eq!(delegates[0]["status"], "unknown");
+    assert_eq!(delegates[0]["status"], "interrupted");
     assert!(delegates[0].get("child_steps").is_none());
     assert_eq!(delegates[1]["child_steps"].as_array().unwrap().len(), 4);
     for s in &list {
@@ -66,6 +66,106 @@ fn agent_demo_runs_from_the_cli_and_its_key_claims_hold() {
             }
         }
     }
+}
+
+/// Runs `cairn demo`; the storyboard session it made.
+fn storyboard_of_demo(home: &Home) -> cairn::SessionId {
+    let out = home.cairn().arg("demo").output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    home.store()
+        .list()
+        .unwrap()
+        .into_iter()
+        .find(|s| s.parent.is_none() && s.forked_from.is_none())
+        .unwrap()
+        .id
+}
+
+/// What a directory holds: each path (`/`-separated) with its content
+/// (`dir` for a directory).
+fn tree(root: &std::path::Path) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_owned()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            let rel = p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+            if p.is_dir() {
+                out.push((rel, "dir".to_owned()));
+                stack.push(p);
+            } else {
+                out.push((rel, std::fs::read_to_string(&p).unwrap()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// After the demo, `rewind --files` to `panel-1` brings the whole working
+/// directory back to its state there: the files the killed `bash` call and
+/// the subagent wrote go too, and the one file snapshots leave out (the
+/// `.gitignore`d ledger, which stands for a remote billing service) is
+/// named, not skipped silently.
+#[test]
+fn regression_rewind_files_after_the_demo_left_the_crashed_tools_and_the_subagents_files() {
+    let home = Home::new();
+    let story = storyboard_of_demo(&home);
+    let work = home.path().join("demo").join(story.as_str());
+    let ledger = std::fs::read_to_string(work.join("ledger.json")).unwrap();
+    let panel_1 = std::fs::read_to_string(work.join("panels/panel-1.svg")).unwrap();
+    let script = std::fs::read_to_string(work.join("script.json")).unwrap();
+    let out = home
+        .cairn()
+        .args(["rewind", story.as_str(), "panel-1", "--files"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    for gone in ["print-queue.txt", "balloons.txt", "panels/panel-3.svg"] {
+        assert!(text.contains(&format!("deleted: {gone}")), "{text}");
+    }
+    assert!(text.contains("left as is: ledger.json (ignored"), "{text}");
+    let own = |p: &str, c: &str| (p.to_owned(), c.to_owned());
+    assert_eq!(
+        tree(&work),
+        [
+            own(".gitignore", "ledger.json\n"),
+            own("ledger.json", &ledger),
+            own("panels", "dir"),
+            own("panels/panel-1.svg", &panel_1),
+            own("script.json", &script),
+        ],
+        "the directory as it was at panel-1"
+    );
+}
+
+/// The demo records its scripted provider, so its session resumes offline.
+#[test]
+fn regression_agent_resume_of_a_demo_session_asked_for_an_api_key() {
+    let home = Home::new();
+    let story = storyboard_of_demo(&home);
+    let out = home
+        .cairn()
+        .args([
+            "agent",
+            "--resume",
+            story.as_str(),
+            "-p",
+            "Panel 4, please.",
+        ])
+        .env_remove("CAIRN_API_KEY")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("CAIRN_BASE_URL")
+        .env_remove("CAIRN_MODEL")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    assert!(
+        stdout(&out).contains("via the scripted provider"),
+        "{}",
+        stdout(&out)
+    );
 }
 
 #[test]

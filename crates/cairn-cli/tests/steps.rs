@@ -121,3 +121,39 @@ fn steps_json_nests_the_subagent_steps_to_the_depth_asked() {
     assert_eq!(flat[7]["child"], HELPER);
     assert!(flat[7].get("child_steps").is_none());
 }
+
+#[test]
+fn regression_a_tool_whose_process_died_showed_running_and_its_checkout_hint_failed() {
+    let home = Home::new();
+    // A process dispatched a bash call (T1) and died before its result.
+    let store = home.store();
+    let s = store.create(cairn::NewSession::default()).unwrap();
+    let id = s.id().to_string();
+    let op = s
+        .start_operation(cairn::Message::text(cairn::Role::User, "go"))
+        .unwrap();
+    let t = op.model_attempt(None, None).unwrap();
+    let ask = cairn::testkit::build::calls(
+        "",
+        &[("c1", "bash", serde_json::json!({"command": "true"}))],
+    );
+    op.record_assistant(t, ask).unwrap();
+    op.dispatch_tool("c1", cairn::EffectClass::SideEffect)
+        .unwrap();
+    drop(op);
+    drop(s);
+    let tool = |home: &Home| {
+        steps(home, &id)
+            .into_iter()
+            .find(|s| s["name"] == "bash")
+            .unwrap()
+    };
+    let dead = tool(&home);
+    assert_eq!(dead["status"], "interrupted", "{dead}");
+    let label = dead["label"].as_str().unwrap().to_owned();
+    home.prints(&["steps", &id, &label], "cairn recover");
+    // Once recovery records its outcome: unknown, and the hint works.
+    home.prints(&["recover", &id, "--policy", "unknown"], "");
+    assert_eq!(tool(&home)["status"], "unknown");
+    home.prints(&["checkout", &id, &label], "");
+}

@@ -45,7 +45,8 @@ pub use flush::Flush;
 pub use history::History;
 pub use record::{FileState, KIND, Manifest, Phase, Scope, WorkspaceRecord, read_all, same};
 pub use restore::{
-    Action, Change, Conflict, Plan, RestoreReport, apply, apply_with, checkout_files, diff, plan,
+    Action, Change, Conflict, Left, Plan, RestoreReport, apply, apply_with, checkout_files, diff,
+    plan,
 };
 pub use scan::{Limits, Scanned, Snapshotter};
 pub use tracker::{Touches, Workspace};
@@ -99,6 +100,16 @@ pub enum WorkspaceError {
         .0.iter().take(5).map(|c| c.path.as_str()).collect::<Vec<_>>().join(", ")
     )]
     Conflicts(Vec<Conflict>),
+    /// A subagent session, whose snapshots count for its parent's restore
+    /// and diff, could not be listed or opened.
+    #[error("cannot read the workspace snapshots of subagent session {id}; run `cairn fsck {id}`")]
+    Subagent {
+        /// The session (the parent, when listing failed).
+        id: String,
+        /// Why.
+        #[source]
+        source: cairn::StoreError,
+    },
     /// The conversation's checkout failed.
     #[error("cannot move the session's leaf")]
     Checkout(#[source] cairn::AppendError),

@@ -147,6 +147,11 @@ pub struct WorkspaceRecord {
     /// are not described.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub truncated: bool,
+    /// Paths the tool named that no record can describe (outside the
+    /// working directory, under `.git`, not UTF-8), as it named them: a
+    /// restore cannot bring them back, and names them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unrecorded: Vec<String>,
 }
 
 impl WorkspaceRecord {

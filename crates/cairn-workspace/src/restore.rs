@@ -16,7 +16,7 @@ use std::io::Write;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use cairn::{EntryId, Session};
+use cairn::{EntryId, Session, Store};
 use cairn_blobs::BlobStore;
 
 use crate::flush::{FileSystem, Flush};
@@ -78,6 +78,38 @@ pub struct Conflict {
     pub why: String,
 }
 
+/// A path a restore leaves as it is, and why: never skipped silently.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Left {
+    /// Relative to the working directory.
+    pub path: String,
+    /// Why it cannot be brought back.
+    pub why: &'static str,
+}
+
+/// Why a file whose content was not kept is left.
+const TOO_LARGE: &str =
+    "its content at the entry was larger than the snapshot limit and was not kept";
+
+/// Why a path the snapshots leave out is left.
+const IGNORED: &str = "ignored by .gitignore: no snapshot records it";
+
+/// Why a path whose state at the entry the records cannot tell is left.
+const UNCERTAIN: &str = "first recorded after a snapshot that stopped at its path limit: its state at the entry is not known";
+
+/// Why a path on disk no record names is left.
+const UNKNOWN: &str = "no snapshot recorded it (past a snapshot's path limit, or made outside the agent since the last snapshot)";
+
+/// Why a path past what a restore looks at is left.
+const UNREACHED: &str = "past the number of paths a restore looks at: neither recorded nor checked";
+
+/// Why a path a tool named outside what snapshots describe is left.
+const UNRECORDED: &str =
+    "a tool after the entry named it outside the working directory (or in .git): never snapshotted";
+
+/// Why a directory a forced restore could not remove is left.
+const HOLDS_UNRECORDED: &str = "it holds files no snapshot recorded";
+
 /// What a restore will do.
 #[derive(Debug, Clone)]
 pub struct Plan {
@@ -93,8 +125,11 @@ pub struct Plan {
     pub done: Vec<(String, Option<FileState>)>,
     /// Paths changed outside the agent since the last snapshot.
     pub conflicts: Vec<Conflict>,
-    /// Paths whose target content was not kept (larger than the limit).
-    pub unrestorable: Vec<String>,
+    /// Paths it cannot bring back, each with why: content not kept (larger
+    /// than the limit), or on disk and in no record (`.gitignore`d, past a
+    /// snapshot's path limit, made outside the agent since the last
+    /// snapshot, or named by a tool outside the working directory).
+    pub unrestorable: Vec<Left>,
 }
 
 /// What a restore did.
@@ -110,24 +145,27 @@ pub struct RestoreReport {
     pub already: Vec<String>,
     /// Files changed outside the agent that `force` overwrote.
     pub overwritten: Vec<String>,
-    /// Files whose content was not kept, left as they are.
-    pub unrestorable: Vec<String>,
+    /// Paths left as they are, each with why (content not kept; a
+    /// directory holding files no snapshot recorded).
+    pub unrestorable: Vec<Left>,
     /// The checkout entry the conversation moved to, if it moved.
     pub checkout: Option<EntryId>,
 }
 
 /// The workspace differences between entries `a` and `b` of the session
-/// (`None`: before the first entry), by path.
+/// (`None`: before the first entry), by path; what its subagents did in
+/// the same directory counts ([`History::read_family`]).
 ///
 /// # Errors
 ///
-/// As [`History::read`]; [`WorkspaceError::NoSnapshots`].
+/// As [`History::read_family`]; [`WorkspaceError::NoSnapshots`].
 pub fn diff(
+    store: &Store,
     session: &Session,
     a: Option<&EntryId>,
     b: Option<&EntryId>,
 ) -> Result<Vec<Change>, WorkspaceError> {
-    let history = History::read(session)?;
+    let history = History::read_family(store, session)?;
     if history.is_empty() {
         return Err(WorkspaceError::NoSnapshots(session.id().to_string()));
     }
@@ -155,19 +193,22 @@ fn differences(from: &Manifest, to: &Manifest) -> Vec<Change> {
 }
 
 /// Plans the restore of the session's workspace to its state at `target`,
-/// checking the disk against the last snapshot. Reads the disk; writes
-/// only blobs (the content of files changed outside the agent, so even a
-/// forced restore keeps them in the blob store).
+/// checking the disk against the last snapshot; the snapshots of its
+/// subagents, which work in the same directory, count
+/// ([`History::read_family`]). Reads the disk; writes only blobs (the
+/// content of files changed outside the agent, so even a forced restore
+/// keeps them in the blob store).
 ///
 /// # Errors
 ///
-/// [`WorkspaceError::NoSnapshots`]; as [`History::read`]; I/O errors.
+/// [`WorkspaceError::NoSnapshots`]; as [`History::read_family`]; I/O errors.
 pub fn plan(
+    store: &Store,
     session: &Session,
     blobs: &BlobStore,
     target: Option<&EntryId>,
 ) -> Result<Plan, WorkspaceError> {
-    let history = History::read(session)?;
+    let history = History::read_family(store, session)?;
     let Some(root) = history.root() else {
         return Err(WorkspaceError::NoSnapshots(session.id().to_string()));
     };
@@ -182,10 +223,27 @@ pub fn plan(
         conflicts: Vec::new(),
         unrestorable: Vec::new(),
     };
-    let (changes, unrestorable): (Vec<Change>, Vec<Change>) = differences(&last, &wanted)
+    let uncertain = history.uncertain_at(target);
+    // Only tree scans describe the files no tool named.
+    let scanned_tree = history
+        .records()
+        .iter()
+        .any(|(_, r)| r.scope == Scope::Tree);
+    let (changes, unrestorable): (Vec<Change>, Vec<Change>) =
+        differences(&last, &wanted).into_iter().partition(|c| {
+            c.to.as_ref().is_none_or(FileState::restorable) && !uncertain.contains(&c.path)
+        });
+    plan.unrestorable = unrestorable
         .into_iter()
-        .partition(|c| c.to.as_ref().is_none_or(FileState::restorable));
-    plan.unrestorable = unrestorable.into_iter().map(|c| c.path).collect();
+        .map(|c| Left {
+            why: if uncertain.contains(&c.path) {
+                UNCERTAIN
+            } else {
+                TOO_LARGE
+            },
+            path: c.path,
+        })
+        .collect();
     // The disk at each path, looked at from a few threads: a file the last
     // snapshot or restore wrote within a timestamp tick is read and hashed.
     let numbered: Vec<(usize, &Change)> = changes.iter().enumerate().collect();
@@ -255,6 +313,20 @@ pub fn plan(
         }
     }
     unlisted_in_removed_dirs(&mut plan)?;
+    plan.unrestorable.extend(
+        history
+            .unrecorded_after(target)
+            .into_iter()
+            .map(|path| Left {
+                path,
+                why: UNRECORDED,
+            }),
+    );
+    plan.unrestorable.extend(
+        snap.left_out(scanned_tree.then_some(&last), IGNORED, UNKNOWN, UNREACHED)
+            .into_iter()
+            .map(|(path, why)| Left { path, why }),
+    );
     Ok(plan)
 }
 
@@ -332,12 +404,6 @@ pub fn apply_with(
         return Err(WorkspaceError::Conflicts(plan.conflicts.clone()));
     }
     let conflicting: BTreeSet<&str> = plan.conflicts.iter().map(|c| c.path.as_str()).collect();
-    let mut report = RestoreReport {
-        unrestorable: plan.unrestorable.clone(),
-        ..RestoreReport::default()
-    };
-    let mut files = Manifest::new();
-    let mut dirs = BTreeSet::new();
     let hook = std::sync::Mutex::new(hook);
     let step = |event: &str, path: &str| {
         let mut h = hook
@@ -345,8 +411,57 @@ pub fn apply_with(
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         (*h)(event, path);
     };
-    // The content of each file changed outside the agent, which `plan`
-    // stored as a blob, durable before anything replaces or removes it.
+    keep_outside(blobs, plan, &conflicting, &step)?;
+    let mut files = Manifest::new();
+    // 1. Every new directory, then every new content under its temporary
+    // name; nothing else visible yet. 2. All of them durable.
+    let (targets, dirs) = make_dirs(plan, &mut files, &step)?;
+    let order: Vec<(&Change, &PathBuf)> = plan.changes.iter().zip(&targets).collect();
+    let writes: Vec<FileWrite<'_>> = order
+        .iter()
+        .filter_map(|(c, dest)| Some((*c, *dest, c.to.as_ref().filter(|t| !t.dir)?)))
+        .collect();
+    let mtimes = write_durably(plan, blobs, flush, &writes, &step)?;
+    // 3. What goes away removed, then each new content renamed over its
+    // path; the files replaced freed beside the next steps (release.rs).
+    let replaced = writes.iter().filter(|(c, _, _)| c.from.is_some()).count();
+    let removals: Vec<(&Change, &PathBuf)> = order
+        .iter()
+        .rev()
+        .filter(|(c, _)| c.to.is_none())
+        .copied()
+        .collect();
+    let releaser = Releaser::start(removals.len() + replaced);
+    let kept = remove(&removals, &releaser, &mut files, &step)?;
+    rename(&writes, mtimes, &releaser, &mut files, &step)?;
+    let report = report(plan, &conflicting, &kept);
+    // 4. The renames and removals durable: every directory touched; then
+    // the record.
+    for dir in &dirs {
+        if dir.exists() {
+            cairn_blobs::sync_dir(dir)?;
+        }
+    }
+    record(session, plan, files)?;
+    step("recorded", "");
+    releaser.finish();
+    Ok(report)
+}
+
+/// One file a restore writes: its change, its path, its state.
+type FileWrite<'a> = (&'a Change, &'a PathBuf, &'a FileState);
+
+/// A step's hook: `(event, path)`.
+type Hook<'a> = dyn Fn(&str, &str) + Sync + 'a;
+
+/// The content of each file changed outside the agent, which `plan`
+/// stored as a blob, made durable before anything replaces or removes it.
+fn keep_outside(
+    blobs: &BlobStore,
+    plan: &Plan,
+    conflicting: &BTreeSet<&str>,
+    step: &Hook<'_>,
+) -> Result<(), WorkspaceError> {
     let kept_outside: Vec<&Change> = plan
         .changes
         .iter()
@@ -361,8 +476,18 @@ pub fn apply_with(
     for c in &kept_outside {
         step("kept", &c.path);
     }
-    // 1. Every new directory, then every new content under its temporary
-    // name; nothing else visible yet.
+    Ok(())
+}
+
+/// Each change's path (confined to the working directory), the
+/// directories holding them, and every new directory made (recorded in
+/// `files`).
+fn make_dirs(
+    plan: &Plan,
+    files: &mut Manifest,
+    step: &Hook<'_>,
+) -> Result<(Vec<PathBuf>, BTreeSet<PathBuf>), WorkspaceError> {
+    let mut dirs = BTreeSet::new();
     let mut targets = Vec::with_capacity(plan.changes.len());
     for change in &plan.changes {
         let dest = path::confined(&plan.root, &change.path, change.to.is_some())?;
@@ -392,11 +517,21 @@ pub fn apply_with(
         }
         targets.push(dest);
     }
-    let order: Vec<(&Change, &PathBuf)> = plan.changes.iter().zip(&targets).collect();
-    let writes: Vec<(&Change, &PathBuf, &FileState)> = order
-        .iter()
-        .filter_map(|(c, dest)| Some((*c, *dest, c.to.as_ref().filter(|t| !t.dir)?)))
-        .collect();
+    Ok((targets, dirs))
+}
+
+/// Writes every file under its temporary name, then makes them all
+/// durable (data and size; the names are made durable by the directories'
+/// fsyncs after the renames): one syncfs of the working directory's file
+/// system, or an fdatasync of each. The mtime of each file written (a
+/// rename leaves it as it is; `None` for a symlink).
+fn write_durably(
+    plan: &Plan,
+    blobs: &BlobStore,
+    flush: Flush,
+    writes: &[FileWrite<'_>],
+    step: &Hook<'_>,
+) -> Result<Vec<Option<i64>>, WorkspaceError> {
     // The file system opened before anything is written, so its syncfs
     // reports any write-back error from here on (flush.rs).
     let bytes = writes.iter().map(|(_, _, to)| to.size).sum();
@@ -407,18 +542,14 @@ pub fn apply_with(
         step("written", &change.path);
         Ok((i, mtime_ns))
     })?;
-    // The mtime of each file written (a rename leaves it as it is).
     let mut mtimes = vec![None; writes.len()];
     for (i, mtime_ns) in written {
         mtimes[i] = mtime_ns;
     }
-    // 2. All of them durable (data and size; the names are made durable by
-    // the directories' fsyncs after the renames): one syncfs of the working
-    // directory's file system, or an fdatasync of each.
     if let Some(fs) = &fs {
         fs.sync(&plan.root)?;
     } else {
-        parallel::each(&writes, |(_, dest, to)| {
+        parallel::each(writes, |(_, dest, to)| {
             if to.link.is_some() {
                 return Ok(());
             }
@@ -428,22 +559,22 @@ pub fn apply_with(
                 .map_err(io_err("sync", &tmp))
         })?;
     }
-    // 3. What goes away removed (files, then directories deepest first),
-    // then each new content renamed over its path (atomic: before or
-    // after).
-    let removals: Vec<(&Change, &PathBuf)> = order
-        .iter()
-        .rev()
-        .filter(|(c, _)| c.to.is_none())
-        .copied()
-        .collect();
+    Ok(mtimes)
+}
+
+/// Removes what goes away: files, then directories deepest first. The
+/// directories a forced restore must keep (they hold what no snapshot
+/// recorded).
+fn remove(
+    removals: &[(&Change, &PathBuf)],
+    releaser: &Releaser,
+    files: &mut Manifest,
+    step: &Hook<'_>,
+) -> Result<Vec<String>, WorkspaceError> {
     let (dir_removals, file_removals): (Vec<_>, Vec<_>) = removals
-        .into_iter()
+        .iter()
+        .copied()
         .partition(|(c, _)| c.from.as_ref().is_some_and(|f| f.dir));
-    // The files renamed over or removed are freed beside the next steps
-    // (release.rs), all before this returns.
-    let replaced = writes.iter().filter(|(c, _, _)| c.from.is_some()).count();
-    let releaser = Releaser::start(file_removals.len() + replaced);
     let removed = parallel::each(&file_removals, |(change, dest)| {
         let held = releaser.hold(dest);
         match std::fs::remove_file(dest) {
@@ -471,6 +602,18 @@ pub fn apply_with(
         step("deleted", &change.path);
         files.insert(change.path.clone(), None);
     }
+    Ok(kept)
+}
+
+/// Renames each new content over its path (atomic: before or after),
+/// recording its state with the mtime it was written with.
+fn rename(
+    writes: &[FileWrite<'_>],
+    mtimes: Vec<Option<i64>>,
+    releaser: &Releaser,
+    files: &mut Manifest,
+    step: &Hook<'_>,
+) -> Result<(), WorkspaceError> {
     let renames: Vec<_> = writes.iter().zip(mtimes).collect();
     let renamed = parallel::each(&renames, |&((change, dest, to), written_at)| {
         let tmp = temp_name(dest);
@@ -497,9 +640,21 @@ pub fn apply_with(
         Ok((change.path.clone(), Some(state)))
     })?;
     files.extend(renamed);
+    Ok(())
+}
+
+/// What the restore did, by path.
+fn report(plan: &Plan, conflicting: &BTreeSet<&str>, kept: &[String]) -> RestoreReport {
+    let mut report = RestoreReport {
+        unrestorable: plan.unrestorable.clone(),
+        ..RestoreReport::default()
+    };
     for change in &plan.changes {
         if kept.contains(&change.path) {
-            report.unrestorable.push(change.path.clone());
+            report.unrestorable.push(Left {
+                path: change.path.clone(),
+                why: HOLDS_UNRECORDED,
+            });
             continue;
         }
         if conflicting.contains(change.path.as_str()) {
@@ -511,15 +666,17 @@ pub fn apply_with(
             Action::Delete => report.deleted.push(change.path.clone()),
         }
     }
-    // 4. The renames and removals durable: every directory touched.
-    for dir in &dirs {
-        if dir.exists() {
-            cairn_blobs::sync_dir(dir)?;
-        }
-    }
+    report
+        .already
+        .extend(plan.done.iter().map(|(p, _)| p.clone()));
+    report
+}
+
+/// Appends the `restore` record (at the new leaf: every path written,
+/// created, deleted or found done) and syncs it.
+fn record(session: &Session, plan: &Plan, mut files: Manifest) -> Result<(), WorkspaceError> {
     for (p, state) in &plan.done {
         files.insert(p.clone(), state.clone());
-        report.already.push(p.clone());
     }
     let record = WorkspaceRecord {
         at: session.leaf(),
@@ -529,12 +686,11 @@ pub fn apply_with(
         scope: Scope::Files,
         files,
         truncated: false,
+        unrecorded: Vec::new(),
     };
     record.append(session)?;
     session.sync().map_err(WorkspaceError::Append)?;
-    step("recorded", "");
-    releaser.finish();
-    Ok(report)
+    Ok(())
 }
 
 /// The temporary name a file is written under: `.NAME.cairn-restore`
@@ -619,13 +775,14 @@ fn retry_over_leftover<T>(
 /// As [`plan`] and [`apply`]; [`WorkspaceError::Checkout`] when the
 /// session refuses the checkout (an entry with unanswered tool calls).
 pub fn checkout_files(
+    store: &Store,
     session: &Session,
     blobs: &BlobStore,
     target: Option<&EntryId>,
     summary: Option<String>,
     force: bool,
 ) -> Result<RestoreReport, WorkspaceError> {
-    let plan = plan(session, blobs, target)?;
+    let plan = plan(store, session, blobs, target)?;
     if !plan.conflicts.is_empty() && !force {
         return Err(WorkspaceError::Conflicts(plan.conflicts));
     }

@@ -337,6 +337,88 @@ impl Snapshotter {
         Ok(out)
     }
 
+    /// What is on disk and in no record, so a restore leaves it as it is:
+    /// each top-most such path (a directory is named, not what it holds),
+    /// with why — `.gitignore`d (or `.git/info/exclude`d: no scan looks at
+    /// it), or `unknown` (not in `known`, the state the records describe:
+    /// past a snapshot's path limit, or made outside the agent since the
+    /// last snapshot; only with `known`: a session whose tools only named
+    /// their files says nothing of the others). At most
+    /// [`Limits::max_files`] paths are looked at
+    /// through the ignore rules; past that, what was not reached is named
+    /// as such.
+    pub(crate) fn left_out(
+        &self,
+        known: Option<&Manifest>,
+        ignored: &'static str,
+        unknown: &'static str,
+        unreached: &'static str,
+    ) -> Vec<(String, &'static str)> {
+        let max = self.limits.max_files;
+        let mut out = Vec::new();
+        let mut kept: HashSet<std::ffi::OsString> = HashSet::new();
+        let mut capped = false;
+        let mut under_unknown: Option<String> = None;
+        for entry in self.walk(None, false).build().flatten() {
+            if kept.len() >= max {
+                capped = true;
+                break;
+            }
+            kept.insert(entry.path().as_os_str().to_owned());
+            if entry.depth() == 0 || entry.file_name().to_string_lossy().ends_with(TEMP_SUFFIX) {
+                continue;
+            }
+            let Some(rel) = path::relative(&self.root, entry.path()) else {
+                continue;
+            };
+            if under_unknown
+                .as_ref()
+                .is_some_and(|d| rel.starts_with(&format!("{d}/")))
+            {
+                continue;
+            }
+            if known.is_some_and(|k| !k.get(&rel).is_some_and(Option::is_some)) && out.len() < max {
+                out.push((rel.clone(), unknown));
+                under_unknown = Some(rel);
+            }
+        }
+        let why = if capped { unreached } else { ignored };
+        let kept = Arc::new(kept);
+        let found = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let exclude = self.exclude.clone();
+        let root = self.root.clone();
+        let mut all = ignore::WalkBuilder::new(&self.root);
+        let (seen, into) = (Arc::clone(&kept), Arc::clone(&found));
+        all.standard_filters(false)
+            .follow_links(false)
+            .filter_entry(move |e| {
+                if e.file_name() == ".git"
+                    || e.file_name().to_string_lossy().ends_with(TEMP_SUFFIX)
+                    || exclude.iter().any(|x| e.path().starts_with(x))
+                {
+                    return false;
+                }
+                if seen.contains(e.path().as_os_str()) {
+                    return true;
+                }
+                if let Some(rel) = path::relative(&root, e.path()) {
+                    let mut found = into
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    if found.len() < max {
+                        found.push(rel);
+                    }
+                }
+                false
+            });
+        for _ in all.build().flatten() {}
+        let found = found
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        out.extend(found.iter().map(|p| (p.clone(), why)));
+        out
+    }
+
     /// `path` relative to the root ("" for the root itself), when it is a
     /// path a manifest can name.
     fn rel_of(&self, p: &Path) -> Option<String> {

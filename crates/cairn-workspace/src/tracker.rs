@@ -183,9 +183,15 @@ impl Workspace {
         phase: Phase,
         touches: &Touches,
     ) -> Result<WorkspaceRecord, WorkspaceError> {
-        let taken = self
-            .take(touches)
-            .and_then(|scanned| self.record(session, scanned, at, call_id, phase));
+        let taken = self.take(touches).and_then(|(scope, scanned, unrecorded)| {
+            // Named once, in the record taken before the tool.
+            let unrecorded = if phase == Phase::Before {
+                unrecorded
+            } else {
+                Vec::new()
+            };
+            self.record(session, (scope, scanned), unrecorded, at, call_id, phase)
+        });
         if taken.is_err() && matches!(self.watch, Watch::Running(_)) {
             // The paths the watcher handed out were not recorded: the next
             // tree snapshot scans everything.
@@ -194,24 +200,26 @@ impl Workspace {
         taken
     }
 
-    /// What changed in what `touches` names.
-    fn take(&mut self, touches: &Touches) -> Result<(Scope, Scanned), WorkspaceError> {
+    /// What changed in what `touches` names, and the paths it names that
+    /// no record can describe (outside the working directory, …).
+    fn take(&mut self, touches: &Touches) -> Result<(Scope, Scanned, Vec<String>), WorkspaceError> {
         let root = self.snap.root().to_owned();
         let root = root.as_path();
+        let mut unrecorded = Vec::new();
         let (scope, scanned) = match touches {
             Touches::Files(paths) => {
-                let rels: Vec<String> = paths
-                    .iter()
-                    .filter_map(|p| {
-                        let p = Path::new(p);
-                        let abs = if p.is_absolute() {
-                            p.to_owned()
-                        } else {
-                            root.join(p)
-                        };
-                        path::relative(root, &abs)
-                    })
-                    .collect();
+                let mut rels = Vec::new();
+                for p in paths {
+                    let abs = if Path::new(p).is_absolute() {
+                        Path::new(p).to_owned()
+                    } else {
+                        root.join(p)
+                    };
+                    match path::relative(root, &abs) {
+                        Some(rel) => rels.push(rel),
+                        None => unrecorded.push(p.clone()),
+                    }
+                }
                 if let Watch::Running(w) = &mut self.watch {
                     // Read now, so the kernel's queue does not overflow.
                     w.drain();
@@ -220,7 +228,7 @@ impl Workspace {
             }
             Touches::Tree => (Scope::Tree, self.scan_tree()?),
         };
-        Ok((scope, scanned))
+        Ok((scope, scanned, unrecorded))
     }
 
     /// Records what a snapshot found (its blobs synced first).
@@ -228,6 +236,7 @@ impl Workspace {
         &mut self,
         session: &Session,
         (scope, scanned): (Scope, Scanned),
+        unrecorded: Vec<String>,
         at: Option<EntryId>,
         call_id: Option<&str>,
         phase: Phase,
@@ -249,6 +258,7 @@ impl Workspace {
             scope,
             files,
             truncated,
+            unrecorded,
         };
         // Every blob the record names is durable before the record: a few
         // synced one by one, many at once.

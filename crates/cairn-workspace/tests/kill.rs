@@ -91,9 +91,9 @@ fn child_restores_until_killed() {
     };
     let kill_at: usize = kill_at.parse().unwrap();
     let flush = flush_named(&flush);
-    let (_store, session, first) = first_entry(Path::new(&home));
+    let (store, session, first) = first_entry(Path::new(&home));
     let blobs = BlobStore::new(Path::new(&home).join("blobs"));
-    let p = plan(&session, &blobs, Some(&first)).unwrap();
+    let p = plan(&store, &session, &blobs, Some(&first)).unwrap();
     session.checkout(Some(&first), None).unwrap();
     let mut step = 0;
     cairn_workspace::apply_with(&session, &blobs, &p, false, flush, &mut |_, _| {
@@ -161,9 +161,9 @@ fn killed_at_every_step(flush: &str) {
             }
         }
         // Running the restore again completes it, without a false conflict.
-        let (_store, session, first) = first_entry(&fx.home);
+        let (store, session, first) = first_entry(&fx.home);
         let blobs = BlobStore::new(fx.home.join("blobs"));
-        let report = checkout_files(&session, &blobs, Some(&first), None, false)
+        let report = checkout_files(&store, &session, &blobs, Some(&first), None, false)
             .unwrap_or_else(|e| panic!("step {kill_at}: {}", cairn::with_causes(&e)));
         for f in FILES.iter().chain(&["gone.txt"]) {
             assert_eq!(

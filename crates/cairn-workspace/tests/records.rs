@@ -51,7 +51,13 @@ fn a_record_naming_a_path_outside_the_working_directory_is_refused() {
                              "files": {evil: {"sha256": "0".repeat(64), "size": 1, "mode": 420}}}),
             }))
             .unwrap();
-        let e = plan(&session, &BlobStore::new(dir.path().join("blobs")), None).unwrap_err();
+        let e = plan(
+            &store,
+            &session,
+            &BlobStore::new(dir.path().join("blobs")),
+            None,
+        )
+        .unwrap_err();
         assert!(matches!(e, WorkspaceError::BadRecord { .. }), "{evil}: {e}");
         let reopened = store.open(session.id(), Access::Read).unwrap();
         assert!(read_all(&reopened).is_err());

@@ -21,7 +21,7 @@ struct Setup {
     _dir: tempfile::TempDir,
     work: std::path::PathBuf,
     blobs: BlobStore,
-    _store: Store,
+    store: Store,
     session: Session,
 }
 
@@ -42,7 +42,7 @@ fn setup(files: usize) -> Setup {
     Setup {
         work,
         blobs,
-        _store: store,
+        store,
         session,
         _dir: dir,
     }
@@ -213,7 +213,7 @@ fn a_same_size_rewrite_within_the_timestamp_tick_is_caught() {
     );
     // Outside the agent, then a restore: a conflict, not a silent overwrite.
     rewrite_in_the_same_tick(&s.work, "a.txt", "six\n");
-    let p = plan(&s.session, &s.blobs, None).unwrap();
+    let p = plan(&s.store, &s.session, &s.blobs, None).unwrap();
     assert_eq!(conflicts(&p), vec!["a.txt"]);
 }
 
@@ -237,14 +237,22 @@ fn empty_directories_are_created_and_removed_by_a_restore() {
     });
     assert!(changed["empty/inner"].as_ref().unwrap().dir);
     let made = s.session.leaf().unwrap();
-    let report =
-        cairn_workspace::checkout_files(&s.session, &s.blobs, start.as_ref(), None, false).unwrap();
+    let report = cairn_workspace::checkout_files(
+        &s.store,
+        &s.session,
+        &s.blobs,
+        start.as_ref(),
+        None,
+        false,
+    )
+    .unwrap();
     assert_eq!(
         report.deleted,
         vec!["empty", "empty/inner", "kept", "kept/f.txt"]
     );
     assert!(!s.work.join("empty").exists() && !s.work.join("kept").exists());
-    cairn_workspace::checkout_files(&s.session, &s.blobs, Some(&made), None, false).unwrap();
+    cairn_workspace::checkout_files(&s.store, &s.session, &s.blobs, Some(&made), None, false)
+        .unwrap();
     assert!(s.work.join("empty/inner").is_dir());
     assert_eq!(
         std::fs::read_to_string(s.work.join("kept/f.txt")).unwrap(),
@@ -258,10 +266,18 @@ fn a_directory_holding_a_file_no_snapshot_recorded_is_a_conflict() {
     let (start, _) = around(&s, |work| std::fs::create_dir(work.join("out")).unwrap());
     // Ignored, so never recorded.
     std::fs::write(s.work.join("out/x.log"), "log").unwrap();
-    let p = plan(&s.session, &s.blobs, start.as_ref()).unwrap();
+    let p = plan(&s.store, &s.session, &s.blobs, start.as_ref()).unwrap();
     assert_eq!(conflicts(&p), vec!["out"]);
     let report = cairn_workspace::apply(&s.session, &s.blobs, &p, true).unwrap();
-    assert_eq!(report.unrestorable, vec!["out"]);
+    // Both named: the ignored file, and the directory kept for it.
+    assert_eq!(
+        report
+            .unrestorable
+            .iter()
+            .map(|l| l.path.as_str())
+            .collect::<Vec<_>>(),
+        vec!["out/x.log", "out"]
+    );
     assert!(s.work.join("out/x.log").exists());
 }
 
@@ -299,7 +315,7 @@ fn regression_a_forced_restore_made_the_overwritten_content_durable_only_after_o
         std::fs::write(work.join("d0/f0.txt"), "by the command\n").unwrap();
     });
     std::fs::write(s.work.join("d0/f0.txt"), "by hand, outside the agent\n").unwrap();
-    let p = plan(&s.session, &s.blobs, start.as_ref()).unwrap();
+    let p = plan(&s.store, &s.session, &s.blobs, start.as_ref()).unwrap();
     assert_eq!(conflicts(&p), vec!["d0/f0.txt"]);
     let mut events: Vec<(String, String)> = Vec::new();
     cairn_workspace::apply_with(
@@ -349,7 +365,7 @@ fn regression_a_directory_a_file_replaced_could_not_be_restored() {
         std::fs::remove_dir_all(work.join("d0")).unwrap();
         std::fs::write(work.join("d0"), "now a file\n").unwrap();
     });
-    let p = plan(&s.session, &s.blobs, start.as_ref()).unwrap();
+    let p = plan(&s.store, &s.session, &s.blobs, start.as_ref()).unwrap();
     assert!(conflicts(&p).is_empty());
     let report = cairn_workspace::apply(&s.session, &s.blobs, &p, false).unwrap();
     assert_eq!(report.restored, vec!["d0"]);
@@ -425,10 +441,11 @@ fn a_restore_of_many_files_syncing_each_file_brings_every_file_back() {
 /// Restores to `to` with `flush` (`None`: `checkout_files`).
 fn restore(s: &Setup, to: Option<&cairn::EntryId>, flush: Option<Flush>) -> usize {
     let Some(flush) = flush else {
-        let report = cairn_workspace::checkout_files(&s.session, &s.blobs, to, None, false);
+        let report =
+            cairn_workspace::checkout_files(&s.store, &s.session, &s.blobs, to, None, false);
         return report.unwrap().restored.len();
     };
-    let p = plan(&s.session, &s.blobs, to).unwrap();
+    let p = plan(&s.store, &s.session, &s.blobs, to).unwrap();
     s.session.checkout(to, None).unwrap();
     let report =
         cairn_workspace::apply_with(&s.session, &s.blobs, &p, false, flush, &mut |_, _| {})

@@ -226,7 +226,7 @@ fn restore(b: &Bench) -> Result<Figure> {
         }
         std::fs::write(sub.join(format!("f{i}.rs")), text(i, 4 << 10))?;
     }
-    let (_store, s) = session(&home)?;
+    let (store, s) = session(&home)?;
     let blobs = BlobStore::new(home.join("blobs"));
     let snap = Snapshotter::new(&work, blobs.clone(), Limits::default());
     let mut ws = Workspace::open(&s, snap)?;
@@ -249,7 +249,7 @@ fn restore(b: &Bench) -> Result<Figure> {
         } else {
             Some(&changed)
         };
-        let (t, report) = timed(|| Ok(checkout_files(&s, &blobs, to, None, false)?))?;
+        let (t, report) = timed(|| Ok(checkout_files(&store, &s, &blobs, to, None, false)?))?;
         ensure!(
             report.restored.len() == n,
             "every file restored ({} were)",

@@ -39,6 +39,27 @@ pub fn run(ctx: &Ctx) -> Result<Status> {
          labels are all computed from it, so nothing is ever rewritten in place.",
     )?;
 
+    let (s, panel1) = panel_1(&mut tour, &store)?;
+    let panel3 = side_plot_and_rewind(&mut tour, &s, &panel1)?;
+    // 5. A crash.
+    let s = match cairn_stores::Location::parse(&home) {
+        cairn_stores::Location::Dir(_) => crash_on_file(&mut tour, &store, s, &panel3)?,
+        cairn_stores::Location::Sqlite(_) => crash_on_sqlite(&mut tour, &store, s, &panel3)?,
+        cairn_stores::Location::Postgres(_) => crash_on_postgres(&mut tour, &store, s, &panel3)?,
+    };
+
+    fork_and_explore(&mut tour, &store, &s, &panel1, &home)?;
+    Ok(Status::Ok)
+}
+
+/// The hero's state at `panel-1`.
+fn power_up() -> serde_json::Value {
+    json!({"buff": "power-up", "skill": "ten-palm strike"})
+}
+
+/// Step 1: a session, a tool call and app state; the session and the
+/// entry labelled `panel-1`.
+fn panel_1(tour: &mut Tour<'_, '_>, store: &Store) -> Result<(Session, EntryId)> {
     // 1. Panel 1.
     tour.step(1, "A session, a tool call and app state")?;
     let s = store.create(NewSession {
@@ -90,7 +111,7 @@ pub fn run(ctx: &Ctx) -> Result<Status> {
             stop_reason: None,
         }),
     )?;
-    let power_up = json!({"buff": "power-up", "skill": "ten-palm strike"});
+    let power_up = power_up();
     let panel1 = tour.append(
         &s,
         EntryBody::AppState(AppStateChange::Set(power_up.clone())),
@@ -100,21 +121,27 @@ pub fn run(ctx: &Ctx) -> Result<Status> {
         "Labelled entry {panel1} `panel-1`: a bookmark to come back to."
     ))?;
 
+    Ok((s, panel1))
+}
+
+/// Steps 2 to 4: a side plot, the rewind to `panel-1` and panel 3 on the
+/// new branch; panel 3's entry.
+fn side_plot_and_rewind(tour: &mut Tour<'_, '_>, s: &Session, panel1: &EntryId) -> Result<EntryId> {
     // 2. Panel 2, a side plot.
     tour.step(2, "Panel 2: a side plot changes the state")?;
     tour.append(
-        &s,
+        s,
         user("Panel 2, a side plot: the hero duels the rival and is worn out."),
     )?;
     tour.append(
-        &s,
+        s,
         text(
             Role::Assistant,
             "Panel 2: the duel. The hero wins, but only just.",
         ),
     )?;
     tour.append(
-        &s,
+        s,
         EntryBody::AppState(AppStateChange::Patch(
             json!({"buff": "exhausted", "skill": null}),
         )),
@@ -131,22 +158,22 @@ pub fn run(ctx: &Ctx) -> Result<Status> {
          moves the leaf back. Nothing is deleted; panel 2 stays in the log.",
     )?;
     s.checkout(
-        Some(&panel1),
+        Some(panel1),
         Some("Panel 2's duel was drafted and dropped.".into()),
     )?;
     let state = s.context().app_state().clone();
     tour.say(&format!("App state now: {}", compact(&state)))?;
     ensure!(
-        state == power_up,
+        state == power_up(),
         "the state after the rewind should be the power-up, not {state}"
     );
     tour.say("The power-up is back: the state is the fold of the branch, and panel 2 is off it.")?;
 
     // 4. Panel 3 on the new branch.
     tour.step(4, "Panel 3 on the new branch")?;
-    tour.append(&s, user("Panel 3: powered up, the hero climbs the tower."))?;
+    tour.append(s, user("Panel 3: powered up, the hero climbs the tower."))?;
     let panel3 = tour.append(
-        &s,
+        s,
         text(
             Role::Assistant,
             "Panel 3: the climb, ten-palm strike at the ready.",
@@ -157,17 +184,21 @@ pub fn run(ctx: &Ctx) -> Result<Status> {
         s.context().messages().len()
     ))?;
 
-    // 5. A crash.
-    let id = s.id().clone();
-    let s = match cairn_stores::Location::parse(&home) {
-        cairn_stores::Location::Dir(_) => crash_on_file(&mut tour, &store, s, &panel3)?,
-        cairn_stores::Location::Sqlite(_) => crash_on_sqlite(&mut tour, &store, s, &panel3)?,
-        cairn_stores::Location::Postgres(_) => crash_on_postgres(&mut tour, &store, s, &panel3)?,
-    };
+    Ok(panel3)
+}
 
+/// Step 6: the fork at `panel-1`, both trees drawn, and what to explore.
+fn fork_and_explore(
+    tour: &mut Tour<'_, '_>,
+    store: &Store,
+    s: &Session,
+    panel1: &EntryId,
+    home: &Path,
+) -> Result<()> {
+    let id = s.id();
     // 6. Fork.
     tour.step(6, "Fork panel-1 into a new session")?;
-    let fork = store.fork(&s, Some(&panel1), Some("comic storyboard, take two".into()))?;
+    let fork = store.fork(s, Some(panel1), Some("comic storyboard, take two".into()))?;
     tour.say(&format!(
         "`cairn fork SESSION panel-1` copied the branch up to panel-1 into {}.",
         fork.id()
@@ -177,7 +208,7 @@ pub fn run(ctx: &Ctx) -> Result<Status> {
         compact(fork.context().app_state())
     ))?;
     tour.out.nl()?;
-    for session in [&s, &fork] {
+    for session in [s, &fork] {
         let title = session.title().unwrap_or_default();
         tour.out.spans(&[
             (Style::Bold, &format!("{} ", session.id())),
@@ -187,7 +218,7 @@ pub fn run(ctx: &Ctx) -> Result<Status> {
         tour.out.nl()?;
     }
 
-    let store_flag = cairn_agent::store::store_flag(&home);
+    let store_flag = cairn_agent::store::store_flag(home);
     tour.heading("Explore what it made:")?;
     for cmd in [
         format!("cairn{store_flag} tree {id}"),
@@ -199,7 +230,7 @@ pub fn run(ctx: &Ctx) -> Result<Status> {
         tour.out
             .spans(&[(Style::Plain, "  "), (Style::Active, &cmd)])?;
     }
-    Ok(Status::Ok)
+    Ok(())
 }
 
 /// Step 5 on a directory store: a torn last line, cut on reopening.

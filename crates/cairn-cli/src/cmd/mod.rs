@@ -19,9 +19,9 @@ mod steps;
 mod tree;
 mod workspace;
 
-use anyhow::Result;
+use anyhow::{Result, bail};
 
-use crate::args::{Cli, Command};
+use crate::args::{Cli, Command, SessionArg};
 use crate::target::Ctx;
 use crate::term::Look;
 
@@ -95,10 +95,15 @@ pub fn run(cli: Cli) -> Result<Status> {
         Command::Rm { target, yes } => rm::run(&ctx, &target, yes),
         Command::Fsck {
             target,
-            all,
             salvage,
             json,
-        } => fsck::run(&ctx, &target, all, salvage.as_deref(), json),
+        } => {
+            let every = every_session(&target)?;
+            if every && salvage.is_some() {
+                bail!("--all and --salvage do not go together: salvage one session at a time");
+            }
+            fsck::run(&ctx, &target, every, salvage.as_deref(), json)
+        }
         Command::Export {
             target,
             format,
@@ -136,22 +141,39 @@ pub fn run(cli: Cli) -> Result<Status> {
             },
         ),
         Command::Recover {
-            all: true,
-            policy: Some(policy),
+            target,
+            policy,
             on_running,
             json,
-            ..
-        } => ops::recover_all(&ctx, policy, on_running, json),
+        } if every_session(&target)? => {
+            let Some(policy) = policy else {
+                bail!("recover --all needs --policy: nobody can be asked about every session");
+            };
+            ops::recover_all(&ctx, policy, on_running, json)
+        }
         Command::Recover {
             target,
             policy,
             on_running,
             json,
-            ..
         } => ops::recover(&ctx, &target, policy, on_running, json),
         Command::Memory { target, json } => ops::memory(&ctx, &target, json),
         Command::Copy { from, to } => copy::run(&ctx, &from, &to),
         Command::Gc { grace_secs, json } => gc::run(&ctx, grace_secs, json),
         Command::Serve(args) => serve::run(&ctx, args),
     }
+}
+
+/// Whether `fsck`/`recover` were asked for every session (`--all` without
+/// `--last`), which names no session.
+///
+/// # Errors
+///
+/// A usage error for `--all` with a session.
+fn every_session(target: &SessionArg) -> Result<bool> {
+    let every = target.all && !target.last;
+    if every && target.session.is_some() {
+        bail!("--all names every session: leave out SESSION (or use --last --all for the newest)");
+    }
+    Ok(every)
 }

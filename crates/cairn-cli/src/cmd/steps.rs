@@ -43,7 +43,7 @@ pub fn run(ctx: &Ctx, req: &Request<'_>) -> Result<Status> {
     };
     let (spec, rest) = target::split(req.target, req.rest, given.min(1))?;
     let (store, session) = target::open(ctx, &spec, Access::Read)?;
-    let all = session.steps()?;
+    let all = steps_of(&store, &session)?;
     let mut out = ctx.out();
     if let Some(query) = rest.first() {
         let Some(number) = cairn::steps::parse_label(query) else {
@@ -91,6 +91,16 @@ pub fn run(ctx: &Ctx, req: &Request<'_>) -> Result<Status> {
     list(&mut out, &store, shown, &children, "", req.depth, width)?;
     out.flush()?;
     Ok(Status::Ok)
+}
+
+/// A session's steps; those still running are interrupted when nobody
+/// holds the session (its process died: the records alone cannot tell).
+fn steps_of(store: &Store, session: &Session) -> Result<Vec<Step>> {
+    let mut steps = session.steps()?;
+    if store.status(session.id())? == cairn::Status::Interrupted {
+        cairn::steps::interrupt_running(&mut steps);
+    }
+    Ok(steps)
 }
 
 /// The subagent sessions a session spawned, by the call that spawned them,
@@ -176,7 +186,7 @@ fn list(
             &fit(&format!("{nested}subagent {child}{title}"), width),
         )?;
         out.nl()?;
-        let steps = session.steps()?;
+        let steps = steps_of(store, &session)?;
         let grandchildren = children_by_call(store, &child, &steps)?;
         list(
             out,
@@ -234,6 +244,16 @@ fn one_step(
     )?;
     field(out, "started", &s.started)?;
     field(out, "took", &c.time)?;
+    if let Some(down) = s.downtime_ms {
+        field(
+            out,
+            "downtime",
+            &format!(
+                "{} (no process ran: between the crash and the resume, not in `took`)",
+                cairn_view::describe::duration(down)
+            ),
+        )?;
+    }
     if let Some(u) = &s.usage {
         field(
             out,
@@ -248,6 +268,17 @@ fn one_step(
         field(out, "call", call)?;
     }
     match &s.entry {
+        Some(e) if session.resolve(e.as_str()).is_err() => field(
+            out,
+            "entry",
+            &format!(
+                "{e}, not written: the {} step has no result yet (`cairn recover {}` records its outcome; then `cairn checkout {} {}` goes to the state right after it)",
+                s.status.name(),
+                session.id(),
+                session.id(),
+                s.label()
+            ),
+        )?,
         Some(e) => field(
             out,
             "entry",
@@ -298,7 +329,7 @@ fn step_json(
         if let Some(child) = child.filter(|_| depth > 0)
             && let Ok(session) = store.open(&child, Access::Read)
         {
-            let steps = session.steps()?;
+            let steps = steps_of(store, &session)?;
             let grandchildren = children_by_call(store, &child, &steps)?;
             let nested = steps
                 .iter()

@@ -28,10 +28,11 @@ pub fn checkout(
     force: bool,
 ) -> Result<Status> {
     let (spec, rest) = target::split(arg, rest, 1)?;
-    let (_, session) = target::open(ctx, &spec, Access::Write)?;
+    let (store, session) = target::open(ctx, &spec, Access::Write)?;
     let to = target::entry(&session, &rest[0])?;
     let blobs = ctx.blobs()?;
-    let report = cairn_workspace::checkout_files(&session, &blobs, to.as_ref(), summary, force)?;
+    let report =
+        cairn_workspace::checkout_files(&store, &session, &blobs, to.as_ref(), summary, force)?;
     let mut out = ctx.out();
     let target_text = to
         .as_ref()
@@ -56,14 +57,13 @@ pub fn checkout(
             "overwritten (changed outside the agent; --force)",
             &report.overwritten,
         ),
-        (
-            "left as is (content larger than the snapshot limit)",
-            &report.unrestorable,
-        ),
     ] {
         for p in paths {
             out.line(&format!("  {label}: {p}"))?;
         }
+    }
+    for left in &report.unrestorable {
+        out.line(&format!("  left as is: {} ({})", left.path, left.why))?;
     }
     let n = report.created.len() + report.restored.len() + report.deleted.len();
     out.line(&format!(
@@ -80,10 +80,10 @@ pub fn checkout(
 /// Unknown session or entries, no snapshots, unreadable records.
 pub fn diff(ctx: &Ctx, arg: &SessionArg, rest: &[String], json: bool) -> Result<Status> {
     let (spec, rest) = target::split(arg, rest, 2)?;
-    let (_, session) = target::open(ctx, &spec, Access::Read)?;
+    let (store, session) = target::open(ctx, &spec, Access::Read)?;
     let a = target::entry(&session, &rest[0])?;
     let b = target::entry(&session, &rest[1])?;
-    let changes = cairn_workspace::diff(&session, a.as_ref(), b.as_ref())?;
+    let changes = cairn_workspace::diff(&store, &session, a.as_ref(), b.as_ref())?;
     let mut out = ctx.out();
     if json {
         out.json(&Value::Array(changes.iter().map(change_json).collect()))?;

@@ -22,6 +22,12 @@ mod resolve;
 
 pub use resolve::resolve;
 
+/// The kind of the ignorable, log-only record a host appends when it
+/// resumes an operation its process did not finish (RECORDS.md §6): tool
+/// steps still running then were interrupted, and the time between the
+/// record before it and it is downtime, not part of any step's duration.
+pub const RESUMED: &str = "cairn.resumed";
+
 /// What a step is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -44,7 +50,10 @@ pub enum StepStatus {
     Error,
     /// It has not completed and its operation is still open.
     Running,
-    /// A model call whose reply never came (crash, interruption).
+    /// A model call whose reply never came (crash, interruption), or a tool
+    /// whose process died before its result: a host resumed the operation
+    /// (a [`RESUMED`] record), re-ran the call, or — told by the caller
+    /// ([`interrupt_running`]) — nobody holds the session any more.
     Interrupted,
     /// A tool that started and whose outcome is unknown.
     Unknown,
@@ -89,8 +98,13 @@ pub struct Step {
     /// `started` as an instant (`None` when that `ts` is not RFC 3339).
     #[serde(skip)]
     pub started_at: Option<Timestamp>,
-    /// How long it took, when it ended.
+    /// How long it took, when it ended: for a step its process died under,
+    /// until the last record that process wrote.
     pub duration_ms: Option<u64>,
+    /// Time no process ran while the step was under way (from the last
+    /// record of the process that died to the [`RESUMED`] record of the
+    /// one that took over), never part of `duration_ms`.
+    pub downtime_ms: Option<u64>,
     /// Tokens used (model steps).
     pub usage: Option<Usage>,
     /// The step that caused it (a tool step's model step).
@@ -180,24 +194,16 @@ struct Asked {
 
 /// Derives the steps from a session's records, in `seq` order. Pure.
 pub fn derive(records: &[Record]) -> Vec<Step> {
-    let mut d = Deriving::default();
-    // Messages an operation accounts for: its inputs and its attempts' replies.
+    let mut d = Deriving::new(records);
+    let mut prev_ts: Option<&str> = None;
     for r in records {
-        match &r.body {
-            Body::Op(OpRecord::OpStarted(s)) => d.op_inputs.extend(s.input.as_ref()),
-            Body::Op(OpRecord::ModelAttempted(m)) => {
-                d.attempted.insert(&m.entry);
-            }
-            Body::Header(_) | Body::Op(_) | Body::Entry(_) => {}
-        }
-    }
-    for r in records {
+        let alive = prev_ts.replace(&r.ts);
         match &r.body {
             Body::Header(_) => {}
-            Body::Op(op) => d.op(op, &r.ts),
+            Body::Op(op) => d.op(r, op, alive),
             Body::Entry(e) => {
                 if let EntryBody::Message(m) = &e.body {
-                    d.message(&e.id, m, &r.ts);
+                    d.message(r, &e.id, m);
                 }
             }
         }
@@ -205,27 +211,54 @@ pub fn derive(records: &[Record]) -> Vec<Step> {
     d.finish()
 }
 
-/// The fold [`derive`] runs over the records.
-#[derive(Default)]
-struct Deriving<'a> {
-    /// Messages an operation started from.
-    op_inputs: HashSet<&'a EntryId>,
-    /// Replies a model attempt announced.
-    attempted: HashSet<&'a EntryId>,
+/// The state of [`derive`] as it goes through the records.
+struct Deriving<'r> {
     steps: Vec<Step>,
+    /// Messages an operation accounts for: its inputs…
+    op_inputs: HashSet<&'r EntryId>,
+    /// … and its attempts' replies.
+    attempted: HashSet<&'r EntryId>,
     user_text: HashMap<EntryId, String>,
     model_by_entry: HashMap<EntryId, usize>,
     asked: HashMap<String, Asked>,
     tool_by_call: HashMap<String, usize>,
-    /// Operations by whether they are still open.
+    /// Each operation seen, and whether it is still open.
     open_ops: HashMap<String, bool>,
     /// Calls whose approval was answered no.
     denied: HashSet<String>,
+    /// Tool steps their process died under, whose later result settles them.
+    cut: HashSet<usize>,
 }
 
-impl Deriving<'_> {
-    /// An operation record at time `ts`.
-    fn op(&mut self, op: &OpRecord, ts: &str) {
+impl<'r> Deriving<'r> {
+    fn new(records: &'r [Record]) -> Deriving<'r> {
+        let mut op_inputs = HashSet::new();
+        let mut attempted = HashSet::new();
+        for r in records {
+            match &r.body {
+                Body::Op(OpRecord::OpStarted(s)) => op_inputs.extend(s.input.as_ref()),
+                Body::Op(OpRecord::ModelAttempted(m)) => {
+                    attempted.insert(&m.entry);
+                }
+                Body::Header(_) | Body::Op(_) | Body::Entry(_) => {}
+            }
+        }
+        Deriving {
+            steps: Vec::new(),
+            op_inputs,
+            attempted,
+            user_text: HashMap::new(),
+            model_by_entry: HashMap::new(),
+            asked: HashMap::new(),
+            tool_by_call: HashMap::new(),
+            open_ops: HashMap::new(),
+            denied: HashSet::new(),
+            cut: HashSet::new(),
+        }
+    }
+
+    /// An operation record; `alive`: the `ts` of the record before it.
+    fn op(&mut self, r: &Record, op: &OpRecord, alive: Option<&str>) {
         let steps = &mut self.steps;
         match op {
             OpRecord::OpStarted(s) => {
@@ -235,7 +268,7 @@ impl Deriving<'_> {
                     .as_ref()
                     .and_then(|i| self.user_text.get(i))
                     .cloned();
-                let i = push(steps, StepKind::Input, Some(&s.op), ts);
+                let i = push(steps, StepKind::Input, Some(&s.op), &r.ts);
                 let step = &mut steps[i];
                 step.name = text
                     .as_deref()
@@ -246,7 +279,7 @@ impl Deriving<'_> {
                 step.input = text;
             }
             OpRecord::ModelAttempted(m) => {
-                let i = push(steps, StepKind::Model, Some(&m.op), ts);
+                let i = push(steps, StepKind::Model, Some(&m.op), &r.ts);
                 steps[i].name = m.model.clone().unwrap_or_else(|| "model".into());
                 steps[i].entry = Some(m.entry.clone());
                 self.model_by_entry.insert(m.entry.clone(), i);
@@ -260,7 +293,13 @@ impl Deriving<'_> {
                 }
             }
             OpRecord::ToolDispatched(t) => {
-                let i = push(steps, StepKind::Tool, Some(&t.op), ts);
+                if let Some(&earlier) = self.tool_by_call.get(&t.call_id)
+                    && steps[earlier].status == StepStatus::Running
+                {
+                    // Dispatched again: a re-run after its process died.
+                    steps[earlier].status = StepStatus::Interrupted;
+                }
+                let i = push(steps, StepKind::Tool, Some(&t.op), &r.ts);
                 let step = &mut steps[i];
                 step.name = t.tool.clone();
                 step.entry = Some(t.result_entry.clone());
@@ -281,18 +320,20 @@ impl Deriving<'_> {
                     self.denied.insert(a.call_id.clone());
                 }
             }
+            OpRecord::Ignored(u) if u.kind == RESUMED => {
+                died(steps, &mut self.cut, alive, &r.ts);
+            }
             OpRecord::ApprovalRequested(_) | OpRecord::InputQueued(_) | OpRecord::Ignored(_) => {}
         }
     }
 
-    /// Message entry `id` at time `ts`: an input, a model step's reply, and
-    /// the tool results it holds.
-    fn message(&mut self, id: &EntryId, m: &Message, ts: &str) {
+    /// A message entry: an input, a reply (a model step), tool results.
+    fn message(&mut self, r: &Record, id: &EntryId, m: &Message) {
         if m.role == Role::User {
             let text = m.plain_text();
             if !self.op_inputs.contains(id) && !is_only_results(m) {
                 // A user message no operation started from: an input.
-                let i = push(&mut self.steps, StepKind::Input, None, ts);
+                let i = push(&mut self.steps, StepKind::Input, None, &r.ts);
                 let step = &mut self.steps[i];
                 step.name = crate::summary::excerpt(&text, 60);
                 step.status = StepStatus::Ok;
@@ -303,45 +344,50 @@ impl Deriving<'_> {
         }
         if m.role == Role::Assistant && !self.attempted.contains(id) {
             // A reply no model attempt announced: a model step of its own.
-            let i = push(&mut self.steps, StepKind::Model, None, ts);
+            let i = push(&mut self.steps, StepKind::Model, None, &r.ts);
             self.steps[i].name = m.model.clone().unwrap_or_else(|| "model".into());
             self.steps[i].entry = Some(id.clone());
             self.model_by_entry.insert(id.clone(), i);
         }
         if let Some(&i) = self.model_by_entry.get(id) {
-            let s = &mut self.steps[i];
-            s.status = match m.stop_reason.as_deref() {
-                Some("interrupted") => StepStatus::Interrupted,
-                Some("error") => StepStatus::Error,
-                _ => StepStatus::Ok,
-            };
-            if s.duration_ms.is_none() && s.op.is_some() {
-                s.duration_ms = elapsed(s.started_at, ts);
-            }
-            if s.usage.is_none() {
-                s.usage = m.usage.clone();
-            }
-            s.output = reply_output(m);
-            for (call_id, tool, arguments) in m.tool_calls() {
-                self.asked.insert(
-                    call_id.to_owned(),
-                    Asked {
-                        number: s.number,
-                        op: s.op.clone(),
-                        tool: tool.to_owned(),
-                        arguments: arguments.to_string(),
-                    },
-                );
-            }
+            self.reply(i, r, m);
         }
         for res in m.results() {
-            self.result(id, &res, ts);
+            self.result(r, id, &res);
         }
     }
 
-    /// A tool result in entry `id`: ends its dispatched step, or is a step
-    /// of its own when a model step asked for the call.
-    fn result(&mut self, id: &EntryId, res: &ResultBlock<'_>, ts: &str) {
+    /// The reply of model step `i`.
+    fn reply(&mut self, i: usize, r: &Record, m: &Message) {
+        let s = &mut self.steps[i];
+        s.status = match m.stop_reason.as_deref() {
+            Some("interrupted") => StepStatus::Interrupted,
+            Some("error") => StepStatus::Error,
+            _ => StepStatus::Ok,
+        };
+        if s.duration_ms.is_none() && s.op.is_some() {
+            s.duration_ms = elapsed(s.started_at, &r.ts);
+        }
+        if s.usage.is_none() {
+            s.usage = m.usage.clone();
+        }
+        s.output = reply_output(m);
+        for (call_id, tool, arguments) in m.tool_calls() {
+            self.asked.insert(
+                call_id.to_owned(),
+                Asked {
+                    number: s.number,
+                    op: s.op.clone(),
+                    tool: tool.to_owned(),
+                    arguments: arguments.to_string(),
+                },
+            );
+        }
+    }
+
+    /// A tool result in entry `id`: it ends its dispatched step, or is a
+    /// step of its own (a call answered without a dispatch).
+    fn result(&mut self, r: &Record, id: &EntryId, res: &ResultBlock<'_>) {
         let status = match res.code {
             Some(TOOL_OUTCOME_UNKNOWN) => StepStatus::Unknown,
             Some(TOOL_NOT_STARTED) => StepStatus::NotStarted,
@@ -349,23 +395,26 @@ impl Deriving<'_> {
             _ => StepStatus::Ok,
         };
         let (output, child) = result_output(res.content);
-        let dispatched = self
-            .tool_by_call
-            .get(res.call_id)
-            .copied()
-            .filter(|&i| self.steps[i].status == StepStatus::Running);
+        let steps = &mut self.steps;
+        let cut = &mut self.cut;
+        let dispatched = self.tool_by_call.get(res.call_id).copied().filter(|&i| {
+            steps[i].status == StepStatus::Running
+                || (steps[i].status == StepStatus::Interrupted && cut.contains(&i))
+        });
         let i = match dispatched {
             Some(i) => {
-                let s = &mut self.steps[i];
+                let s = &mut steps[i];
                 s.status = status;
-                s.duration_ms = elapsed(s.started_at, ts);
+                if !cut.remove(&i) {
+                    s.duration_ms = elapsed(s.started_at, &r.ts);
+                }
                 i
             }
             None => {
                 // Answered without a dispatch: denied, closed as never
                 // started, run by a host outside the operation API, or
-                // written with no operation at all. Only calls a model
-                // step asked for are steps.
+                // written with no operation at all. Only calls a model step
+                // asked for are steps.
                 let Some(a) = self.asked.get(res.call_id) else {
                     return;
                 };
@@ -380,47 +429,76 @@ impl Deriving<'_> {
                     | StepStatus::NotStarted
                     | StepStatus::Denied) => other,
                 };
-                let (parent, op, tool, arguments) =
-                    (a.number, a.op.clone(), a.tool.clone(), a.arguments.clone());
-                let i = push(&mut self.steps, StepKind::Tool, op.as_deref(), ts);
-                let s = &mut self.steps[i];
-                s.name = tool;
+                let i = push(steps, StepKind::Tool, a.op.as_deref(), &r.ts);
+                let s = &mut steps[i];
+                s.name = a.tool.clone();
                 s.status = status;
-                s.parent = Some(parent);
+                s.parent = Some(a.number);
                 s.entry = Some(id.clone());
                 s.call_id = Some(res.call_id.to_owned());
-                s.input = Some(arguments);
+                s.input = Some(a.arguments.clone());
                 i
             }
         };
-        self.steps[i].output = Some(output);
-        self.steps[i].child = child;
+        steps[i].output = Some(output);
+        steps[i].child = child;
     }
 
-    /// The steps, with those left running settled: a model step still
-    /// waiting once its operation ended, or once a later attempt was made,
-    /// was interrupted; a tool step of an ended operation, unknown.
-    fn finish(self) -> Vec<Step> {
-        let (mut steps, open_ops) = (self.steps, self.open_ops);
+    /// The steps, once every record is in: a model step still waiting once
+    /// its operation ended, or once a later attempt was made, was
+    /// interrupted; a tool step still running once its operation ended has
+    /// an unknown outcome.
+    fn finish(mut self) -> Vec<Step> {
         let mut later_model_in_op: HashSet<String> = HashSet::new();
-        for s in steps.iter_mut().rev() {
+        for s in self.steps.iter_mut().rev() {
             let (StepKind::Model, Some(op)) = (s.kind, &s.op) else {
                 continue;
             };
             let later = !later_model_in_op.insert(op.clone());
-            if s.status == StepStatus::Running && (later || open_ops.get(op) == Some(&false)) {
+            if s.status == StepStatus::Running && (later || self.open_ops.get(op) == Some(&false)) {
                 s.status = StepStatus::Interrupted;
             }
         }
-        for s in &mut steps {
+        for s in &mut self.steps {
             if s.kind == StepKind::Tool
                 && s.status == StepStatus::Running
-                && s.op.as_ref().and_then(|op| open_ops.get(op)) == Some(&false)
+                && s.op.as_ref().and_then(|op| self.open_ops.get(op)) == Some(&false)
             {
                 s.status = StepStatus::Unknown;
             }
         }
-        steps
+        self.steps
+    }
+}
+
+/// A host resumed at `resumed` the operation its process left at
+/// `alive` (the last record it wrote): every step still running was
+/// interrupted there. A tool step lasted until `alive`, the time between
+/// is its downtime, and its result, when recovery writes one, settles it
+/// (`cut`).
+fn died(steps: &mut [Step], cut: &mut HashSet<usize>, alive: Option<&str>, resumed: &str) {
+    let alive_at = alive.and_then(time::parse);
+    for (i, s) in steps.iter_mut().enumerate() {
+        if s.status != StepStatus::Running {
+            continue;
+        }
+        s.status = StepStatus::Interrupted;
+        if s.kind == StepKind::Tool {
+            s.duration_ms = alive.and_then(|a| elapsed(s.started_at, a));
+            s.downtime_ms = elapsed(alive_at, resumed);
+            cut.insert(i);
+        }
+    }
+}
+
+/// Marks the steps still running as interrupted: for a caller that knows
+/// the session's process is gone (its status is `interrupted`: an open
+/// operation nobody holds), which the records alone cannot tell.
+pub fn interrupt_running(steps: &mut [Step]) {
+    for s in steps {
+        if s.status == StepStatus::Running {
+            s.status = StepStatus::Interrupted;
+        }
     }
 }
 
@@ -445,6 +523,7 @@ fn push(steps: &mut Vec<Step>, kind: StepKind, op: Option<&str>, started: &str) 
         started: started.to_owned(),
         started_at: time::parse(started),
         duration_ms: None,
+        downtime_ms: None,
         usage: None,
         parent: None,
         call_id: None,
@@ -594,5 +673,176 @@ mod tests {
     fn times_with_an_offset_are_compared_as_instants() {
         let s = model_step("2026-12-01T01:00:00+01:00", "2026-12-01T00:00:00.500Z");
         assert_eq!(s.duration_ms, Some(500));
+    }
+
+    /// A crashed tool call: started at 0 s, the dead process's last record
+    /// at 1 s, the resume at 60 s; then `ending` (none, a re-run's T1, or
+    /// recovery's unknown result at 61 s).
+    fn crashed_tool(ending: &str) -> Vec<Step> {
+        use crate::record::{ToolDispatched, Unknown};
+        let t = |s: u32| format!("2026-12-01T00:{:02}:{:02}.000Z", s / 60, s % 60);
+        let reply_id = EntryId::parse("reply").unwrap();
+        let result_id = EntryId::parse("result").unwrap();
+        let mut ask = Message::text(Role::Assistant, "");
+        ask.content = vec![Block::ToolCall {
+            call_id: "c1".into(),
+            name: "bash".into(),
+            arguments: serde_json::json!({}),
+        }];
+        let dispatch = |seq: u64, at: u32| {
+            op(
+                seq,
+                &t(at),
+                OpRecord::ToolDispatched(ToolDispatched {
+                    op: "op-1".into(),
+                    call_id: "c1".into(),
+                    tool: "bash".into(),
+                    args_hash: String::new(),
+                    effect: crate::EffectClass::SideEffect,
+                    key: "k".into(),
+                    result_entry: result_id.clone(),
+                }),
+            )
+        };
+        let mut records = vec![
+            op(
+                1,
+                &t(0),
+                OpRecord::OpStarted(OpStarted {
+                    op: "op-1".into(),
+                    input: None,
+                }),
+            ),
+            op(
+                2,
+                &t(0),
+                OpRecord::ModelAttempted(ModelAttempted {
+                    op: "op-1".into(),
+                    attempt: 1,
+                    entry: reply_id.clone(),
+                    provider: None,
+                    model: None,
+                }),
+            ),
+            Record {
+                seq: 3,
+                ts: t(0),
+                body: Body::Entry(Entry {
+                    id: reply_id,
+                    parent: None,
+                    body: EntryBody::Message(ask),
+                }),
+            },
+            dispatch(4, 0),
+            op(
+                5,
+                &t(1),
+                OpRecord::Ignored(Unknown {
+                    kind: "cairn.workspace".into(),
+                    data: serde_json::json!({}),
+                }),
+            ),
+            op(
+                6,
+                &t(60),
+                OpRecord::Ignored(Unknown {
+                    kind: RESUMED.into(),
+                    data: serde_json::json!({"op": "op-1"}),
+                }),
+            ),
+        ];
+        let mut answer = Message::text(Role::Tool, "");
+        answer.content = vec![Block::ToolResult {
+            call_id: "c1".into(),
+            content: vec![],
+            is_error: true,
+            code: Some(TOOL_OUTCOME_UNKNOWN.into()),
+        }];
+        match ending {
+            "rerun" => records.push(dispatch(7, 61)),
+            "unknown" => records.push(Record {
+                seq: 7,
+                ts: t(61),
+                body: Body::Entry(Entry {
+                    id: result_id,
+                    parent: None,
+                    body: EntryBody::Message(answer),
+                }),
+            }),
+            _ => {}
+        }
+        derive(&records)
+    }
+
+    #[test]
+    fn a_tool_whose_process_died_is_interrupted_and_its_downtime_is_apart() {
+        let steps = crashed_tool("");
+        let tool = &steps[2];
+        assert_eq!(
+            (tool.kind, tool.status),
+            (StepKind::Tool, StepStatus::Interrupted)
+        );
+        assert_eq!(
+            tool.duration_ms,
+            Some(1000),
+            "until the dead process's last record"
+        );
+        assert_eq!(tool.downtime_ms, Some(59_000));
+    }
+
+    #[test]
+    fn an_interrupted_tool_recovery_marks_unknown_keeps_its_running_time_apart_from_downtime() {
+        let steps = crashed_tool("unknown");
+        assert_eq!(steps.len(), 3, "{steps:?}");
+        let tool = &steps[2];
+        assert_eq!(tool.status, StepStatus::Unknown);
+        assert_eq!(
+            (tool.duration_ms, tool.downtime_ms),
+            (Some(1000), Some(59_000))
+        );
+    }
+
+    #[test]
+    fn a_rerun_leaves_the_first_dispatch_interrupted() {
+        let steps = crashed_tool("rerun");
+        let statuses: Vec<_> = steps.iter().map(|s| s.status).collect();
+        assert_eq!(
+            statuses,
+            [
+                StepStatus::Ok,
+                StepStatus::Ok,
+                StepStatus::Interrupted,
+                StepStatus::Running
+            ]
+        );
+    }
+
+    #[test]
+    fn steps_still_running_when_the_process_is_gone_are_interrupted() {
+        let entry = EntryId::parse("reply").unwrap();
+        let mut steps = derive(&[
+            op(
+                1,
+                "2026-12-01T00:00:00.000Z",
+                OpRecord::OpStarted(OpStarted {
+                    op: "op-1".into(),
+                    input: None,
+                }),
+            ),
+            op(
+                2,
+                "2026-12-01T00:00:00.000Z",
+                OpRecord::ModelAttempted(ModelAttempted {
+                    op: "op-1".into(),
+                    attempt: 1,
+                    entry,
+                    provider: None,
+                    model: None,
+                }),
+            ),
+        ]);
+        assert_eq!(steps[1].status, StepStatus::Running);
+        interrupt_running(&mut steps);
+        assert_eq!(steps[1].status, StepStatus::Interrupted);
     }
 }
