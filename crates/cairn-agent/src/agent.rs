@@ -125,6 +125,26 @@ impl Agent {
         Ok(())
     }
 
+    /// Delivers the input queued and never delivered ([`crate::resumed::undelivered`]), in
+    /// order, each as a request of its own — after a crash, the input a host
+    /// queued while the operation ran is not lost. Call it once the session's
+    /// open operation is resumed (an operation still open is resumed first).
+    ///
+    /// # Errors
+    ///
+    /// As [`Agent::prompt`].
+    pub fn deliver_queued(&mut self) -> Result<Vec<TurnEnd>> {
+        let mut ends = Vec::new();
+        for text in crate::resumed::undelivered(self.session())? {
+            self.runtime().observer.event(&Event::Recovery(&format!(
+                "delivering input queued before the process stopped: {}",
+                cairn_view::term::excerpt(&text, 60)
+            )));
+            ends.push(self.prompt(&text)?);
+        }
+        Ok(ends)
+    }
+
     /// Acts on the recovery verdict ([`recovery::resolve`]), then carries
     /// on the open operation when there is one (retrying an interrupted
     /// model call).

@@ -362,7 +362,7 @@ pub fn run(opts: AgentOptions) -> Result<()> {
     );
     agent.resume()?;
     agent.runtime().interrupt.check_terminated()?;
-    crate::resumed::deliver_queued(&mut agent)?;
+    agent.deliver_queued()?;
     agent.runtime().interrupt.check_terminated()?;
     record_settings(agent.session())?;
     if let Some(p) = &opts.prompt {

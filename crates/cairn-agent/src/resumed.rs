@@ -13,15 +13,13 @@
 //!
 //! And once the resumed operation is over, the input queued during
 //! operations (`input_queued`) and never delivered is delivered, in order
-//! ([`deliver_queued`]).
+//! ([`Agent::deliver_queued`](crate::Agent::deliver_queued)).
 
 use anyhow::Result;
 use cairn::{OpRecord, Session, Unknown, Verdict};
 use cairn_workspace::Phase;
 use serde_json::{Value, json};
 
-use crate::agent::{Agent, TurnEnd};
-use crate::observer::Event;
 use crate::runtime::Runtime;
 use crate::snapshot::after as snapshot_after;
 
@@ -85,7 +83,7 @@ fn arguments_of(session: &Session, call_id: &str) -> Result<Option<Value>> {
 /// The input queued during operations (`input_queued`) and not delivered
 /// since, in order. A queued text is delivered by a later operation whose
 /// input is that text while it is the first one waiting (the way
-/// [`deliver_queued`] delivers them), so a crash in the middle of the
+/// [`Agent::deliver_queued`](crate::Agent::deliver_queued) delivers them), so a crash in the middle of the
 /// delivery leaves the rest waiting for the next resume.
 ///
 /// # Errors
@@ -122,24 +120,4 @@ pub fn undelivered(session: &Session) -> Result<Vec<String>> {
         }
     }
     Ok(waiting.into())
-}
-
-/// Delivers the input queued and never delivered ([`undelivered`]), in
-/// order, each as a request of its own — after a crash, the input a host
-/// queued while the operation ran is not lost. Call it once the session's
-/// open operation is resumed (an operation still open is resumed first).
-///
-/// # Errors
-///
-/// As [`Agent::prompt`].
-pub fn deliver_queued(agent: &mut Agent) -> Result<Vec<TurnEnd>> {
-    let mut ends = Vec::new();
-    for text in undelivered(agent.session())? {
-        agent.runtime().observer.event(&Event::Recovery(&format!(
-            "delivering input queued before the process stopped: {}",
-            cairn_view::term::excerpt(&text, 60)
-        )));
-        ends.push(agent.prompt(&text)?);
-    }
-    Ok(ends)
 }

@@ -187,7 +187,7 @@ fn regression_input_queued_before_a_crash_was_never_delivered_after_it() {
         ["then A", "then B"]
     );
     agent.resume().unwrap();
-    let ends = cairn_agent::resumed::deliver_queued(&mut agent).unwrap();
+    let ends = agent.deliver_queued().unwrap();
     assert_eq!(ends.len(), 2);
     assert_eq!(user_texts(agent.session()), ["first", "then A", "then B"]);
     // Delivered once: nothing waits any more.
@@ -196,9 +196,5 @@ fn regression_input_queued_before_a_crash_was_never_delivered_after_it() {
             .unwrap()
             .is_empty()
     );
-    assert!(
-        cairn_agent::resumed::deliver_queued(&mut agent)
-            .unwrap()
-            .is_empty()
-    );
+    assert!(agent.deliver_queued().unwrap().is_empty());
 }
