@@ -4,7 +4,7 @@
 //! follow the open.
 
 use cairn::frame;
-use cairn::{Damage, IndexedOpen, IndexedPrefix, OpenError, Opening, RawLine, Visitor};
+use cairn::{Damage, IndexedOpen, IndexedPrefix, IoFailure, OpenError, Opening, RawLine, Visitor};
 
 /// How many bytes of a session's last records an open keeps for the reads
 /// that follow it (the records an open reads back for the context are the
@@ -95,6 +95,11 @@ impl<'a> Scan<'a> {
     /// Damage at the next row.
     pub fn damaged(&self, problem: String) -> OpenError {
         damaged(self.location, self.next_index(), self.end, problem)
+    }
+
+    /// The database failed during the scan: `source` as the open's error.
+    pub fn failed(&self, source: std::io::Error) -> OpenError {
+        OpenError::Io(IoFailure::new("read", self.location.to_owned(), source))
     }
 
     /// Takes the next row: its `seq` must follow, its line must verify; the

@@ -617,7 +617,7 @@ mod tests {
                 .unwrap();
             assert_eq!(sids.len(), 3);
             for sid in sids {
-                let sum = crate::SqliteBackend::load_summary(&latest, sid).unwrap();
+                let sum = crate::SqliteBackend::summary_of(&latest, sid).unwrap();
                 conn.execute(
                     "UPDATE sessions SET updated = ?2, entries = ?3, records = ?4, bytes = ?5
                      WHERE sid = ?1",
