@@ -102,7 +102,8 @@ impl Scratch {
         let server = test_url();
         if let Err(e) = postgres::Client::connect(&server, NoTls) {
             return Err(format!(
-                "the test Postgres server at {server} cannot be reached ({e})"
+                "the test Postgres server at {server} cannot be reached ({})",
+                cairn::with_causes(&e)
             ));
         }
         let tag: String = tag

@@ -30,4 +30,4 @@ pub use log::{
     Batch, Db, Fence, NewRow, Poisoner, READ_AHEAD_BYTES, READ_AHEAD_MAX, SqlLog, Writer,
 };
 pub use open::{SqlStore, open, open_from};
-pub use scan::{KEEP_BYTES, Scan, Scanned, damaged, opened_whole, scan_from, stale_prefix};
+pub use scan::{KEEP_BYTES, Scan, Scanned, damaged, stale_prefix};

@@ -2,7 +2,7 @@
 //! (what each backend does with its dialect and driver): for a writer, the
 //! lease; the session's summary (its size, and the columns a writer
 //! continues from); a persisted index's prefix checked against the rows
-//! ([`crate::scan_from`]); the rows after it scanned in `seq` order; then
+//! ([`crate::stale_prefix`]); the rows after it scanned in `seq` order; then
 //! the log handle. A stale prefix or any failure after the lease was taken
 //! gives the lease back, so an open that did not open holds nothing.
 

@@ -162,7 +162,7 @@ impl<'a> Scan<'a> {
 /// # Errors
 ///
 /// [`OpenError::NotASession`] for a stale answer.
-pub fn opened_whole(found: IndexedOpen, location: impl FnOnce() -> String) -> Opening {
+pub(crate) fn opened_whole(found: IndexedOpen, location: impl FnOnce() -> String) -> Opening {
     match found {
         IndexedOpen::Opened(o) => Ok(o),
         IndexedOpen::Stale(problem) => Err(OpenError::NotASession {
@@ -180,7 +180,7 @@ pub fn opened_whole(found: IndexedOpen, location: impl FnOnce() -> String) -> Op
 /// # Errors
 ///
 /// `last_row`'s.
-pub fn scan_from<'a>(
+pub(crate) fn scan_from<'a>(
     location: &'a str,
     prefix: Option<IndexedPrefix>,
     (records, bytes): (u64, u64),
