@@ -8,94 +8,24 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use cairn::OpPhase;
-use cairn::{Access, Backend, Catalog, Claim, IndexStore, IndexedOpen, IndexedPrefix, Log};
-use cairn::{ListingFold, OpenError, SessionId, StoreError};
-use cairn::{Opened, Opening, Stamp, Visitor};
-use cairn_sql::summary::{self, HeaderInfo, Summary, count, uncount};
-use cairn_sql::{Holder, Scan, Scanned, Writer, scan_from};
+use cairn::{Access, Backend, Catalog, Claim, IndexStore, Log};
+use cairn::{OpenError, SessionId, StoreError};
+use cairn::{Opening, Stamp, Visitor};
+use cairn_sql::summary::{self, HeaderInfo, Summary, count};
+use cairn_sql::{Holder, Lease, Scan, Scanned, SqlStore, Writer};
 use postgres::Transaction;
 use postgres::types::Type;
 
 use crate::config::PgUrl;
 use crate::error::{PgError, io, open_err, store_err};
-use crate::lease::{self, Lease};
+use crate::lease;
 use crate::log::{PgLog, PgRows};
 use crate::pool::Pool;
 use crate::schema;
-
-/// The statements used on hot paths, with the schema's name filled in.
-#[derive(Debug)]
-pub(crate) struct Sql {
-    pub append: String,
-    pub append_one: String,
-    pub read_ahead: String,
-    pub scan: String,
-    pub scan_from: String,
-    pub row: String,
-    pub renew: String,
-    pub release: String,
-    pub lease_of: String,
-    pub sid: String,
-    pub summary: String,
-}
-
-impl Sql {
-    fn new(s: &str) -> Sql {
-        Sql {
-            // The schema's append function (migration 2): the fence and the
-            // summary update lock the session's row; the records are
-            // inserted only if it was updated. One call: one round trip, one
-            // transaction.
-            append: format!(
-                "SELECT {s}.append($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14,
-                                   $15, $16, $17, $18)"
-            ),
-            // The same for a single record, with plain parameters (migration 3).
-            append_one: format!(
-                "SELECT {s}.append_one($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13,
-                                       $14, $15, $16, $17, $18)"
-            ),
-            // Records $2 ≤ seq < $3, stopping after the one that reaches $4
-            // bytes (at least one).
-            read_ahead: format!(
-                "SELECT seq, payload FROM (
-                    SELECT seq, payload,
-                           sum(octet_length(payload)) OVER (ORDER BY seq)
-                               - octet_length(payload) AS before
-                      FROM {s}.records WHERE session = $1 AND seq >= $2 AND seq < $3
-                 ) w WHERE before < $4 ORDER BY seq"
-            ),
-            scan: format!("SELECT seq, payload FROM {s}.records WHERE session = $1 ORDER BY seq"),
-            scan_from: format!(
-                "SELECT seq, payload FROM {s}.records WHERE session = $1 AND seq >= $2
-                  ORDER BY seq"
-            ),
-            row: format!("SELECT payload FROM {s}.records WHERE session = $1 AND seq = $2"),
-            renew: lease::renew_sql(s),
-            release: lease::release_sql(s),
-            lease_of: format!(
-                "SELECT {}, records FROM {s}.sessions WHERE sid = $1",
-                lease::COLUMNS
-            ),
-            sid: format!("SELECT sid FROM {s}.sessions WHERE id = $1"),
-            summary: format!(
-                "SELECT updated, title, first_message, op_state, entries, records, bytes
-                   FROM {s}.sessions WHERE sid = $1"
-            ),
-        }
-    }
-}
+use crate::shared::{Shared, Sql};
 
 /// One session's row: key, id, header facts, summary, lease.
 pub(crate) type Row = (i64, SessionId, HeaderInfo, Summary, Option<Lease>);
-
-/// What the backend and its open logs share.
-#[derive(Debug)]
-pub(crate) struct Shared {
-    pub url: PgUrl,
-    pub pool: Pool,
-    pub sql: Sql,
-}
 
 /// Many sessions in one Postgres schema, for many processes and hosts at
 /// once. See the crate docs for the schema, durability and the lease.
@@ -231,27 +161,6 @@ impl PostgresBackend {
         Ok(out)
     }
 
-    /// Takes the writer lease of session `id` (replacing an expired or dead
-    /// holder's; adopting one this process claimed). Returns `(sid, token)`.
-    fn take_lease(&self, id: &SessionId, location: &str) -> Result<(i64, i64), OpenError> {
-        let claimed = lock(&self.claimed).remove(id);
-        let err = open_err("lock", location);
-        let schema = self.schema();
-        self.with_locked_row(id, &err, self.not_found(id), |tx, sid, held| {
-            if let Some(held) = held {
-                let mine = claimed == Some(held.token) && &held.holder == Holder::me();
-                if mine && !held.expired {
-                    return Ok((sid, held.token));
-                }
-                if held.holds() {
-                    return Err(in_use(id, &held));
-                }
-            }
-            let token = lease::acquire(tx, schema, sid, self.shared.url.lease).map_err(&err)?;
-            Ok((sid, token))
-        })
-    }
-
     /// Locks session `id`'s row for the rest of `tx` (`FOR UPDATE`): its key
     /// and lease, `None` if there is no such session.
     fn lock_row(
@@ -271,137 +180,6 @@ impl PostgresBackend {
             return Ok(None);
         };
         Ok(Some((row.try_get(0)?, lease::from_row(&row, 1)?)))
-    }
-
-    /// Reads the summary columns a writer continues from.
-    fn load_summary(&self, sid: i64) -> Result<Summary, postgres::Error> {
-        let r = self
-            .shared
-            .pool
-            .run(|c| c.query_typed_one(&self.shared.sql.summary, &[(&sid, Type::INT8)]))?;
-        summary_at(&r, 0)
-    }
-
-    /// The log handle of session `sid`, with its lease's heartbeat for a
-    /// writer.
-    fn log(&self, location: String, sid: i64, scanned: Scanned, writer: Option<Writer>) -> PgLog {
-        let token = writer.as_ref().map(|w| w.token);
-        let log = PgLog::new(
-            location,
-            PgRows::new(sid, Arc::clone(&self.shared)),
-            scanned,
-            writer,
-        );
-        if let Some(token) = token {
-            log.db().start_heartbeat(token, log.poisoner());
-        }
-        log
-    }
-
-    fn release(&self, sid: i64, token: i64) {
-        let _ = self.shared.pool.run(|c| {
-            c.query_typed(
-                &self.shared.sql.release,
-                &[(&sid, Type::INT8), (&token, Type::INT8)],
-            )
-        });
-    }
-
-    /// Streams a session's records in `seq` order to `visit`, checking each
-    /// line's checksum and that `seq`s have no gap. Returns the offsets, and
-    /// the last records up to [`cairn_sql::KEEP_BYTES`] (the first
-    /// read-ahead window).
-    fn scan(
-        &self,
-        sid: i64,
-        mut scan: Scan<'_>,
-        location: &str,
-        visit: &mut Visitor<'_>,
-    ) -> Result<Scanned, OpenError> {
-        let err = open_err("read", location);
-        let from = count(scan.next_index());
-        let rows = self
-            .shared
-            .pool
-            .run(|c| {
-                c.query_typed(
-                    &self.shared.sql.scan_from,
-                    &[(&sid, Type::INT8), (&from, Type::INT8)],
-                )
-            })
-            .map_err(&err)?;
-        for row in &rows {
-            let seq: i64 = row.try_get(0).map_err(&err)?;
-            scan.row(seq, row.try_get(1).map_err(&err)?, visit)?;
-        }
-        scan.finish()
-    }
-
-    /// Record `seq` of session `sid`, if there is one.
-    fn row(&self, sid: i64, seq: u64) -> Result<Option<Vec<u8>>, postgres::Error> {
-        let seq = count(seq);
-        self.shared
-            .pool
-            .run(|c| {
-                c.query_typed_opt(
-                    &self.shared.sql.row,
-                    &[(&sid, Type::INT8), (&seq, Type::INT8)],
-                )
-            })?
-            .map(|r| r.try_get(0))
-            .transpose()
-    }
-
-    /// Opens session `id`, from the end of `prefix` when given (see
-    /// [`IndexStore::open_indexed`]): the lease for a writer, the prefix
-    /// checked against the rows, then the rows after it read. A stale
-    /// prefix gives the lease back.
-    pub(crate) fn open_from(
-        &self,
-        id: &SessionId,
-        access: Access,
-        prefix: Option<IndexedPrefix>,
-        visit: &mut Visitor<'_>,
-    ) -> Result<IndexedOpen, OpenError> {
-        let location = self.location(id);
-        let (sid, token) = match access {
-            Access::Write => {
-                let (sid, token) = self.take_lease(id, &location)?;
-                (sid, Some(token))
-            }
-            Access::Read => {
-                let sid = self
-                    .sid(id)
-                    .map_err(open_err("read", &location))?
-                    .ok_or_else(|| self.not_found(id))?;
-                (sid, None)
-            }
-        };
-        // From here on a failure must give the lease back.
-        let scanned = (|| -> Result<Result<_, String>, OpenError> {
-            let err = open_err("read", &location);
-            let summary = self.load_summary(sid).map_err(&err)?;
-            let size = (summary.fold.records, summary.bytes);
-            let from = match scan_from(&location, prefix, size, |n| self.row(sid, n).map_err(&err))?
-            {
-                Ok(from) => from,
-                Err(why) => return Ok(Err(why)),
-            };
-            let scanned = self.scan(sid, from, &location, visit)?;
-            Ok(Ok((scanned, token.map(|token| Writer { token, summary }))))
-        })();
-        if !matches!(scanned, Ok(Ok(_)))
-            && let Some(token) = token
-        {
-            self.release(sid, token);
-        }
-        Ok(match scanned? {
-            Ok((scanned, writer)) => IndexedOpen::Opened(Opened {
-                log: Box::new(self.log(location, sid, scanned, writer)),
-                torn: None,
-            }),
-            Err(why) => IndexedOpen::Stale(why),
-        })
     }
 
     /// Every session's row: key, id, header facts, summary, lease.
@@ -450,10 +228,127 @@ fn summary_at(r: &postgres::Row, at: usize) -> Result<Summary, postgres::Error> 
     ))
 }
 
-pub(crate) fn in_use(id: &SessionId, held: &Lease) -> OpenError {
-    OpenError::InUse {
-        session: id.to_string(),
-        holder: Some(held.holder.pid),
+/// The open path's Postgres side (`cairn_sql::open_from`): every query on
+/// the backend's pool, so an open holds no connection of its own.
+impl SqlStore for PostgresBackend {
+    type Conn = ();
+
+    fn connect(&self, _location: &str) -> Result<(), OpenError> {
+        Ok(())
+    }
+
+    /// Takes the writer lease of session `id` (replacing an expired or dead
+    /// holder's; adopting one this process claimed).
+    fn take_lease(
+        &self,
+        (): &mut (),
+        id: &SessionId,
+        location: &str,
+    ) -> Result<(i64, i64), OpenError> {
+        let claimed = lock(&self.claimed).remove(id);
+        let err = open_err("lock", location);
+        let schema = self.schema();
+        self.with_locked_row(id, &err, self.not_found(id), |tx, sid, held| {
+            if let Some(held) = held {
+                let mine = claimed == Some(held.token) && &held.holder == Holder::me();
+                if mine && !held.expired {
+                    return Ok((sid, held.token));
+                }
+                if held.holds() {
+                    return Err(held.in_use(id));
+                }
+            }
+            let token = lease::acquire(tx, schema, sid, self.shared.url.lease).map_err(&err)?;
+            Ok((sid, token))
+        })
+    }
+
+    fn find(&self, (): &(), id: &SessionId, location: &str) -> Result<i64, OpenError> {
+        self.sid(id)
+            .map_err(open_err("read", location))?
+            .ok_or_else(|| self.not_found(id))
+    }
+
+    fn load_summary(&self, (): &(), sid: i64) -> std::io::Result<Summary> {
+        let r = self
+            .shared
+            .pool
+            .run(|c| c.query_typed_one(&self.shared.sql.summary, &[(&sid, Type::INT8)]))
+            .map_err(io)?;
+        summary_at(&r, 0).map_err(io)
+    }
+
+    fn row(&self, (): &(), sid: i64, seq: u64) -> std::io::Result<Option<Vec<u8>>> {
+        let seq = count(seq);
+        self.shared
+            .pool
+            .run(|c| {
+                c.query_typed_opt(
+                    &self.shared.sql.row,
+                    &[(&sid, Type::INT8), (&seq, Type::INT8)],
+                )
+            })
+            .and_then(|r| r.map(|r| r.try_get(0)).transpose())
+            .map_err(io)
+    }
+
+    /// The rows in one query, read whole before they are handed on.
+    fn scan(
+        &self,
+        (): &(),
+        sid: i64,
+        scan: &mut Scan<'_>,
+        visit: &mut Visitor<'_>,
+    ) -> Result<(), OpenError> {
+        let from = count(scan.next_index());
+        let rows = self
+            .shared
+            .pool
+            .run(|c| {
+                c.query_typed(
+                    &self.shared.sql.scan_from,
+                    &[(&sid, Type::INT8), (&from, Type::INT8)],
+                )
+            })
+            .map_err(|e| scan.failed(io(e)))?;
+        for row in &rows {
+            let seq: i64 = row.try_get(0).map_err(|e| scan.failed(io(e)))?;
+            let bytes = row.try_get(1).map_err(|e| scan.failed(io(e)))?;
+            scan.row(seq, bytes, visit)?;
+        }
+        Ok(())
+    }
+
+    fn release(&self, (): &(), sid: i64, _id: &SessionId, token: i64) {
+        let _ = self.shared.pool.run(|c| {
+            c.query_typed(
+                &self.shared.sql.release,
+                &[(&sid, Type::INT8), (&token, Type::INT8)],
+            )
+        });
+    }
+
+    /// The log handle, with its lease's heartbeat for a writer.
+    fn log(
+        &self,
+        location: String,
+        (): (),
+        sid: i64,
+        _id: &SessionId,
+        scanned: Scanned,
+        writer: Option<Writer>,
+    ) -> Box<dyn Log> {
+        let token = writer.as_ref().map(|w| w.token);
+        let log = PgLog::new(
+            location,
+            PgRows::new(sid, Arc::clone(&self.shared)),
+            scanned,
+            writer,
+        );
+        if let Some(token) = token {
+            log.db().start_heartbeat(token, log.poisoner());
+        }
+        Box::new(log)
     }
 }
 
@@ -525,18 +420,19 @@ impl Backend for PostgresBackend {
         .map_err(&err)?;
         tx.commit().map_err(&err)?;
         drop(conn);
-        let scanned = Scanned::created(header);
-        Ok(Box::new(self.log(
+        let writer = Writer { token, summary };
+        Ok(self.log(
             location,
+            (),
             sid,
-            scanned,
-            Some(Writer { token, summary }),
-        )))
+            id,
+            Scanned::created(header),
+            Some(writer),
+        ))
     }
 
     fn open(&self, id: &SessionId, access: Access, visit: &mut Visitor<'_>) -> Opening {
-        let found = self.open_from(id, access, None, visit)?;
-        cairn_sql::opened_whole(found, || self.location(id))
+        cairn_sql::open(self, id, access, visit)
     }
 
     fn stored_lines(&self, id: &SessionId) -> Result<Vec<Vec<u8>>, OpenError> {
@@ -585,18 +481,11 @@ impl Backend for PostgresBackend {
             .map_err(store_err("inspect", &self.location(id)))?
             .ok_or_else(|| self.no_such(id))?;
         let get = |i: usize| {
-            row.try_get::<_, i64>(i).map(uncount).map_err(|e| {
+            row.try_get::<_, i64>(i).map_err(|e| {
                 StoreError::Io(cairn::IoFailure::new("inspect", self.location(id), io(e)))
             })
         };
-        Ok(Summary {
-            bytes: get(0)?,
-            fold: ListingFold {
-                records: get(1)?,
-                ..ListingFold::default()
-            },
-        }
-        .stamp())
+        Ok(summary::stamp(get(0)?, get(1)?))
     }
 
     fn writer_active(&self, id: &SessionId) -> bool {
@@ -609,7 +498,7 @@ impl Backend for PostgresBackend {
         let schema = self.schema();
         self.with_locked_row(id, &err, self.no_such(id), |tx, sid, held| {
             if let Some(held) = held.filter(Lease::holds) {
-                return Err(in_use(id, &held).into());
+                return Err(held.in_use(id).into());
             }
             // The row alone: the trigger of migration 3 deletes its records
             // in this statement (one place that does it, for cairn and for

@@ -25,39 +25,17 @@
 //! - **Release**: dropping the writer clears `lease_expires` (only if the
 //!   row still carries its token).
 //!
-//! Whether a holder is *dead* (on this machine: its process is gone) uses
-//! the same rule as cairn-sqlite ([`cairn_sql::Holder::liveness`]); a
-//! dead holder's unexpired lease is taken over at once, so a SIGKILLed
-//! worker does not block its session for the rest of the lease.
+//! Whether a lease still holds is the rule every SQL backend shares
+//! ([`cairn_sql::Lease::holds`]: unexpired, and its holder not known to be
+//! dead — on this machine, its process gone); a dead holder's unexpired
+//! lease is taken over at once, so a SIGKILLed worker does not block its
+//! session for the rest of the lease.
 
 use std::time::Duration;
 
-use cairn_sql::{Holder, Liveness};
+use cairn_sql::{Holder, Lease};
 use postgres::types::Type;
 use postgres::{Row, Transaction};
-
-/// A session's writer lease as stored.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Lease {
-    /// The fencing token: appends must carry it.
-    pub token: i64,
-    /// The holder.
-    pub holder: Holder,
-    /// When it was acquired (RFC 3339, server clock).
-    pub acquired: String,
-    /// When it expires unless renewed (RFC 3339, server clock).
-    pub expires: String,
-    /// Whether it had expired when read (by the server's clock).
-    pub expired: bool,
-}
-
-impl Lease {
-    /// Whether it keeps other writers out: unexpired, and its holder not
-    /// known to be dead.
-    pub fn holds(&self) -> bool {
-        !self.expired && self.holder.liveness() != Liveness::Dead
-    }
-}
 
 /// The lease columns as a select list, for [`from_row`] at `at`.
 pub(crate) const COLUMNS: &str = "lease_token, lease_expires IS NULL, lease_expires <= now(),
@@ -79,9 +57,11 @@ pub(crate) fn from_row(row: &Row, at: usize) -> Result<Option<Lease>, postgres::
         acquired: row
             .try_get::<_, Option<String>>(at + 3)?
             .unwrap_or_default(),
-        expires: row
-            .try_get::<_, Option<String>>(at + 4)?
-            .unwrap_or_default(),
+        expires: Some(
+            row.try_get::<_, Option<String>>(at + 4)?
+                .unwrap_or_default(),
+        ),
+        heartbeat: None,
         holder: Holder {
             pid: pid.and_then(|p| u32::try_from(p).ok()).unwrap_or(0),
             machine: row

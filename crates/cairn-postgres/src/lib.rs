@@ -64,11 +64,11 @@ mod pool;
 mod queries;
 mod schema;
 pub mod scratch;
+mod shared;
 
 pub use backend::PostgresBackend;
+pub use cairn_sql::{Lease, Takeover};
 pub use config::{DEFAULT_LEASE, DEFAULT_SCHEMA, PgUrl, hide_password, is_postgres_url};
 pub use error::PgError;
-pub use lease::Lease;
 pub use postgres::config::Host;
-pub use queries::Takeover;
 pub use schema::SCHEMA_VERSION;

@@ -26,8 +26,8 @@ use cairn_sql::summary::{self, count, uncount};
 use cairn_sql::{Batch, Db, Fence, Poisoner, READ_AHEAD_MAX, SqlLog};
 use postgres::types::{ToSql, Type};
 
-use crate::backend::Shared;
 use crate::error::io;
+use crate::shared::Shared;
 
 /// An open session of a Postgres store.
 pub(crate) type PgLog = SqlLog<PgRows>;
@@ -315,7 +315,7 @@ impl PgRows {
             Some(l) if l.expired => format!(
                 "expired at {} by the database's clock: this writer was paused or cut off for \
                  longer than the lease",
-                l.expires
+                l.expires.unwrap_or_default()
             ),
             Some(_) if stored != records => format!(
                 "is still ours, but the session holds {stored} records where this handle \

@@ -6,23 +6,13 @@
 use std::time::{Duration, Instant};
 
 use cairn::{Backend, OpPhase, SessionId, SessionSummary, Status, StoreError};
-use cairn_sql::Holder;
 use cairn_sql::summary::{self, count, uncount};
+use cairn_sql::{Holder, Lease, Takeover};
 use postgres::types::Type;
 
-use crate::backend::{PostgresBackend, in_use};
+use crate::backend::PostgresBackend;
 use crate::error::store_err;
-use crate::lease::{self, Lease};
-
-/// How [`PostgresBackend::break_lease`] decides.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Takeover {
-    /// Only when the lease has expired or its holder is known to be dead.
-    IfFree,
-    /// Whatever the holder's state, on the operator's word: a live holder's
-    /// next append fails, fenced.
-    Force,
-}
+use crate::lease;
 
 impl PostgresBackend {
     /// The writer lease of a session, if a writer holds one (it may have
@@ -50,23 +40,21 @@ impl PostgresBackend {
         lease::from_row(&row, 0).map_err(store_err("read the lease of", &location))
     }
 
-    /// Breaks the writer lease of a session: with [`Takeover::IfFree`] only
-    /// if it expired or its holder is known to be dead, with
+    /// Breaks the writer lease of a session: with [`Takeover::IfAbandoned`]
+    /// only if it expired or its holder is known to be dead, with
     /// [`Takeover::Force`] in any case (a holder that still runs is
     /// fenced: its next append fails). Returns the broken lease.
     ///
     /// # Errors
     ///
     /// [`cairn::OpenError::InUse`] (as [`StoreError::Open`]) when the holder
-    /// may still run and `rule` is `IfFree`; [`StoreError::NoSuchSession`];
-    /// database errors.
+    /// may still run and `rule` is `IfAbandoned`;
+    /// [`StoreError::NoSuchSession`]; database errors.
     pub fn break_lease(&self, id: &SessionId, rule: Takeover) -> Result<Option<Lease>, StoreError> {
         let Some(held) = self.lease(id)? else {
             return Ok(None);
         };
-        if rule == Takeover::IfFree && held.holds() {
-            return Err(in_use(id, &held).into());
-        }
+        rule.check(id, &held)?;
         let sid = self
             .sid(id)
             .map_err(store_err("break the lease of", &self.location(id)))?
@@ -91,16 +79,9 @@ impl PostgresBackend {
     /// Database errors.
     pub fn summaries(&self) -> Result<Vec<SessionSummary>, StoreError> {
         let rows = self.rows().map_err(store_err("list", &self.describe()))?;
-        let mut out: Vec<SessionSummary> = rows
-            .into_iter()
-            .map(|(_, id, info, summary, lease)| {
-                let mut s = summary.to_listing(id, &info);
-                s.status = s.phase.status(lease.is_some_and(|l| l.holds()));
-                s
-            })
-            .collect();
-        out.sort_by(|a, b| b.updated.cmp(&a.updated).then_with(|| b.id.cmp(&a.id)));
-        Ok(out)
+        Ok(summary::listing(rows.into_iter().map(
+            |(_, id, info, summary, lease)| (id, info, summary, lease.is_some_and(|l| l.holds())),
+        )))
     }
 
     /// A session's status by SQL (no payload is read): its last operation's
@@ -127,11 +108,8 @@ impl PostgresBackend {
             .map_err(&err)?
             .ok_or_else(|| self.no_such(id))?;
         let phase: String = row.try_get(0).map_err(&err)?;
-        let phase: OpPhase = serde_json::from_str(&phase).unwrap_or(OpPhase::None);
-        let held = lease::from_row(&row, 1)
-            .map_err(&err)?
-            .is_some_and(|l| l.holds());
-        Ok(phase.status(held))
+        let held = lease::from_row(&row, 1).map_err(&err)?;
+        Ok(summary::status(&phase, held.is_some_and(|l| l.holds())))
     }
 
     /// Claims, for this process, one session whose last operation was

@@ -15,8 +15,42 @@ use postgres::{Client, Transaction};
 
 use crate::error::PgError;
 
+/// The parameters both append functions (migrations 2 and 3) begin with:
+/// the session, the fence and the summary after the append.
+macro_rules! append_parameters {
+    () => {
+        "        p_sid bigint, p_token bigint, p_before bigint, p_lease float8,
+        p_updated text, p_title text, p_first_message text, p_phase text, p_op_state text,
+        p_entries bigint, p_records bigint, p_bytes bigint,
+"
+    };
+}
+
+/// The first step of both append functions (migrations 2 and 3): the fence
+/// of invariant 11 — the session's row updated with the summary only if the
+/// writer's token and lease hold and it still counts `p_before` records —
+/// and `false` (nothing inserted) when it did not match.
+macro_rules! append_fence {
+    () => {
+        r#"    BEGIN
+        -- The fence, which also locks the session's row until commit.
+        UPDATE {s}.sessions
+           SET updated = greatest(p_updated COLLATE "C", created COLLATE "C"),
+               title = p_title, first_message = p_first_message, phase = p_phase,
+               op_state = p_op_state, entries = p_entries, records = p_records,
+               bytes = p_bytes, lease_expires = now() + make_interval(secs => p_lease)
+         WHERE sid = p_sid AND lease_token = p_token AND lease_expires > now()
+           AND records = p_before;
+        IF NOT FOUND THEN
+            RETURN false;
+        END IF;
+"#
+    };
+}
+
 /// Migration *n* (1-based) brings a schema from version *n − 1* to *n*; `{s}`
-/// is the schema's name. Never edit a released migration: append one.
+/// is the schema's name. Never edit a released migration (nor the pieces
+/// above that two of them share): append one.
 const MIGRATIONS: &[&str] = &[
     // 1: sessions (with the writer lease), records. No index covers a
     // column every append changes (`updated`, the counts, the lease's
@@ -70,38 +104,29 @@ const MIGRATIONS: &[&str] = &[
     // PL/pgSQL plans its two statements once per connection instead of the
     // server parsing and planning one large statement at every append.
     // The core's persisted index of each session (a cache of its rows).
-    r#"
+    concat!(
+        r#"
     CREATE TABLE {s}.indexes (
         session bigint PRIMARY KEY REFERENCES {s}.sessions (sid) ON DELETE CASCADE,
         bytes   bytea  NOT NULL
     );
     CREATE FUNCTION {s}.append(
-        p_sid bigint, p_token bigint, p_before bigint, p_lease float8,
-        p_updated text, p_title text, p_first_message text, p_phase text, p_op_state text,
-        p_entries bigint, p_records bigint, p_bytes bigint,
-        p_seq bigint[], p_kind text[], p_id text[], p_parent text[], p_crc bigint[],
+"#,
+        append_parameters!(),
+        r#"        p_seq bigint[], p_kind text[], p_id text[], p_parent text[], p_crc bigint[],
         p_payload bytea[]
     ) RETURNS boolean LANGUAGE plpgsql AS $fn$
-    BEGIN
-        -- The fence, which also locks the session's row until commit.
-        UPDATE {s}.sessions
-           SET updated = greatest(p_updated COLLATE "C", created COLLATE "C"),
-               title = p_title, first_message = p_first_message, phase = p_phase,
-               op_state = p_op_state, entries = p_entries, records = p_records,
-               bytes = p_bytes, lease_expires = now() + make_interval(secs => p_lease)
-         WHERE sid = p_sid AND lease_token = p_token AND lease_expires > now()
-           AND records = p_before;
-        IF NOT FOUND THEN
-            RETURN false;
-        END IF;
-        INSERT INTO {s}.records (session, seq, kind, id, parent, crc, payload, writer)
+"#,
+        append_fence!(),
+        r#"        INSERT INTO {s}.records (session, seq, kind, id, parent, crc, payload, writer)
         SELECT p_sid, u.seq, u.kind, u.id, u.parent, u.crc, u.payload, p_token
           FROM unnest(p_seq, p_kind, p_id, p_parent, p_crc, p_payload)
                AS u(seq, kind, id, parent, crc, payload);
         RETURN true;
     END
     $fn$;
-    "#,
+    "#
+    ),
     // 3: less server work per append. The foreign key of `records.session`
     // goes: its check ran one more query inside every append, and the
     // append's fence already finds and locks the session's row before any
@@ -113,7 +138,8 @@ const MIGRATIONS: &[&str] = &[
     // `append_one` is the append of a single record (what one
     // `Session::append` writes) with plain parameters: no arrays to build,
     // send, parse and unnest. `append` stays for batches.
-    r#"
+    concat!(
+        r#"
     ALTER TABLE {s}.records DROP CONSTRAINT records_session_fkey;
     CREATE FUNCTION {s}.remove_records() RETURNS trigger LANGUAGE plpgsql AS $fn$
     BEGIN
@@ -124,29 +150,19 @@ const MIGRATIONS: &[&str] = &[
     CREATE TRIGGER sessions_remove_records AFTER DELETE ON {s}.sessions
         FOR EACH ROW EXECUTE FUNCTION {s}.remove_records();
     CREATE FUNCTION {s}.append_one(
-        p_sid bigint, p_token bigint, p_before bigint, p_lease float8,
-        p_updated text, p_title text, p_first_message text, p_phase text, p_op_state text,
-        p_entries bigint, p_records bigint, p_bytes bigint,
-        p_seq bigint, p_kind text, p_id text, p_parent text, p_crc bigint, p_payload bytea
+"#,
+        append_parameters!(),
+        r#"        p_seq bigint, p_kind text, p_id text, p_parent text, p_crc bigint, p_payload bytea
     ) RETURNS boolean LANGUAGE plpgsql AS $fn$
-    BEGIN
-        -- The fence, which also locks the session's row until commit.
-        UPDATE {s}.sessions
-           SET updated = greatest(p_updated COLLATE "C", created COLLATE "C"),
-               title = p_title, first_message = p_first_message, phase = p_phase,
-               op_state = p_op_state, entries = p_entries, records = p_records,
-               bytes = p_bytes, lease_expires = now() + make_interval(secs => p_lease)
-         WHERE sid = p_sid AND lease_token = p_token AND lease_expires > now()
-           AND records = p_before;
-        IF NOT FOUND THEN
-            RETURN false;
-        END IF;
-        INSERT INTO {s}.records (session, seq, kind, id, parent, crc, payload, writer)
+"#,
+        append_fence!(),
+        r#"        INSERT INTO {s}.records (session, seq, kind, id, parent, crc, payload, writer)
         VALUES (p_sid, p_seq, p_kind, p_id, p_parent, p_crc, p_payload, p_token);
         RETURN true;
     END
     $fn$;
-    "#,
+    "#
+    ),
 ];
 
 /// The schema version this build writes and reads.
@@ -256,6 +272,7 @@ pub(crate) fn applied(client: &mut Client, schema: &str) -> Result<i32, PgError>
 
 #[cfg(test)]
 mod tests {
+
     use std::sync::Arc;
 
     use cairn::{Access, Backend, EntryBody, FileBackend, Message, NewSession, Role, Store};

@@ -3,10 +3,15 @@
 //! parallel without seeing each other.
 //!
 //! The server is named by `CAIRN_TEST_POSTGRES_URL` (default
-//! [`DEFAULT_TEST_URL`]). When it cannot be reached, [`Scratch::new`]
-//! returns `None` so a test can skip — except under CI (`CI` set), where an
-//! unreachable server is a failure, not a skip.
+//! [`DEFAULT_TEST_URL`]). A test that needs it fails when it cannot be
+//! reached ([`Scratch::new`] panics), wherever it runs: a Postgres test
+//! never passes without testing. Only `CAIRN_SKIP_POSTGRES=1` ([`SKIP_VAR`])
+//! skips them: [`Scratch::new`] then writes `skipped: <test name>:
+//! CAIRN_SKIP_POSTGRES=1` to the terminal's stderr (past the test harness's
+//! capture, so it shows beside the harness's `ok`) and returns `None`.
+//! Under CI (`CI` set) skipping is refused: CI runs them.
 
+use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use postgres::NoTls;
@@ -33,24 +38,73 @@ pub struct Scratch {
     pub server: String,
 }
 
+/// The variable that skips the tests needing the test server, when `1`.
+pub const SKIP_VAR: &str = "CAIRN_SKIP_POSTGRES";
+
+/// Whether this run skips the tests needing the test server
+/// (`CAIRN_SKIP_POSTGRES=1`).
+///
+/// # Panics
+///
+/// When it says so under CI (`CI` set): CI runs them.
+pub fn skipping() -> bool {
+    let skip = std::env::var_os(SKIP_VAR).is_some_and(|v| v == "1");
+    assert!(
+        !(skip && std::env::var_os("CI").is_some()),
+        "{SKIP_VAR}=1 under CI: CI must run the Postgres tests (unset {SKIP_VAR})"
+    );
+    skip
+}
+
+/// The running test's name: the test harness names each test's thread
+/// after it.
+fn test_name() -> String {
+    std::thread::current()
+        .name()
+        .unwrap_or("a test on an unnamed thread")
+        .to_owned()
+}
+
 impl Scratch {
-    /// A new scratch schema named after `tag` (not created yet: opening a
-    /// backend on [`Scratch::url`] creates it). `None` when the server
-    /// cannot be reached outside CI.
+    /// For a test: a new scratch schema named after `tag` (not created
+    /// yet: opening a backend on [`Scratch::url`] creates it). `None` only
+    /// when the run skips the Postgres tests ([`skipping`]), having written
+    /// `skipped: <test name>: CAIRN_SKIP_POSTGRES=1` to stderr.
     ///
     /// # Panics
     ///
-    /// Under CI (`CI` set) when the server cannot be reached.
+    /// When the server cannot be reached and the run does not skip (the
+    /// test fails, naming the fix), or [`skipping`]'s.
     pub fn new(tag: &str) -> Option<Scratch> {
+        if skipping() {
+            // Straight to the process's stderr, not through `eprintln!`,
+            // which the harness captures and shows only for a failed test.
+            let _ = writeln!(std::io::stderr(), "skipped: {}: {SKIP_VAR}=1", test_name());
+            return None;
+        }
+        match Scratch::connect(tag) {
+            Ok(scratch) => Some(scratch),
+            Err(why) => panic!(
+                "{why}; start it, point CAIRN_TEST_POSTGRES_URL at one, or set {SKIP_VAR}=1 \
+                 to skip the tests that need it"
+            ),
+        }
+    }
+
+    /// For a benchmark or a tool: a new scratch schema named after `tag`
+    /// (not created yet), or why the test server cannot be reached.
+    ///
+    /// # Errors
+    ///
+    /// The server cannot be reached.
+    pub fn connect(tag: &str) -> Result<Scratch, String> {
         static N: AtomicU64 = AtomicU64::new(0);
         let server = test_url();
         if let Err(e) = postgres::Client::connect(&server, NoTls) {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "the test Postgres server at {server} cannot be reached under CI: {e}"
-            );
-            eprintln!("skipped: the test Postgres server at {server} cannot be reached: {e}");
-            return None;
+            return Err(format!(
+                "the test Postgres server at {server} cannot be reached ({})",
+                cairn::with_causes(&e)
+            ));
         }
         let tag: String = tag
             .chars()
@@ -67,7 +121,7 @@ impl Scratch {
             N.fetch_add(1, Ordering::Relaxed)
         );
         let sep = if server.contains('?') { '&' } else { '?' };
-        Some(Scratch {
+        Ok(Scratch {
             url: format!("{server}{sep}cairn_schema={schema}"),
             schema,
             server,

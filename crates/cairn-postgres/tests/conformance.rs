@@ -20,8 +20,10 @@ enum PgFixture {
         backend: Arc<PostgresBackend>,
         scratch: Scratch,
     },
-    /// The server is unreachable outside CI: the checks run on memory so
-    /// the test still means something, and say so.
+    /// The run skips the Postgres tests (`CAIRN_SKIP_POSTGRES=1`: the
+    /// scratch wrote `skipped: <test>` to stderr). The testkit's macro
+    /// needs a fixture, so the check runs on memory, which tests nothing of
+    /// Postgres and is named so.
     Skipped(MemoryFixture),
 }
 
@@ -53,7 +55,7 @@ impl Fixture for PgFixture {
     fn name(&self) -> String {
         match self {
             PgFixture::Pg { .. } => "postgres".into(),
-            PgFixture::Skipped(m) => format!("{} (postgres unreachable)", m.name()),
+            PgFixture::Skipped(m) => format!("{} (postgres skipped)", m.name()),
         }
     }
 

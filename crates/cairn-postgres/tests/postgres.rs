@@ -158,7 +158,7 @@ fn a_forced_takeover_fences_a_live_writer_with_a_message_naming_it() {
     let a = store.create(NewSession::default()).unwrap();
     let id = a.id().clone();
     assert!(matches!(
-        b.break_lease(&id, Takeover::IfFree),
+        b.break_lease(&id, Takeover::IfAbandoned),
         Err(cairn::StoreError::Open(OpenError::InUse { .. }))
     ));
     let broken = b.break_lease(&id, Takeover::Force).unwrap().unwrap();

@@ -4,7 +4,7 @@
 //! follow the open.
 
 use cairn::frame;
-use cairn::{Damage, IndexedOpen, IndexedPrefix, OpenError, Opening, RawLine, Visitor};
+use cairn::{Damage, IndexedOpen, IndexedPrefix, IoFailure, OpenError, Opening, RawLine, Visitor};
 
 /// How many bytes of a session's last records an open keeps for the reads
 /// that follow it (the records an open reads back for the context are the
@@ -97,6 +97,11 @@ impl<'a> Scan<'a> {
         damaged(self.location, self.next_index(), self.end, problem)
     }
 
+    /// The database failed during the scan: `source` as the open's error.
+    pub fn failed(&self, source: std::io::Error) -> OpenError {
+        OpenError::Io(IoFailure::new("read", self.location.to_owned(), source))
+    }
+
     /// Takes the next row: its `seq` must follow, its line must verify; the
     /// line is then handed to `visit`.
     ///
@@ -157,7 +162,7 @@ impl<'a> Scan<'a> {
 /// # Errors
 ///
 /// [`OpenError::NotASession`] for a stale answer.
-pub fn opened_whole(found: IndexedOpen, location: impl FnOnce() -> String) -> Opening {
+pub(crate) fn opened_whole(found: IndexedOpen, location: impl FnOnce() -> String) -> Opening {
     match found {
         IndexedOpen::Opened(o) => Ok(o),
         IndexedOpen::Stale(problem) => Err(OpenError::NotASession {
@@ -175,7 +180,7 @@ pub fn opened_whole(found: IndexedOpen, location: impl FnOnce() -> String) -> Op
 /// # Errors
 ///
 /// `last_row`'s.
-pub fn scan_from<'a>(
+pub(crate) fn scan_from<'a>(
     location: &'a str,
     prefix: Option<IndexedPrefix>,
     (records, bytes): (u64, u64),

@@ -9,9 +9,9 @@
 //! suite compares every listed field with the core's [`cairn::summary_of`].
 
 use cairn::OpPhase;
-use cairn::Stamp;
 use cairn::frame::{self, Frame};
 use cairn::{LastOperation, ListingFold, OpenError, RecordKind, SessionId, SessionSummary};
+use cairn::{Stamp, Status};
 use serde_json::Value;
 
 /// What the header says, fixed for the session's life.
@@ -129,11 +129,41 @@ impl Summary {
 
     /// The stamp listing caches are validated with: bytes and records.
     pub fn stamp(&self) -> Stamp {
-        Stamp {
-            len: self.bytes,
-            modified_ns: u128::from(self.fold.records),
-        }
+        stamp(count(self.bytes), count(self.fold.records))
     }
+}
+
+/// The stamp of a session from its `bytes` and `records` columns, as
+/// [`Summary::stamp`] gives it.
+pub fn stamp(bytes: i64, records: i64) -> Stamp {
+    Stamp {
+        len: uncount(bytes),
+        modified_ns: u128::from(uncount(records)),
+    }
+}
+
+/// Every session's listing summary from its row (`held`: whether a writer
+/// holds its lease, which gives its status), most recently updated first.
+pub fn listing(
+    rows: impl IntoIterator<Item = (SessionId, HeaderInfo, Summary, bool)>,
+) -> Vec<SessionSummary> {
+    let mut out: Vec<SessionSummary> = rows
+        .into_iter()
+        .map(|(id, info, summary, held)| {
+            let mut s = summary.to_listing(id, &info);
+            s.status = s.phase.status(held);
+            s
+        })
+        .collect();
+    out.sort_by(|a, b| b.updated.cmp(&a.updated).then_with(|| b.id.cmp(&a.id)));
+    out
+}
+
+/// A session's status from its `phase` column and whether a writer holds
+/// its lease (an unreadable phase is "no operation").
+pub fn status(phase: &str, held: bool) -> Status {
+    let phase: OpPhase = serde_json::from_str(phase).unwrap_or(OpPhase::None);
+    phase.status(held)
 }
 
 /// The listing cache made from every session's row: the stamps

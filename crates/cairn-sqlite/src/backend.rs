@@ -8,15 +8,15 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use cairn::OpPhase;
-use cairn::{Access, Backend, Catalog, IndexStore, IndexedOpen, IndexedPrefix, Log, Opened};
+use cairn::{Access, Backend, Catalog, IndexStore, Log};
 use cairn::{IoFailure, OpenError, SessionId, StoreError};
 use cairn::{Opening, Stamp, Visitor};
 use cairn_sql::summary::{self, Summary, count};
-use cairn_sql::{Scan, Scanned, Writer, scan_from};
+use cairn_sql::{Lease, Scan, Scanned, SqlStore, Writer};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
-use crate::error::{SqliteError, open_err, store_err};
-use crate::lease::{self, Lease};
+use crate::error::{SqliteError, io, open_err, store_err};
+use crate::lease;
 use crate::log::{SqliteLog, SqliteRows};
 use crate::schema::{self, STAMP_COLUMNS, SUMMARY_COLUMNS, SUMMARY_FROM};
 
@@ -113,48 +113,9 @@ impl SqliteBackend {
         }
     }
 
-    /// Takes the writer lease of session `sid` (replacing a dead holder's).
-    fn take_lease(
-        &self,
-        conn: &mut Connection,
-        id: &SessionId,
-        location: &str,
-    ) -> Result<(i64, i64), OpenError> {
-        let err = open_err("lock", location);
-        // The lease is committed without a sync of its own: it is made
-        // durable by the writer's first append (the WAL is synced in order),
-        // and one lost to a power cut was held by a process the cut ended.
-        // A token it handed out can come back only if no append with it
-        // was ever durable.
-        conn.pragma_update(None, "synchronous", "NORMAL")
-            .map_err(&err)?;
-        let taken = (|| {
-            let tx = conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .map_err(&err)?;
-            let sid = self.existing_sid(&tx, id, &err)?;
-            if let Some(held) = lease::get(&tx, sid).map_err(&err)?
-                && lease::holds(&held)
-            {
-                return Err(in_use(id, &held));
-            }
-            let token = lease::acquire(&tx, sid).map_err(&err)?;
-            tx.commit().map_err(&err)?;
-            Ok((sid, token))
-        })();
-        // Every append of this connection syncs its commit again.
-        if let Err(e) = conn.pragma_update(None, "synchronous", "FULL") {
-            if let Ok((sid, token)) = taken {
-                let _ = lease::release(conn, sid, id.as_str(), token);
-            }
-            return Err(err(e));
-        }
-        taken
-    }
-
     /// Reads the summary a writer continues from: the `sessions` row's
     /// fields, the counters of the session's last record.
-    pub(crate) fn load_summary(conn: &Connection, sid: i64) -> rusqlite::Result<Summary> {
+    pub(crate) fn summary_of(conn: &Connection, sid: i64) -> rusqlite::Result<Summary> {
         conn.prepare_cached(&format!(
             "SELECT {SUMMARY_COLUMNS} FROM {SUMMARY_FROM} WHERE s.sid = ?1"
         ))?
@@ -188,91 +149,9 @@ pub(crate) fn summary_at(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<S
     ))
 }
 
-impl SqliteBackend {
-    /// Opens session `id`, from the end of `prefix` when given (see
-    /// [`IndexStore::open_indexed`]): the lease for a writer, the prefix
-    /// checked against the rows, then the rows after it scanned. A stale
-    /// prefix gives the lease back.
-    pub(crate) fn open_from(
-        &self,
-        id: &SessionId,
-        access: Access,
-        prefix: Option<IndexedPrefix>,
-        visit: &mut Visitor<'_>,
-    ) -> Result<IndexedOpen, OpenError> {
-        let location = self.location(id);
-        let mut conn = self.new_conn(&location)?;
-        let (sid, token) = match access {
-            Access::Write => {
-                let (sid, token) = self.take_lease(&mut conn, id, &location)?;
-                (sid, Some(token))
-            }
-            Access::Read => {
-                let sid = self.existing_sid(&conn, id, open_err("read", &location))?;
-                (sid, None)
-            }
-        };
-        // From here on a failure must give the lease back.
-        let scanned = (|| {
-            let err = open_err("read", &location);
-            let summary = Self::load_summary(&conn, sid).map_err(&err)?;
-            let size = (summary.fold.records, summary.bytes);
-            let from = match scan_from(&location, prefix, size, |n| {
-                last_row(&conn, sid, n).map_err(&err)
-            })? {
-                Ok(from) => from,
-                Err(why) => return Ok(Err(why)),
-            };
-            let scanned = scan(&conn, sid, from, &location, visit)?;
-            Ok(Ok((scanned, token.map(|token| Writer { token, summary }))))
-        })();
-        let give_back = || {
-            if let Some(token) = token {
-                let _ = lease::release(&conn, sid, id.as_str(), token);
-            }
-        };
-        match scanned {
-            Ok(Ok((scanned, writer))) => {
-                let stored = writer.as_ref().map(|w| &w.summary);
-                let rows = SqliteRows::new(sid, id.as_str(), conn, stored);
-                let log = SqliteLog::new(location, rows, scanned, writer);
-                Ok(IndexedOpen::Opened(Opened {
-                    log: Box::new(log),
-                    torn: None,
-                }))
-            }
-            Ok(Err(why)) => {
-                give_back();
-                Ok(IndexedOpen::Stale(why))
-            }
-            Err(e) => {
-                give_back();
-                Err(e)
-            }
-        }
-    }
-}
-
-/// Record `seq` of session `sid`, if there is one.
-fn last_row(conn: &Connection, sid: i64, seq: u64) -> rusqlite::Result<Option<Vec<u8>>> {
-    if seq >= schema::SEQ_LIMIT {
-        return Ok(None);
-    }
-    conn.prepare_cached("SELECT payload FROM records WHERE key = ?1")?
-        .query_row([schema::key(sid, seq)], |r| r.get(0))
-        .optional()
-}
-
 /// The stamp columns `bytes, records` of a row, from column `at` on.
 fn stamp_at(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<Stamp> {
-    Ok(Summary {
-        bytes: summary::uncount(r.get(at)?),
-        fold: cairn::ListingFold {
-            records: summary::uncount(r.get(at + 1)?),
-            ..cairn::ListingFold::default()
-        },
-    }
-    .stamp())
+    Ok(summary::stamp(r.get(at)?, r.get(at + 1)?))
 }
 
 /// The bounds of every key of session `sid`'s records.
@@ -281,38 +160,117 @@ pub(crate) fn whole(sid: i64) -> [i64; 2] {
     [lo, hi]
 }
 
-pub(crate) fn in_use(id: &SessionId, held: &Lease) -> OpenError {
-    OpenError::InUse {
-        session: id.to_string(),
-        holder: Some(held.holder.pid),
-    }
-}
+/// The open path's SQLite side (`cairn_sql::open_from`): each open has a
+/// connection of its own, which its log handle keeps.
+impl SqlStore for SqliteBackend {
+    type Conn = Connection;
 
-/// Streams a session's records from `scan`'s next on, in `seq` order, to
-/// `visit`, checking each line's checksum and that `seq`s have no gap.
-fn scan(
-    conn: &Connection,
-    sid: i64,
-    mut scan: Scan<'_>,
-    location: &str,
-    visit: &mut Visitor<'_>,
-) -> Result<Scanned, OpenError> {
-    let err = open_err("read", location);
-    let mut stmt = conn
-        .prepare_cached("SELECT seq, payload FROM records WHERE key BETWEEN ?1 AND ?2 ORDER BY key")
-        .map_err(&err)?;
-    let (lo, hi) = schema::keys(sid, scan.next_index(), schema::SEQ_LIMIT);
-    let mut rows = stmt.query([lo, hi]).map_err(&err)?;
-    while let Some(row) = rows.next().map_err(&err)? {
-        let seq: i64 = row.get(0).map_err(&err)?;
-        let bytes = row
-            .get_ref(1)
-            .map_err(&err)?
-            .as_blob()
-            .map_err(|e| scan.damaged(format!("its payload is not a blob: {e}")))?;
-        scan.row(seq, bytes, visit)?;
+    fn connect(&self, location: &str) -> Result<Connection, OpenError> {
+        self.new_conn(location)
     }
-    scan.finish()
+
+    /// Takes the lease in a write transaction, replacing a dead holder's.
+    fn take_lease(
+        &self,
+        conn: &mut Connection,
+        id: &SessionId,
+        location: &str,
+    ) -> Result<(i64, i64), OpenError> {
+        let err = open_err("lock", location);
+        // The lease is committed without a sync of its own: it is made
+        // durable by the writer's first append (the WAL is synced in order),
+        // and one lost to a power cut was held by a process the cut ended.
+        // A token it handed out can come back only if no append with it
+        // was ever durable.
+        conn.pragma_update(None, "synchronous", "NORMAL")
+            .map_err(&err)?;
+        let taken = (|| {
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(&err)?;
+            let sid = self.existing_sid(&tx, id, &err)?;
+            if let Some(held) = lease::get(&tx, sid).map_err(&err)?.filter(Lease::holds) {
+                return Err(held.in_use(id));
+            }
+            let token = lease::acquire(&tx, sid).map_err(&err)?;
+            tx.commit().map_err(&err)?;
+            Ok((sid, token))
+        })();
+        // Every append of this connection syncs its commit again.
+        if let Err(e) = conn.pragma_update(None, "synchronous", "FULL") {
+            if let Ok((sid, token)) = taken {
+                let _ = lease::release(conn, sid, id.as_str(), token);
+            }
+            return Err(err(e));
+        }
+        taken
+    }
+
+    fn find(&self, conn: &Connection, id: &SessionId, location: &str) -> Result<i64, OpenError> {
+        self.existing_sid(conn, id, open_err("read", location))
+    }
+
+    fn load_summary(&self, conn: &Connection, sid: i64) -> std::io::Result<Summary> {
+        Self::summary_of(conn, sid).map_err(io)
+    }
+
+    fn row(&self, conn: &Connection, sid: i64, seq: u64) -> std::io::Result<Option<Vec<u8>>> {
+        if seq >= schema::SEQ_LIMIT {
+            return Ok(None);
+        }
+        conn.prepare_cached("SELECT payload FROM records WHERE key = ?1")
+            .and_then(|mut s| {
+                s.query_row([schema::key(sid, seq)], |r| r.get(0))
+                    .optional()
+            })
+            .map_err(io)
+    }
+
+    /// The rows by key range: each payload borrowed from SQLite, not copied.
+    fn scan(
+        &self,
+        conn: &Connection,
+        sid: i64,
+        scan: &mut Scan<'_>,
+        visit: &mut Visitor<'_>,
+    ) -> Result<(), OpenError> {
+        let err = |e| scan.failed(io(e));
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT seq, payload FROM records WHERE key BETWEEN ?1 AND ?2 ORDER BY key",
+            )
+            .map_err(err)?;
+        let (lo, hi) = schema::keys(sid, scan.next_index(), schema::SEQ_LIMIT);
+        let mut rows = stmt.query([lo, hi]).map_err(err)?;
+        while let Some(row) = rows.next().map_err(|e| scan.failed(io(e)))? {
+            let seq: i64 = row.get(0).map_err(|e| scan.failed(io(e)))?;
+            let bytes = row
+                .get_ref(1)
+                .map_err(|e| scan.failed(io(e)))?
+                .as_blob()
+                .map_err(|e| scan.damaged(format!("its payload is not a blob: {e}")))?;
+            scan.row(seq, bytes, visit)?;
+        }
+        Ok(())
+    }
+
+    fn release(&self, conn: &Connection, sid: i64, id: &SessionId, token: i64) {
+        let _ = lease::release(conn, sid, id.as_str(), token);
+    }
+
+    fn log(
+        &self,
+        location: String,
+        conn: Connection,
+        sid: i64,
+        id: &SessionId,
+        scanned: Scanned,
+        writer: Option<Writer>,
+    ) -> Box<dyn Log> {
+        let stored = writer.as_ref().map(|w| &w.summary);
+        let rows = SqliteRows::new(sid, id.as_str(), conn, stored);
+        Box::new(SqliteLog::new(location, rows, scanned, writer))
+    }
 }
 
 impl Backend for SqliteBackend {
@@ -388,18 +346,19 @@ impl Backend for SqliteBackend {
         let token = lease::acquire(&tx, sid).map_err(&err)?;
         tx.commit().map_err(&err)?;
         drop(err);
-        let scanned = Scanned::created(header);
-        Ok(Box::new(SqliteLog::new(
+        let writer = Writer { token, summary };
+        Ok(self.log(
             location,
-            SqliteRows::new(sid, id.as_str(), conn, Some(&summary)),
-            scanned,
-            Some(Writer { token, summary }),
-        )))
+            conn,
+            sid,
+            id,
+            Scanned::created(header),
+            Some(writer),
+        ))
     }
 
     fn open(&self, id: &SessionId, access: Access, visit: &mut Visitor<'_>) -> Opening {
-        let found = self.open_from(id, access, None, visit)?;
-        cairn_sql::opened_whole(found, || self.location(id))
+        cairn_sql::open(self, id, access, visit)
     }
 
     fn indexes(&self) -> Option<&dyn IndexStore> {
@@ -484,7 +443,7 @@ impl Backend for SqliteBackend {
             .ok()
             .flatten()
             .and_then(|sid| lease::get(&conn, sid).ok().flatten())
-            .is_some_and(|l| lease::holds(&l))
+            .is_some_and(|l| l.holds())
     }
 
     fn remove(&self, id: &SessionId) -> Result<(), StoreError> {
@@ -495,8 +454,8 @@ impl Backend for SqliteBackend {
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(&err)?;
         let (sid, held) = self.leased(&tx, id, &err)?;
-        if let Some(held) = held.filter(lease::holds) {
-            return Err(in_use(id, &held).into());
+        if let Some(held) = held.filter(Lease::holds) {
+            return Err(held.in_use(id).into());
         }
         tx.execute(
             "DELETE FROM records WHERE key BETWEEN ?1 AND ?2",
@@ -544,7 +503,7 @@ mod tests {
             .id()
             .clone();
         let mut conn = backend.new_conn("test").unwrap();
-        backend.take_lease(&mut conn, &id, "test").unwrap();
+        SqlStore::take_lease(&*backend, &mut conn, &id, "test").unwrap();
         let sync: i64 = conn
             .pragma_query_value(None, "synchronous", |r| r.get(0))
             .unwrap();

@@ -47,13 +47,13 @@ impl IndexStore for SqliteBackend {
         })))
     }
 
-    fn open_indexed(
+    fn open_from(
         &self,
         id: &SessionId,
         access: Access,
-        prefix: IndexedPrefix,
+        prefix: Option<IndexedPrefix>,
         visit: &mut Visitor<'_>,
     ) -> Result<IndexedOpen, OpenError> {
-        self.open_from(id, access, Some(prefix), visit)
+        cairn_sql::open_from(self, id, access, prefix, visit)
     }
 }

@@ -7,8 +7,10 @@
 //! the writer's token; a writer whose lease was broken or taken over cannot
 //! append, whatever it believes. Safety rests on that check alone.
 //!
-//! **When is a holder dead?** Deciding that only affects liveness (whether a
-//! new writer may take the lease over without being told to):
+//! A lease never expires: it holds ([`cairn_sql::Lease::holds`]) until it
+//! is released or its holder is dead. **When is a holder dead?** Deciding
+//! that only affects liveness (whether a new writer may take the lease over
+//! without being told to):
 //!
 //! - same machine (`/etc/machine-id`), same boot (`boot_id`) and same pid
 //!   namespace: dead when `/proc/<pid>` is gone or the process there started
@@ -16,37 +18,13 @@
 //! - same machine, another boot: dead (the machine restarted since);
 //! - anything else (another machine, another pid namespace, no `/proc`):
 //!   unknown, treated as alive. [`crate::SqliteBackend::break_lease`] with
-//!   [`Takeover::Force`] is the operator's way out.
+//!   [`cairn_sql::Takeover::Force`] is the operator's way out.
 //!
 //! A writer releases its lease when its handle is dropped; a killed writer
 //! leaves its row behind, which the rule above lets the next writer replace.
 
-pub use cairn_sql::{Holder, Liveness};
+use cairn_sql::{Holder, Lease};
 use rusqlite::{Connection, OptionalExtension, params};
-
-/// A session's writer lease as stored.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Lease {
-    /// The fencing token: appends must carry it.
-    pub token: i64,
-    /// The holder.
-    pub holder: Holder,
-    /// When it was acquired (RFC 3339).
-    pub acquired: String,
-    /// When its holder last appended (RFC 3339), to within 10 s: an append
-    /// writes it only when it is older than that.
-    pub heartbeat: String,
-}
-
-/// How [`crate::SqliteBackend::break_lease`] decides.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Takeover {
-    /// Only when the holder is known to be dead (see the module docs).
-    IfDead,
-    /// Whatever the holder's state, on the operator's word: a live holder's
-    /// next append fails, fenced.
-    Force,
-}
 
 /// The lease of session `sid`, if any.
 pub(crate) fn get(conn: &Connection, sid: i64) -> rusqlite::Result<Option<Lease>> {
@@ -65,15 +43,12 @@ pub(crate) fn get(conn: &Connection, sid: i64) -> rusqlite::Result<Option<Lease>
                 started: u64::try_from(r.get::<_, i64>(5)?).unwrap_or(0),
             },
             acquired: r.get(6)?,
-            heartbeat: r.get(7)?,
+            expires: None,
+            expired: false,
+            heartbeat: Some(r.get(7)?),
         })
     })
     .optional()
-}
-
-/// Whether a lease keeps other writers out.
-pub(crate) fn holds(lease: &Lease) -> bool {
-    lease.holder.liveness() != Liveness::Dead
 }
 
 /// Gives this process a new lease of session `sid` (replacing any row,

@@ -51,6 +51,6 @@ mod queries;
 mod schema;
 
 pub use backend::SqliteBackend;
+pub use cairn_sql::{Holder, Lease, Liveness, Takeover};
 pub use error::SqliteError;
-pub use lease::{Holder, Lease, Liveness, Takeover};
 pub use schema::{APPLICATION_ID, BUSY_TIMEOUT, SCHEMA_VERSION};

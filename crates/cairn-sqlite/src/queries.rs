@@ -4,20 +4,19 @@
 //! break).
 
 use cairn::Backend;
-use cairn::OpPhase;
 use cairn::{EntryId, SessionId, SessionSummary, Status, StoreError};
+use cairn_sql::summary::{self, HeaderInfo, Summary};
+use cairn_sql::{Lease, Takeover};
 use rusqlite::{OptionalExtension, TransactionBehavior, params};
 
-use cairn_sql::summary::{HeaderInfo, Summary};
-
-use crate::backend::{SqliteBackend, in_use, summary_at, whole};
+use crate::backend::{SqliteBackend, summary_at, whole};
 use crate::error::store_err;
-use crate::lease::{self, Lease, Takeover};
+use crate::lease;
 use crate::schema::{SUMMARY_COLUMNS, SUMMARY_FROM};
 
 impl SqliteBackend {
     /// The writer lease of a session, if one is recorded (its holder may be
-    /// dead: see [`crate::lease::Holder::liveness`]).
+    /// dead: see [`Lease::holds`]).
     ///
     /// # Errors
     ///
@@ -32,14 +31,15 @@ impl SqliteBackend {
     }
 
     /// Breaks the writer lease of a session so that a new writer can open
-    /// it: with [`Takeover::IfDead`] only if its holder is known to be dead,
-    /// with [`Takeover::Force`] in any case (the holder, if it still runs,
-    /// is fenced: its next append fails). Returns the broken lease.
+    /// it: with [`Takeover::IfAbandoned`] only if its holder is known to be
+    /// dead, with [`Takeover::Force`] in any case (the holder, if it still
+    /// runs, is fenced: its next append fails). Returns the broken lease.
     ///
     /// # Errors
     ///
-    /// [`cairn::OpenError::InUse`] (as [`StoreError::Open`]) when the holder may
-    /// still run and `rule` is `IfDead`; [`StoreError::NoSuchSession`]; SQLite errors.
+    /// [`cairn::OpenError::InUse`] (as [`StoreError::Open`]) when the holder
+    /// may still run and `rule` is `IfAbandoned`;
+    /// [`StoreError::NoSuchSession`]; SQLite errors.
     pub fn break_lease(&self, id: &SessionId, rule: Takeover) -> Result<Option<Lease>, StoreError> {
         let mut conn = self.conn();
         let location = self.location(id);
@@ -50,9 +50,7 @@ impl SqliteBackend {
         let (sid, Some(held)) = self.leased(&tx, id, &err)? else {
             return Ok(None);
         };
-        if rule == Takeover::IfDead && lease::holds(&held) {
-            return Err(in_use(id, &held).into());
-        }
+        rule.check(id, &held)?;
         lease::release(&tx, sid, id.as_str(), held.token).map_err(&err)?;
         tx.commit().map_err(&err)?;
         Ok(Some(held))
@@ -66,19 +64,16 @@ impl SqliteBackend {
     ///
     /// SQLite errors.
     pub fn summaries(&self) -> Result<Vec<SessionSummary>, StoreError> {
-        let rows = self.rows().map_err(store_err("list", &self.describe()))?;
+        let describe = self.describe();
+        let err = store_err("list", &describe);
+        let rows = self.rows().map_err(&err)?;
         let conn = self.conn();
         let mut out = Vec::with_capacity(rows.len());
         for (sid, id, info, summary) in rows {
-            let mut s = summary.to_listing(id, &info);
-            let held = lease::get(&conn, sid)
-                .map_err(store_err("list", &self.describe()))?
-                .is_some_and(|l| lease::holds(&l));
-            s.status = s.phase.status(held);
-            out.push(s);
+            let held = lease::get(&conn, sid).map_err(&err)?;
+            out.push((id, info, summary, held.is_some_and(|l| l.holds())));
         }
-        out.sort_by(|a, b| b.updated.cmp(&a.updated).then_with(|| b.id.cmp(&a.id)));
-        Ok(out)
+        Ok(summary::listing(out))
     }
 
     /// A session's status by SQL (no payload is read): its last operation's
@@ -98,11 +93,8 @@ impl SqliteBackend {
             })
             .map_err(store_err("read", &location))?;
         let (sid, phase) = row.ok_or_else(|| self.no_such(id))?;
-        let phase: OpPhase = serde_json::from_str(&phase).unwrap_or(OpPhase::None);
-        let held = lease::get(&conn, sid)
-            .map_err(store_err("read", &location))?
-            .is_some_and(|l| lease::holds(&l));
-        Ok(phase.status(held))
+        let held = lease::get(&conn, sid).map_err(store_err("read", &location))?;
+        Ok(summary::status(&phase, held.is_some_and(|l| l.holds())))
     }
 
     /// The `seq` of an entry, by id, through the index (no payload read).

@@ -24,8 +24,34 @@ pub const APPLICATION_ID: i64 = 0x6372_6e31;
 /// append), so waiting this long means something is wrong.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The first columns of `records` since migration 3: the key (see [`key`])
+/// and the columns taken from the line.
+macro_rules! record_key_columns {
+    () => {
+        "        key     INTEGER PRIMARY KEY,
+        session INTEGER NOT NULL,
+        seq     INTEGER NOT NULL,
+        kind    TEXT    NOT NULL,
+        id      TEXT,
+        parent  TEXT,
+        crc     INTEGER NOT NULL,
+"
+    };
+}
+
+/// The rule of a `records` key since migration 3 ([`key`]: `session << 32 |
+/// seq`, within [`SID_LIMIT`] and [`SEQ_LIMIT`]), checked on every row.
+macro_rules! record_key_check {
+    () => {
+        "        CHECK (session BETWEEN 0 AND 2147483647 AND seq BETWEEN 0 AND 4294967295
+               AND key = (session << 32) | seq)
+"
+    };
+}
+
 /// Migration *n* (1-based) brings a database from version *n − 1* to *n*.
-/// Never edit a released migration: append a new one.
+/// Never edit a released migration (nor the pieces above that two of them
+/// share): append a new one.
 const MIGRATIONS: &[&str] = &[
     // 1: sessions, records, leases.
     "
@@ -95,26 +121,23 @@ const MIGRATIONS: &[&str] = &[
     // its check would read every record of the database at each removal
     // of a session (`remove` deletes the session's records by key range in
     // the same transaction; an append's fence needs the session's row).
-    "
+    concat!(
+        "
     CREATE TABLE records_v3 (
-        key     INTEGER PRIMARY KEY,
-        session INTEGER NOT NULL,
-        seq     INTEGER NOT NULL,
-        kind    TEXT    NOT NULL,
-        id      TEXT,
-        parent  TEXT,
-        crc     INTEGER NOT NULL,
-        payload BLOB    NOT NULL,
-        CHECK (session BETWEEN 0 AND 2147483647 AND seq BETWEEN 0 AND 4294967295
-               AND key = (session << 32) | seq)
-    );
+",
+        record_key_columns!(),
+        "        payload BLOB    NOT NULL,
+",
+        record_key_check!(),
+        "    );
     INSERT INTO records_v3 (key, session, seq, kind, id, parent, crc, payload)
         SELECT (session << 32) | seq, session, seq, kind, id, parent, crc, payload
         FROM records ORDER BY session, seq;
     DROP TABLE records;
     ALTER TABLE records_v3 RENAME TO records;
     CREATE UNIQUE INDEX records_by_id ON records (session, id) WHERE id IS NOT NULL;
-    ",
+    "
+    ),
     // 4: one page fewer per append. The last record of each append carries
     // the session's listing counters after it (`updated`: the last record's
     // time; `entries`; `bytes`; the record count is its `seq` + 1), so an
@@ -128,22 +151,18 @@ const MIGRATIONS: &[&str] = &[
     // versions 1-3 kept current). A session whose last record carries none
     // (its `sessions` row counts other records, or a version-3 process
     // appended it) is summarized by its `sessions` row: see `SUMMARY_FROM`.
-    "
+    concat!(
+        "
     CREATE TABLE records_v4 (
-        key     INTEGER PRIMARY KEY,
-        session INTEGER NOT NULL,
-        seq     INTEGER NOT NULL,
-        kind    TEXT    NOT NULL,
-        id      TEXT,
-        parent  TEXT,
-        crc     INTEGER NOT NULL,
-        updated TEXT,
+",
+        record_key_columns!(),
+        "        updated TEXT,
         entries INTEGER,
         bytes   INTEGER,
         payload BLOB    NOT NULL,
-        CHECK (session BETWEEN 0 AND 2147483647 AND seq BETWEEN 0 AND 4294967295
-               AND key = (session << 32) | seq)
-    );
+",
+        record_key_check!(),
+        "    );
     INSERT INTO records_v4
         (key, session, seq, kind, id, parent, crc, updated, entries, bytes, payload)
         SELECT r.key, r.session, r.seq, r.kind, r.id, r.parent, r.crc,
@@ -153,7 +172,8 @@ const MIGRATIONS: &[&str] = &[
     DROP TABLE records;
     ALTER TABLE records_v4 RENAME TO records;
     CREATE UNIQUE INDEX records_by_id ON records (session, id) WHERE id IS NOT NULL;
-    ",
+    "
+    ),
 ];
 
 /// The listing summary of each session `s`: its `sessions` row joined with
@@ -165,7 +185,7 @@ pub(crate) const SUMMARY_FROM: &str = "sessions s LEFT JOIN records r ON r.key =
      ORDER BY key DESC LIMIT 1)";
 
 /// The summary columns `updated, title, first_message, op_state, entries,
-/// records, bytes` (as `crate::backend::summary_at` reads them) over
+/// records, bytes` (as the backend's `summary_at` reads them) over
 /// [`SUMMARY_FROM`]. The counters are the last record's when it carries
 /// them, else the `sessions` row's (see migration 4); `updated` is never
 /// earlier than the session's creation (a fork's copied records keep their
@@ -370,6 +390,7 @@ pub(crate) fn prepare(conn: &mut Connection, path: &Path) -> Result<(), SqliteEr
 
 #[cfg(test)]
 mod tests {
+
     use super::*;
 
     #[test]
@@ -617,7 +638,7 @@ mod tests {
                 .unwrap();
             assert_eq!(sids.len(), 3);
             for sid in sids {
-                let sum = crate::SqliteBackend::load_summary(&latest, sid).unwrap();
+                let sum = crate::SqliteBackend::summary_of(&latest, sid).unwrap();
                 conn.execute(
                     "UPDATE sessions SET updated = ?2, entries = ?3, records = ?4, bytes = ?5
                      WHERE sid = ?1",

@@ -307,7 +307,7 @@ fn a_writer_of_a_removed_session_is_fenced_from_the_new_session_given_its_key_an
 fn breaking_a_live_holders_lease_needs_force() {
     let (_dir, b, store) = setup();
     let s = store.create(NewSession::default()).unwrap();
-    match b.break_lease(s.id(), Takeover::IfDead) {
+    match b.break_lease(s.id(), Takeover::IfAbandoned) {
         Err(StoreError::Open(OpenError::InUse { holder, .. })) => {
             assert_eq!(holder, Some(std::process::id()))
         }
@@ -370,7 +370,7 @@ fn a_holder_on_another_machine_is_never_presumed_dead() {
         other => panic!("expected InUse, got {other:?}"),
     }
     assert!(matches!(
-        b.break_lease(&id, Takeover::IfDead),
+        b.break_lease(&id, Takeover::IfAbandoned),
         Err(StoreError::Open(OpenError::InUse { .. }))
     ));
     b.break_lease(&id, Takeover::Force).unwrap();

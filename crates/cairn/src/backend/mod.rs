@@ -71,7 +71,7 @@ pub struct Opened {
 /// opened.
 pub type Opening = Result<Opened, OpenError>;
 
-/// What [`IndexStore::open_indexed`] found.
+/// What [`IndexStore::open_from`] found.
 #[derive(Debug)]
 pub enum IndexedOpen {
     /// The log still begins with the indexed lines: it is open, and the
@@ -110,14 +110,28 @@ pub trait IndexStore {
             .map(|b| Arc::new(b) as Arc<dyn IndexBytes>)
     }
 
-    /// Opens a session like [`Backend::open`], trusting that the log still
-    /// begins with the lines `prefix` describes: the backend checks that the
-    /// log is at least `prefix.end` long and that its last indexed line is
-    /// intact with the CRC-32C `prefix.last_line_crc`, then verifies and
-    /// hands to `visit` only the lines after the prefix (their `index`
-    /// continuing from `prefix.records`), cutting or ignoring a torn
-    /// tail after it as `open` does. When the check fails it returns
-    /// [`IndexedOpen::Stale`] having opened and locked nothing.
+    /// Opens a session like [`Backend::open`] when `prefix` is `None`;
+    /// given one, trusting that the log still begins with the lines it
+    /// describes: the backend checks that the log is at least `prefix.end`
+    /// long and that its last indexed line is intact with the CRC-32C
+    /// `prefix.last_line_crc`, then verifies and hands to `visit` only the
+    /// lines after the prefix (their `index` continuing from
+    /// `prefix.records`), cutting or ignoring a torn tail after it as `open`
+    /// does. When the check fails it returns [`IndexedOpen::Stale`] having
+    /// opened and locked nothing.
+    ///
+    /// # Errors
+    ///
+    /// As [`Backend::open`].
+    fn open_from(
+        &self,
+        id: &SessionId,
+        access: Access,
+        prefix: Option<IndexedPrefix>,
+        visit: &mut Visitor<'_>,
+    ) -> Result<IndexedOpen, OpenError>;
+
+    /// [`IndexStore::open_from`] after `prefix`.
     ///
     /// # Errors
     ///
@@ -128,7 +142,9 @@ pub trait IndexStore {
         access: Access,
         prefix: IndexedPrefix,
         visit: &mut Visitor<'_>,
-    ) -> Result<IndexedOpen, OpenError>;
+    ) -> Result<IndexedOpen, OpenError> {
+        self.open_from(id, access, Some(prefix), visit)
+    }
 }
 
 /// Storage for many sessions.

@@ -387,20 +387,7 @@ impl IndexStore for FileBackend {
         }))
     }
 
-    fn open_indexed(
-        &self,
-        id: &SessionId,
-        access: Access,
-        prefix: IndexedPrefix,
-        visit: &mut Visitor<'_>,
-    ) -> Result<IndexedOpen, OpenError> {
-        self.open_from(id, access, Some(prefix), visit)
-    }
-}
-
-impl FileBackend {
-    /// Opens a session, from the end of `prefix` when given (see
-    /// [`IndexStore::open_indexed`]).
+    /// Opens a session, from the end of `prefix` when given.
     fn open_from(
         &self,
         id: &SessionId,
@@ -483,7 +470,9 @@ impl FileBackend {
             torn,
         }))
     }
+}
 
+impl FileBackend {
     /// The path of a session's persisted index.
     pub(crate) fn index_path(&self, id: &SessionId) -> PathBuf {
         self.dir.join(format!("{id}.idx"))
