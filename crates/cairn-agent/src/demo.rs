@@ -46,7 +46,7 @@ use crate::storyboard::{self, delegating};
 use crate::tools::ToolEnv;
 use crate::tools::render::Ledger;
 
-pub use crate::storyboard::SYSTEM_PROMPT;
+pub use crate::storyboard::{SYSTEM_PROMPT, script};
 
 /// Options of the demo.
 #[derive(Clone, Default)]
@@ -97,49 +97,6 @@ pub struct DemoReport {
     pub subagent_model_calls: usize,
     /// Lines the subagent left in `balloons.txt`.
     pub balloon_lines: usize,
-}
-
-/// The demo's script for the scripted provider.
-pub fn script() -> Value {
-    json!({
-        "model": "storyboard-model",
-        "chunk_chars": 24,
-        "turns": [
-            {"match": "letterer", "replies": [
-                {"text": "Asking a letterer, a subagent, for panel 3's speech balloon.",
-                 "tool_calls": [
-                    {"name": "delegate", "arguments": {"task": "Letter panel 3: add the hero's battle cry to balloons.txt.", "title": "letterer for panel 3"}}]},
-                {"text": "Panel 3 has its balloon: the hero shouts \"HI-YAH!\"."}]},
-            {"match": "letter panel 3", "replies": [
-                {"text": "Writing the balloon.",
-                 "tool_calls": [
-                    {"name": "bash", "arguments": {"command": "echo 'panel 3: HI-YAH!' >> balloons.txt && echo lettered"}}]},
-                {"text": "Panel 3 is lettered: the hero shouts \"HI-YAH!\" (in balloons.txt)."}]},
-            {"match": "panel 1", "replies": [
-                {"text": "The hero swallows the power-up candy. I will record the new state, then render panel 1.",
-                 "tool_calls": [
-                    {"name": "set_state", "arguments": {"patch": {"buff": "power-up", "skill": "ten-palm strike"}}},
-                    {"name": "render_panel", "arguments": {"panel": 1, "scene": "At the tournament ring the hero swallows a glowing power-up candy; the rival glares."}}]},
-                {"text": "Panel 1 is done: the hero glows with the power-up, ten-palm strike at the ready."}]},
-            {"match": "panel 2", "replies": [
-                {"text": "A comic side plot: the teacher mixes up the pills. Updating the state, then rendering panel 2.",
-                 "tool_calls": [
-                    {"name": "set_state", "arguments": {"patch": {"buff": "exhausted", "skill": null}}},
-                    {"name": "render_panel", "arguments": {"panel": 2, "scene": "The teacher hands over the wrong pill; the hero doubles over in a cold sweat."}}]},
-                {"text": "Panel 2 is done: the hero is exhausted and has no skill left."}]},
-            {"match": "print shop", "replies": [
-                {"text": "Sending panel 3 to the print shop.",
-                 "tool_calls": [
-                    {"name": "bash", "arguments": {"command": "echo panel-3.svg >> print-queue.txt && echo queued panel-3.svg"}}]},
-                {"text": "I cannot tell whether the print job went out, so I will not send it again blindly: please check print-queue.txt first."}]},
-            {"match": "panel 3", "replies": [
-                {"text": "The hero is at full power: rendering the ten-palm strike.",
-                 "tool_calls": [
-                    {"name": "render_panel", "arguments": {"panel": 3, "scene": "Powered up, the hero lands the ten-palm strike and the rival flies out of the ring."}}]},
-                {"text": "Panel 3 is rendered: the rival flies out of the ring."}]},
-            {"replies": [{"text": "That is not part of the storyboard script."}]}
-        ]
-    })
 }
 
 /// Output captured from the agent's printer, copied to the demo's writer.
