@@ -8,9 +8,7 @@
 
 use std::sync::Arc;
 
-use cairn::{
-    Access, IndexBytes, IndexStore, IndexedOpen, IndexedPrefix, OpenError, SessionId, Visitor,
-};
+use cairn::{IndexBytes, IndexStore, IndexedOpen, OpenError, OpenFrom, SessionId, Visitor};
 use cairn_sql::LoadedIndex;
 use rusqlite::OptionalExtension;
 
@@ -49,11 +47,9 @@ impl IndexStore for SqliteBackend {
 
     fn open_from(
         &self,
-        id: &SessionId,
-        access: Access,
-        prefix: Option<IndexedPrefix>,
+        f: OpenFrom<'_>,
         visit: &mut Visitor<'_>,
     ) -> Result<IndexedOpen, OpenError> {
-        cairn_sql::open_from(self, id, access, prefix, visit)
+        cairn_sql::open_from(self, f.id, f.access, f.prefix, visit)
     }
 }

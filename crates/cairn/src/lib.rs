@@ -59,8 +59,8 @@ pub mod view;
 
 pub use backend::{
     Access, Backend, Catalog, CatalogEntry, Claim, FileBackend, IndexBytes, IndexStore,
-    IndexedOpen, IndexedPrefix, LineAt, LineReader, Log, MemoryBackend, Opened, Opening, RawLine,
-    Stamp, TornTail, Visitor,
+    IndexedOpen, IndexedPrefix, LineAt, LineReader, Log, MemoryBackend, OpenFrom, Opened, Opening,
+    RawLine, Stamp, TornTail, Visitor,
 };
 pub use commit::{CommitStats, Durability, MAX_GATHER};
 pub use error::{

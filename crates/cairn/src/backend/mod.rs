@@ -110,7 +110,7 @@ pub trait IndexStore {
             .map(|b| Arc::new(b) as Arc<dyn IndexBytes>)
     }
 
-    /// Opens a session like [`Backend::open`] when `prefix` is `None`;
+    /// Opens a session like [`Backend::open`] when `from.prefix` is `None`;
     /// given one, trusting that the log still begins with the lines it
     /// describes: the backend checks that the log is at least `prefix.end`
     /// long and that its last indexed line is intact with the CRC-32C
@@ -125,26 +125,21 @@ pub trait IndexStore {
     /// As [`Backend::open`].
     fn open_from(
         &self,
-        id: &SessionId,
-        access: Access,
-        prefix: Option<IndexedPrefix>,
+        from: OpenFrom<'_>,
         visit: &mut Visitor<'_>,
     ) -> Result<IndexedOpen, OpenError>;
+}
 
-    /// [`IndexStore::open_from`] after `prefix`.
-    ///
-    /// # Errors
-    ///
-    /// As [`Backend::open`].
-    fn open_indexed(
-        &self,
-        id: &SessionId,
-        access: Access,
-        prefix: IndexedPrefix,
-        visit: &mut Visitor<'_>,
-    ) -> Result<IndexedOpen, OpenError> {
-        self.open_from(id, access, Some(prefix), visit)
-    }
+/// What [`IndexStore::open_from`] opens: session `id` for `access`, whole
+/// (`prefix` is `None`) or after the prefix a persisted index describes.
+#[derive(Debug, Clone)]
+pub struct OpenFrom<'a> {
+    /// The session.
+    pub id: &'a SessionId,
+    /// Reading or writing.
+    pub access: Access,
+    /// The indexed prefix to open after, if any.
+    pub prefix: Option<IndexedPrefix>,
 }
 
 /// Storage for many sessions.

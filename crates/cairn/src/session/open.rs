@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use serde_json::Value;
 
 use super::{Inner, OpenReport, Reader, Session, read_record};
-use crate::backend::{Access, Backend, IndexStore, IndexedOpen, Log, RawLine};
+use crate::backend::{Access, Backend, IndexStore, IndexedOpen, Log, OpenFrom, RawLine};
 use crate::commit::{Durability, GroupCommit};
 use crate::error::{Damage, IoFailure, OpenError, ReadError};
 use crate::frame::{self, Class, Frame};
@@ -103,7 +103,12 @@ impl Session {
                 st.ops = decoded.ops;
                 st.indexed = decoded.prefix.records;
                 let mut visit = |raw: RawLine<'_>| st.line(raw, id, &location);
-                match ix.open_indexed(id, access, decoded.prefix, &mut visit)? {
+                let from = OpenFrom {
+                    id,
+                    access,
+                    prefix: Some(decoded.prefix),
+                };
+                match ix.open_from(from, &mut visit)? {
                     IndexedOpen::Opened(o) => {
                         checkpoint = Some(decoded.checkpoint);
                         o

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use super::{
-    Access, Backend, Catalog, IndexBytes, IndexStore, IndexedOpen, IndexedPrefix, Log, Opened,
-    Opening, Stamp, TornTail, Visitor,
+    Access, Backend, Catalog, IndexBytes, IndexStore, IndexedOpen, IndexedPrefix, Log, OpenFrom,
+    Opened, Opening, Stamp, TornTail, Visitor,
 };
 use crate::error::{IoFailure, OpenError, StoreError};
 use crate::id::SessionId;
@@ -224,7 +224,14 @@ impl Backend for FileBackend {
     }
 
     fn open(&self, id: &SessionId, access: Access, visit: &mut Visitor<'_>) -> Opening {
-        match self.open_from(id, access, None, visit)? {
+        match self.open_from(
+            OpenFrom {
+                id,
+                access,
+                prefix: None,
+            },
+            visit,
+        )? {
             IndexedOpen::Opened(o) => Ok(o),
             // Without a prefix there is nothing to find stale.
             IndexedOpen::Stale(why) => Err(OpenError::NotASession {
@@ -390,11 +397,10 @@ impl IndexStore for FileBackend {
     /// Opens a session, from the end of `prefix` when given.
     fn open_from(
         &self,
-        id: &SessionId,
-        access: Access,
-        prefix: Option<IndexedPrefix>,
+        from: OpenFrom<'_>,
         visit: &mut Visitor<'_>,
     ) -> Result<IndexedOpen, OpenError> {
+        let OpenFrom { id, access, prefix } = from;
         let path = self.regular_file(id)?;
         let location = path.display().to_string();
         let io_err = |action, source| OpenError::Io(IoFailure::new(action, &location, source));
