@@ -195,6 +195,7 @@ fn regression_every_command_works_on_a_sqlite_store() {
     every_command(&stores(&dir)[1], &dir);
 }
 
+#[cfg_attr(skip_postgres, ignore = "CAIRN_SKIP_POSTGRES=1")]
 #[test]
 fn every_command_works_on_a_postgres_store() {
     let Some(scratch) = cairn_postgres::scratch::Scratch::new("cli") else {
@@ -218,6 +219,7 @@ fn every_command_works_on_a_postgres_store() {
 /// Postgres store holding interrupted sessions: each session is recovered
 /// by exactly one of them, and none is left needing it.
 #[test]
+#[cfg_attr(skip_postgres, ignore = "CAIRN_SKIP_POSTGRES=1")]
 fn recover_all_from_many_workers_recovers_each_interrupted_session_once() {
     use std::sync::Arc;
     let Some(scratch) = cairn_postgres::scratch::Scratch::new("recoverall") else {

@@ -6,9 +6,11 @@
 //! [`DEFAULT_TEST_URL`]). A test that needs it fails when it cannot be
 //! reached ([`Scratch::new`] panics), wherever it runs: a Postgres test
 //! never passes without testing. Only `CAIRN_SKIP_POSTGRES=1` ([`SKIP_VAR`])
-//! skips them: [`Scratch::new`] then writes `skipped: <test name>:
+//! skips them: at build time it sets `cfg(skip_postgres)` (the crates'
+//! `build.rs`), under which those tests are `#[ignore]`d by name; at run
+//! time [`Scratch::new`] then writes `skipped: <test name>:
 //! CAIRN_SKIP_POSTGRES=1` to the terminal's stderr (past the test harness's
-//! capture, so it shows beside the harness's `ok`) and returns `None`.
+//! capture) and returns `None`, for a test that covers other stores too.
 //! Under CI (`CI` set) skipping is refused: CI runs them.
 
 use std::io::Write;

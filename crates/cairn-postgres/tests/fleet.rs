@@ -413,6 +413,7 @@ fn wait_for_hold(hold: &Path, workers: &mut [Worker]) -> usize {
     workers.iter().position(|w| w.child.id() == pid).unwrap()
 }
 
+#[cfg_attr(skip_postgres, ignore = "CAIRN_SKIP_POSTGRES=1")]
 #[test]
 fn a_fleet_with_kills_a_paused_worker_and_a_server_restart_keeps_every_invariant() {
     let Some(scratch) = Scratch::new("fleet") else {

@@ -262,6 +262,7 @@ fn a_gap_in_the_sources_seqs_is_reported_and_nothing_is_copied() {
 /// Postgres (another schema) → files, each copy byte for byte, the last
 /// one the same files as the first; listings agree everywhere.
 #[test]
+#[cfg_attr(skip_postgres, ignore = "CAIRN_SKIP_POSTGRES=1")]
 fn files_sqlite_and_postgres_copy_into_each_other_byte_for_byte() {
     use cairn_postgres::PostgresBackend;
     use cairn_postgres::scratch::Scratch;

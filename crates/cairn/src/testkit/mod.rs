@@ -185,10 +185,20 @@ pub fn run_all(make: &dyn Fn() -> Box<dyn Fixture>) {
 ///     cairn::conformance_tests!(cairn::testkit::MemoryFixture::new);
 /// }
 /// ```
+///
+/// Attributes after the constructor go on every check's test, e.g. to
+/// ignore them by name when a run cannot reach what the fixture needs:
+///
+/// ```ignore
+/// cairn::conformance_tests!(PgFixture::new, #[cfg_attr(skip_postgres, ignore = "why")]);
+/// ```
 #[macro_export]
 macro_rules! conformance_tests {
     ($make:expr) => {
-        $crate::conformance_tests!(@each $make;
+        $crate::conformance_tests!($make, #[doc = "A conformance check."]);
+    };
+    ($make:expr, $(#[$attr:meta])+) => {
+        $crate::conformance_tests!(@each [$(#[$attr])+] $make;
             every_record_kind_round_trips_byte_for_byte,
             large_and_many_records_round_trip,
             tree_and_projection_equal_the_fold,
@@ -208,13 +218,9 @@ macro_rules! conformance_tests {
             remove_deletes_one_session_and_is_refused_while_written,
         );
     };
-    (@each $make:expr; $($check:ident),* $(,)?) => {
+    (@each $attrs:tt $make:expr; $($check:ident),* $(,)?) => {
         $(
-            #[test]
-            fn $check() {
-                let fixture = ($make)();
-                $crate::testkit::$check(&fixture);
-            }
+            $crate::conformance_tests!(@one $attrs $make; $check);
         )*
 
         #[test]
@@ -222,6 +228,14 @@ macro_rules! conformance_tests {
             let wired: &[&str] = &[$(stringify!($check)),*];
             let all: Vec<&str> = $crate::testkit::CHECKS.iter().map(|(n, _)| *n).collect();
             assert_eq!(wired, all.as_slice(), "conformance_tests! and testkit::CHECKS differ");
+        }
+    };
+    (@one [$($attr:tt)*] $make:expr; $check:ident) => {
+        #[test]
+        $($attr)*
+        fn $check() {
+            let fixture = ($make)();
+            $crate::testkit::$check(&fixture);
         }
     };
 }
