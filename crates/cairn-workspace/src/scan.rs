@@ -282,9 +282,8 @@ impl Snapshotter {
     /// regular file, symlink and directory the walk reaches (`.gitignore`d
     /// paths, `.git`, the store and temporary files left out: a restore's
     /// and the file tools' ([`is_write_temporary`]); at most `max_files`),
-    /// and the
-    /// known paths that are gone. With `within`, only that part of the
-    /// tree is walked and compared. `dirs` is told of the directories
+    /// and the known paths that are gone. With `within`, only that part of
+    /// the tree is walked and compared. `dirs` is told of the directories
     /// (where a watcher adds its watches).
     ///
     /// # Errors

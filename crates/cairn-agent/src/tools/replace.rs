@@ -94,10 +94,12 @@ pub fn replace_file(
 
 /// Removes the temporary files of the file named `name` in `dir` that
 /// writers no longer running left behind (killed before their rename).
-/// One whose process still runs, or may (the process id is checked on this
-/// machine only: a writer in another PID namespace sharing the directory
-/// is not seen), is left alone: its write may still finish. Best effort: a
-/// temporary that cannot be removed stays, and scans leave it out anyway.
+/// One whose process still runs, or may, is left alone: its write may
+/// still finish. The process id is looked up in this process's PID
+/// namespace only: a writer in another one (another container sharing the
+/// directory) is not seen, and its temporary may be taken for stale. Best
+/// effort: a temporary that cannot be removed stays, and scans leave it
+/// out anyway.
 fn remove_stale_temporaries(dir: &Path, name: &str) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
