@@ -551,9 +551,10 @@ fn rewind_names_a_file_over_the_snapshot_limit_it_cannot_bring_back() {
 }
 
 #[test]
-fn rewind_names_a_file_a_tool_wrote_outside_the_working_directory() {
+fn rewind_names_a_file_a_tool_named_outside_the_working_directory() {
     let h = Harness::new();
     let outside = h.dir.path().join("outside.txt");
+    std::fs::write(&outside, "mine").unwrap();
     let script = json!({"turns": [
         turn("look", bash("true")),
         turn("write", json!([{"name": "write_file", "arguments": {"path": outside.display().to_string(), "content": "x"}}])),
@@ -564,10 +565,16 @@ fn rewind_names_a_file_a_tool_wrote_outside_the_working_directory() {
     agent.prompt("look").unwrap();
     let looked = leaf(agent.session());
     agent.prompt("write outside").unwrap();
-    assert!(outside.exists());
+    // The file tools refuse a path outside the working directory; the
+    // call named it all the same.
+    assert_eq!(std::fs::read_to_string(&outside).unwrap(), "mine");
     let s = agent.session();
     let report = checkout_files(&h.store, s, &blobs(&h), Some(&looked), None, false).unwrap();
-    assert!(outside.exists(), "never touched by a restore");
+    assert_eq!(
+        std::fs::read_to_string(&outside).unwrap(),
+        "mine",
+        "never touched by a restore"
+    );
     let left: Vec<&str> = report
         .unrestorable
         .iter()

@@ -164,7 +164,7 @@ function sessionPage(id) {
       drawTree();
       steps.replaceChildren(...st.steps.map((x) => el("tr", {},
         el("td", { class: "mono" }, `s${String(x.number).padStart(4, "0")}`), el("td", {}, x.kind), el("td", {}, x.name),
-        el("td", {}, x.status), el("td", {}, x.duration_ms == null ? "" : `${x.duration_ms} ms`),
+        el("td", {}, badge(x.status)), el("td", {}, x.duration_ms == null ? "" : `${x.duration_ms} ms`),
         el("td", {}, x.usage ? `${x.usage.input} in / ${x.usage.output} out` : ""))));
       memory.textContent = mem.text;
       if (selected && !t.nodes.some((n) => n.id === selected)) selected = null;

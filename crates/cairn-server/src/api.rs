@@ -290,10 +290,9 @@ pub struct SessionInfo {
 
 impl SessionInfo {
     fn of(hub: &Hub, s: &Session) -> SessionInfo {
-        let live = hub.store().backend().writer_active(s.id());
         SessionInfo {
             session: shapes::session(hub.store(), s),
-            status: s.phase().status(live),
+            status: hub.status(s),
         }
     }
 }

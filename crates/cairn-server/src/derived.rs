@@ -159,13 +159,20 @@ pub struct Steps {
     steps: Vec<cairn::steps::Step>,
 }
 
-/// The numbered steps, with durations and tokens.
+/// The numbered steps, with durations and tokens. Steps still running in
+/// a session whose status is `interrupted` (an open operation no live
+/// writer holds: its process died, which the records alone cannot tell)
+/// are `interrupted`, as `cairn steps` shows them.
 #[utoipa::path(get, path = "/sessions/{id}/steps", params(SessionPath),
     responses((status = 200, description = "The steps.", body = Steps)))]
-fn steps(_: &Hub, s: &Session) -> Result<Steps, ApiError> {
+fn steps(hub: &Hub, s: &Session) -> Result<Steps, ApiError> {
+    let mut steps = s.steps()?;
+    if hub.status(s) == Status::Interrupted {
+        cairn::steps::interrupt_running(&mut steps);
+    }
     Ok(Steps {
         session: s.id().clone(),
-        steps: s.steps()?,
+        steps,
     })
 }
 
@@ -221,11 +228,10 @@ pub struct VerdictView {
 #[utoipa::path(get, path = "/sessions/{id}/verdict", params(SessionPath),
     responses((status = 200, description = "The verdict.", body = VerdictView)))]
 fn verdict(hub: &Hub, s: &Session) -> Result<VerdictView, ApiError> {
-    let live = hub.store().backend().writer_active(s.id());
     let verdict = s.verdict()?;
     Ok(VerdictView {
         session: s.id().clone(),
-        status: s.phase().status(live),
+        status: hub.status(s),
         action: next_action(&verdict),
         verdict,
     })

@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use cairn::{Access, Session, SessionId, Stamp, Store};
+use cairn::{Access, Session, SessionId, Stamp, Status, Store};
 use tokio::sync::watch;
 
 use crate::error::ApiError;
@@ -167,6 +167,15 @@ impl Hub {
                     .elapsed()
                     < hold
         });
+    }
+
+    /// The status of `s`: `running` while an operation is open and a live
+    /// writer holds the session, `interrupted` when an open operation has
+    /// none (its process died). A writer this server holds is live: the
+    /// operation API drives the open operation through it, between
+    /// requests as well.
+    pub fn status(&self, s: &Session) -> Status {
+        s.phase().status(self.store.backend().writer_active(s.id()))
     }
 
     /// The backend's cheap change stamp of a session (`None` once removed).

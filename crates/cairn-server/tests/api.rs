@@ -945,3 +945,67 @@ fn a_call_left_without_a_result_by_a_crash_is_rerun_with_its_recorded_key() {
     let (_, v) = srv.get(&format!("/sessions/{id}/verdict"));
     assert_eq!(v["verdict"]["verdict"], json!("ready"));
 }
+
+/// The statuses of the steps of one kind.
+fn statuses<'v>(steps: &'v Value, kind: &str) -> Vec<&'v str> {
+    steps["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["kind"] == json!(kind))
+        .map(|s| s["status"].as_str().unwrap())
+        .collect()
+}
+
+#[test]
+fn a_tool_step_whose_process_died_is_interrupted_not_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let id = {
+        // Held for the whole test: the operation API drives the operation
+        // through this server's writer.
+        let opts = cairn_server::Options {
+            hold: std::time::Duration::from_secs(3600),
+            ..options()
+        };
+        let srv = Srv::start_at(dir.path(), opts, Router::new());
+        let id = srv.new_session("died");
+        let base = format!("/sessions/{id}/operations");
+        let (_, v) = srv.post(&base, &json!({"input": user_message("build")}));
+        let o = format!("{base}/{}", v["op"].as_str().unwrap());
+        let (_, t) = srv.post(&format!("{o}/attempts"), &json!({}));
+        let reply = json!({"role": "assistant", "content": [
+            {"type": "tool_call", "call_id": "b1", "name": "bash", "arguments": {}}]});
+        srv.post(
+            &format!("{o}/replies"),
+            &json!({"entry": t["entry"], "message": reply}),
+        );
+        let (st, d) = srv.post(
+            &format!("{o}/dispatches"),
+            &json!({"call_id": "b1", "effect": "side_effect"}),
+        );
+        assert_eq!(st, 201, "{d}");
+        let (_, steps) = srv.get(&format!("/sessions/{id}/steps"));
+        assert_eq!(statuses(&steps, "tool"), ["running"], "{steps}");
+        id
+        // The server goes away with the call dispatched and unanswered.
+    };
+    let srv = Srv::start_at(dir.path(), options(), Router::new());
+    let (st, steps) = srv.get(&format!("/sessions/{id}/steps"));
+    assert_eq!(st, 200, "{steps}");
+    assert_eq!(statuses(&steps, "tool"), ["interrupted"], "{steps}");
+    assert_eq!(
+        srv.get(&format!("/sessions/{id}/verdict")).1["status"],
+        json!("interrupted")
+    );
+    // Another process holding the session (here: this one's writer) may
+    // still be running the tool.
+    let store = cairn::Store::open_dir(dir.path());
+    let writer = store
+        .open(&cairn::SessionId::parse(&id).unwrap(), cairn::Access::Write)
+        .unwrap();
+    let (_, steps) = srv.get(&format!("/sessions/{id}/steps"));
+    assert_eq!(statuses(&steps, "tool"), ["running"], "{steps}");
+    drop(writer);
+    let (_, steps) = srv.get(&format!("/sessions/{id}/steps"));
+    assert_eq!(statuses(&steps, "tool"), ["interrupted"], "{steps}");
+}

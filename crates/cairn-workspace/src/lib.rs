@@ -48,7 +48,9 @@ pub use restore::{
     Action, Change, Conflict, Left, Plan, RestoreReport, apply, apply_with, checkout_files, diff,
     plan,
 };
-pub use scan::{Limits, Scanned, Snapshotter};
+pub use scan::{
+    Limits, Scanned, Snapshotter, is_write_temporary, parse_write_temporary, write_temporary,
+};
 pub use tracker::{Touches, Workspace};
 
 /// A failure of snapshots or restores.

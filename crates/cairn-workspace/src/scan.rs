@@ -26,6 +26,41 @@ pub(crate) const INLINE_MAX: u64 = 1024;
 /// which scans skip.
 pub(crate) const TEMP_SUFFIX: &str = ".cairn-restore";
 
+/// What separates the target's name from the writer's process id in the
+/// name of a file tool's temporary file (`.NAME.cairn-write-PID`).
+const WRITE_TEMP_MARK: &str = ".cairn-write-";
+
+/// The name of the temporary file under which process `pid` writes the
+/// new content of the file named `name` (in the same directory):
+/// `.NAME.cairn-write-PID`. Scans never record such a file
+/// ([`is_write_temporary`]).
+pub fn write_temporary(name: &str, pid: u32) -> String {
+    format!(".{name}{WRITE_TEMP_MARK}{pid}")
+}
+
+/// The target's name and the writer's process id of a name that
+/// [`write_temporary`] made (`None`: not such a name).
+pub fn parse_write_temporary(name: &str) -> Option<(&str, u32)> {
+    let (target, pid) = name.strip_prefix('.')?.rsplit_once(WRITE_TEMP_MARK)?;
+    if target.is_empty() || pid.is_empty() || !pid.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some((target, pid.parse().ok()?))
+}
+
+/// Whether `name` is a file tool's temporary file ([`write_temporary`]):
+/// a write killed before its rename leaves one behind, which no snapshot
+/// records, so a restore neither brings it back nor lists it.
+pub fn is_write_temporary(name: &str) -> bool {
+    parse_write_temporary(name).is_some()
+}
+
+/// Whether a scan leaves the file named `name` out: a restore's or a file
+/// tool's temporary file.
+pub(crate) fn is_temporary(name: &str) -> bool {
+    name.ends_with(TEMP_SUFFIX) || is_write_temporary(name)
+}
+
 /// Up to this many blobs of a snapshot are synced one by one; more are
 /// synced at once with one `syncfs`, which on a busy file system also waits
 /// for everyone else's dirty data. (A restore picks between the two by how
@@ -230,7 +265,7 @@ impl Snapshotter {
             .collect();
         let mut looked: HashSet<&str> = HashSet::new();
         for rel in dirs.into_iter().chain(paths.iter().map(String::as_str)) {
-            if !looked.insert(rel) {
+            if !looked.insert(rel) || rel.split('/').any(is_temporary) {
                 continue;
             }
             let before = known.get(rel).cloned().flatten();
@@ -245,9 +280,10 @@ impl Snapshotter {
 
     /// The changes of the working directory against `known`: every
     /// regular file, symlink and directory the walk reaches (`.gitignore`d
-    /// paths, `.git` and the store left out; at most `max_files`), and the
-    /// known paths that are gone. With `within`, only that part of the
-    /// tree is walked and compared. `dirs` is told of the directories
+    /// paths, `.git`, the store and temporary files left out: a restore's
+    /// and the file tools' ([`is_write_temporary`]); at most `max_files`),
+    /// and the known paths that are gone. With `within`, only that part of
+    /// the tree is walked and compared. `dirs` is told of the directories
     /// (where a watcher adds its watches).
     ///
     /// # Errors
@@ -275,7 +311,7 @@ impl Snapshotter {
         let mut out = Scanned::default();
         let mut seen: HashSet<String> = HashSet::new();
         for entry in self.walk(within.clone(), false).build().flatten() {
-            if entry.depth() == 0 || entry.file_name().to_string_lossy().ends_with(TEMP_SUFFIX) {
+            if entry.depth() == 0 {
                 continue;
             }
             let Some(rel) = path::relative(&self.root, entry.path()) else {
@@ -365,7 +401,7 @@ impl Snapshotter {
                 break;
             }
             kept.insert(entry.path().as_os_str().to_owned());
-            if entry.depth() == 0 || entry.file_name().to_string_lossy().ends_with(TEMP_SUFFIX) {
+            if entry.depth() == 0 {
                 continue;
             }
             let Some(rel) = path::relative(&self.root, entry.path()) else {
@@ -393,7 +429,7 @@ impl Snapshotter {
             .follow_links(false)
             .filter_entry(move |e| {
                 if e.file_name() == ".git"
-                    || e.file_name().to_string_lossy().ends_with(TEMP_SUFFIX)
+                    || is_temporary(&e.file_name().to_string_lossy())
                     || exclude.iter().any(|x| e.path().starts_with(x))
                 {
                     return false;
@@ -442,7 +478,10 @@ impl Snapshotter {
             .require_git(false)
             .follow_links(false)
             .filter_entry(move |e| {
-                if e.file_name() == ".git" || exclude.iter().any(|x| e.path().starts_with(x)) {
+                if e.file_name() == ".git"
+                    || (e.depth() > 0 && is_temporary(&e.file_name().to_string_lossy()))
+                    || exclude.iter().any(|x| e.path().starts_with(x))
+                {
                     return false;
                 }
                 if dirs && !e.file_type().is_some_and(|t| t.is_dir()) {

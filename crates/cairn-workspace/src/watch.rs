@@ -22,6 +22,9 @@
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
+#[cfg(target_os = "linux")]
+use crate::scan::is_temporary;
+
 /// What the watcher saw since the last snapshot.
 #[derive(Debug)]
 pub(crate) enum Seen {
@@ -248,6 +251,11 @@ impl Watcher {
                     // Never in a manifest, whose paths are UTF-8.
                     continue;
                 };
+                if is_temporary(&name) {
+                    // A restore's or a file tool's temporary file: no scan
+                    // records it (its rename names the target).
+                    continue;
+                }
                 if name == ".gitignore" {
                     self.lost = true;
                 }

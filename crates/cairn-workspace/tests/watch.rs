@@ -499,3 +499,36 @@ fn many_files_back_and_forth(flush: Option<Flush>) {
         .count();
     assert_eq!(leftovers, 0);
 }
+
+/// A file tool's temporary file left by a write killed before its rename
+/// (`.NAME.cairn-write-PID`): no snapshot records it, full or watched, so
+/// a restore neither brings it back nor names it as left out.
+#[test]
+fn a_stale_write_temporary_is_in_no_snapshot_and_no_restore_plan() {
+    let s = setup(8);
+    let stale = cairn_workspace::write_temporary("f1.txt", 4_000_000);
+    assert!(cairn_workspace::is_write_temporary(&stale));
+    std::fs::write(s.work.join("d1").join(&stale), "torn").unwrap();
+    let mut ws = workspace(&s);
+    let start = s.session.leaf();
+    let first = before(&mut ws, &s);
+    assert!(first.contains_key("d1/f1.txt"));
+    assert!(
+        !first.contains_key(&format!("d1/{stale}")),
+        "the full scan leaves the temporary out"
+    );
+    // Between two watched snapshots: another one appears beside a real
+    // change; only the change is recorded.
+    let later = cairn_workspace::write_temporary("f2.txt", 4_000_001);
+    std::fs::write(s.work.join("d2").join(&later), "torn").unwrap();
+    std::fs::write(s.work.join("d2/f2.txt"), "changed\n").unwrap();
+    assert_eq!(names(&after(&mut ws, &s)), vec![("d2/f2.txt", true)]);
+    let p = plan(&s.store, &s.session, &s.blobs, start.as_ref()).unwrap();
+    let named: Vec<&str> = p
+        .changes
+        .iter()
+        .map(|c| c.path.as_str())
+        .chain(p.unrestorable.iter().map(|l| l.path.as_str()))
+        .collect();
+    assert_eq!(named, vec!["d2/f2.txt"], "{p:?}");
+}

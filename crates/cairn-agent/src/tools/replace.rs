@@ -2,7 +2,10 @@
 //! working directory and never goes through a symlink ([`confine`]); the
 //! file is replaced whole — a temporary file beside it, synced, renamed
 //! over it, the directory synced — so a crash at any step leaves the old
-//! content or the new, never a mix ([`replace_file`]); and a file is not
+//! content or the new, never a mix ([`replace_file`]; the temporary's name,
+//! [`cairn_workspace::write_temporary`], is one no workspace snapshot
+//! records, and the temporaries a killed writer left are removed by the
+//! next write of the same file); and a file is not
 //! overwritten when it changed since the session last read or wrote it
 //! ([`last_seen`]).
 //!
@@ -60,7 +63,8 @@ pub fn replace_file(
         .file_name()
         .map_or_else(|| "file".into(), |n| n.to_string_lossy());
     let mode = std::fs::metadata(path).ok().map(|m| m.permissions().mode());
-    let tmp = dir.join(format!(".{name}.cairn-write-{}", std::process::id()));
+    remove_stale_temporaries(dir, &name);
+    let tmp = dir.join(cairn_workspace::write_temporary(&name, std::process::id()));
     let written = (|| {
         hook(Step::Create)?;
         let _ = std::fs::remove_file(&tmp);
@@ -86,6 +90,50 @@ pub fn replace_file(
     }
     hook(Step::SyncDir)?;
     File::open(dir)?.sync_all()
+}
+
+/// Removes the temporary files of the file named `name` in `dir` that
+/// writers no longer running left behind (killed before their rename).
+/// One whose process still runs, or may, is left alone: its write may
+/// still finish. The process id is looked up in this process's PID
+/// namespace only: a writer in another one (another container sharing the
+/// directory) is not seen, and its temporary may be taken for stale. Best
+/// effort: a temporary that cannot be removed stays, and scans leave it
+/// out anyway.
+fn remove_stale_temporaries(dir: &Path, name: &str) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let me = std::process::id();
+    for entry in entries.flatten() {
+        let file_name = entry.file_name();
+        let Some((target, pid)) =
+            cairn_workspace::parse_write_temporary(&file_name.to_string_lossy())
+                .map(|(t, p)| (t.to_owned(), p))
+        else {
+            continue;
+        };
+        if target == name && pid != me && !process_lives(pid) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
+/// Whether process `pid` may be running: only "no such process" from a
+/// null signal says it is not (a process we may not signal is running).
+fn process_lives(pid: u32) -> bool {
+    let Some(pid) = i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+    else {
+        // Not a process id (0, or past the kernel's range): no process
+        // wrote it; left alone all the same.
+        return true;
+    };
+    !matches!(
+        rustix::process::test_kill_process(pid),
+        Err(rustix::io::Errno::SRCH)
+    )
 }
 
 /// `path` resolved lexically (`.` and `..` folded) and checked: inside
@@ -267,6 +315,35 @@ mod tests {
         }
         replace_file(&path, b"whole", &mut |_| Ok(())).unwrap();
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "whole");
+    }
+
+    #[test]
+    fn a_write_removes_the_stale_temporaries_of_its_file_and_no_live_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f.txt");
+        std::fs::write(&path, "old").unwrap();
+        // A process that has exited: its pid names no running process.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let stale = dir
+            .path()
+            .join(cairn_workspace::write_temporary("f.txt", dead));
+        // Process 1 always runs.
+        let live = dir
+            .path()
+            .join(cairn_workspace::write_temporary("f.txt", 1));
+        let other = dir
+            .path()
+            .join(cairn_workspace::write_temporary("g.txt", dead));
+        for t in [&stale, &live, &other] {
+            std::fs::write(t, "torn").unwrap();
+        }
+        replace_file(&path, b"new", &mut |_| Ok(())).unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "new");
+        assert!(!stale.exists(), "the dead writer's temporary is removed");
+        assert!(live.exists(), "a running process's temporary is left alone");
+        assert!(other.exists(), "another file's temporary is left alone");
     }
 
     #[test]
