@@ -209,6 +209,55 @@ impl fmt::Debug for EntryId {
     }
 }
 
+/// The OpenAPI schemas of the ids: strings, with the rules `parse` checks
+/// as patterns.
+#[cfg(feature = "schema")]
+mod schema {
+    use std::borrow::Cow;
+
+    use utoipa::openapi::RefOr;
+    use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
+    use utoipa::{PartialSchema, ToSchema};
+
+    use super::{EntryId, SessionId};
+
+    impl PartialSchema for SessionId {
+        fn schema() -> RefOr<Schema> {
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .pattern(Some("^[0-7][0-9a-hjkmnp-tv-z]{25}$"))
+                .description(Some(
+                    "A session id: 26 characters of 0-9 and a-z without i, l, o, u.",
+                ))
+                .into()
+        }
+    }
+
+    impl ToSchema for SessionId {
+        fn name() -> Cow<'static, str> {
+            Cow::Borrowed("SessionId")
+        }
+    }
+
+    impl PartialSchema for EntryId {
+        fn schema() -> RefOr<Schema> {
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .pattern(Some("^[A-Za-z0-9._-]{1,64}$"))
+                .description(Some(
+                    "An entry id or label name: 1 to 64 of A-Z, a-z, 0-9, '-', '_' and '.'.",
+                ))
+                .into()
+        }
+    }
+
+    impl ToSchema for EntryId {
+        fn name() -> Cow<'static, str> {
+            Cow::Borrowed("EntryId")
+        }
+    }
+}
+
 /// An id or name that does not follow its rule.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid {what} {value:?}: expected {rule}")]
