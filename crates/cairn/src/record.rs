@@ -207,6 +207,9 @@ pub struct Message {
     pub content: Vec<Block>,
     /// Token usage of the model call that produced it (assistant messages).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    // Described as any value: serde also reads a struct from an array of its
+    // fields (`[1, 2]`), which the schema of an object would call invalid.
+    #[cfg_attr(feature = "schema", schema(value_type = Option<serde_json::Value>))]
     pub usage: Option<Usage>,
     /// The model that produced it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -331,8 +334,9 @@ pub enum Block {
         #[serde(deserialize_with = "result_content")]
         #[cfg_attr(feature = "schema", schema(no_recursion))]
         content: Vec<Block>,
-        /// Whether the tool failed.
+        /// Whether the tool failed (null reads as false).
         #[serde(default, deserialize_with = "null_is_default")]
+        #[cfg_attr(feature = "schema", schema(value_type = Option<bool>))]
         is_error: bool,
         /// A machine-readable outcome code, e.g. `TOOL_OUTCOME_UNKNOWN`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -470,7 +474,6 @@ fn namespace<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
 
 /// Token usage of a model call.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct Usage {
     /// Input tokens.
     #[serde(default, deserialize_with = "null_is_default")]
