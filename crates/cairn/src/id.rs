@@ -221,15 +221,21 @@ mod schema {
 
     use super::{EntryId, SessionId};
 
+    /// A string schema that matches `pattern`.
+    fn string(pattern: &str, description: &str) -> RefOr<Schema> {
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .pattern(Some(pattern))
+            .description(Some(description))
+            .into()
+    }
+
     impl PartialSchema for SessionId {
         fn schema() -> RefOr<Schema> {
-            ObjectBuilder::new()
-                .schema_type(Type::String)
-                .pattern(Some("^[0-7][0-9a-hjkmnp-tv-z]{25}$"))
-                .description(Some(
-                    "A session id: 26 characters of 0-9 and a-z without i, l, o, u.",
-                ))
-                .into()
+            string(
+                "^[0-7][0-9a-hjkmnp-tv-z]{25}$",
+                "A session id: 26 characters of 0-9 and a-z without i, l, o, u.",
+            )
         }
     }
 
@@ -241,13 +247,10 @@ mod schema {
 
     impl PartialSchema for EntryId {
         fn schema() -> RefOr<Schema> {
-            ObjectBuilder::new()
-                .schema_type(Type::String)
-                .pattern(Some("^[A-Za-z0-9._-]{1,64}$"))
-                .description(Some(
-                    "An entry id or label name: 1 to 64 of A-Z, a-z, 0-9, '-', '_' and '.'.",
-                ))
-                .into()
+            string(
+                "^[A-Za-z0-9._-]{1,64}$",
+                "An entry id or label name: 1 to 64 of A-Z, a-z, 0-9, '-', '_' and '.'.",
+            )
         }
     }
 
