@@ -135,7 +135,7 @@ pub fn bounded(name: &str, v: Option<u64>) -> Result<(), ApiError> {
 #[serde(deny_unknown_fields)]
 struct ListQuery {
     /// Only sessions of this status.
-    #[param(value_type = Option<schema::Status>)]
+    #[param(value_type = Option<cairn::Status>)]
     status: Option<String>,
     /// Only sessions whose title or first message contains this
     /// (case-insensitive).
@@ -156,7 +156,6 @@ struct ListQuery {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct SessionList {
     /// The sessions of the page, newest first.
-    #[schema(value_type = Vec<schema::Summary>)]
     sessions: Vec<SessionSummary>,
     /// How many sessions match.
     total: usize,
@@ -284,7 +283,6 @@ pub struct SessionInfo {
     #[serde(flatten)]
     session: SessionJson,
     /// Its status.
-    #[schema(value_type = schema::Status)]
     status: Status,
 }
 
@@ -604,7 +602,7 @@ async fn copy(
 #[serde(deny_unknown_fields)]
 struct LabelBody {
     /// The label's name.
-    #[schema(value_type = schema::EntryId)]
+    #[schema(value_type = cairn::EntryId)]
     name: String,
     /// The entry it points at; null removes it.
     target: Option<String>,

@@ -9,7 +9,6 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::{MethodRouter, get};
 use cairn::{Context, EntryId, Session, SessionId, Status, Verdict};
-use cairn_view::schema;
 use cairn_view::shapes::{self, ContextJson, TreeJson};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -215,12 +214,10 @@ pub struct VerdictView {
     #[schema(value_type = String)]
     session: SessionId,
     /// Its status.
-    #[schema(value_type = schema::Status)]
     status: Status,
     /// What to do next, in one sentence.
     action: &'static str,
     /// The verdict.
-    #[schema(value_type = schema::Verdict)]
     verdict: Verdict,
 }
 

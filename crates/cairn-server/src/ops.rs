@@ -16,7 +16,6 @@ use cairn::{
     Block, EffectClass, EntryBody, EntryId, Message, NewEntry, Operation, Outcome, Parent, Payload,
     Policy, Role, Session, Status, ToolDispatched, ToolOutput, Usage, Verdict,
 };
-use cairn_view::schema;
 use cairn_view::shapes::Ack;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -145,7 +144,7 @@ fn message(v: &Value) -> Result<Message, ApiError> {
 #[serde(deny_unknown_fields)]
 struct StartBody {
     /// The input message.
-    #[schema(value_type = schema::Message)]
+    #[schema(value_type = cairn::Message)]
     input: Value,
 }
 
@@ -188,10 +187,8 @@ pub struct Current {
     /// The open operation's id (null when none is open).
     op: Option<String>,
     /// The last operation's phase.
-    #[schema(value_type = schema::Phase)]
     phase: cairn::OpPhase,
     /// The recovery verdict.
-    #[schema(value_type = schema::Verdict)]
     verdict: Verdict,
 }
 
@@ -242,10 +239,9 @@ fn attempt(_: &Session, op: Operation<'_>, b: AttemptBody) -> Result<Attempt, Ap
 #[serde(deny_unknown_fields)]
 struct ReplyBody {
     /// The id its attempt returned.
-    #[schema(value_type = schema::EntryId)]
     entry: EntryId,
     /// The reply, an assistant message.
-    #[schema(value_type = schema::Message)]
+    #[schema(value_type = cairn::Message)]
     message: Value,
     /// The tokens it used.
     #[schema(value_type = Option<Object>)]
@@ -295,7 +291,6 @@ struct DispatchBody {
     /// The call's id, as the model's reply gave it.
     call_id: String,
     /// How the tool affects the world.
-    #[schema(value_type = schema::Effect)]
     effect: EffectClass,
 }
 
@@ -309,7 +304,6 @@ pub struct Ticket {
     /// The idempotency key to run it with.
     key: String,
     /// How it affects the world.
-    #[schema(value_type = schema::Effect)]
     effect: EffectClass,
     /// The id its result must use.
     #[schema(value_type = String)]
@@ -343,7 +337,6 @@ struct ResultBody {
     /// The call's id.
     call_id: String,
     /// What the tool returned.
-    #[schema(value_type = Vec<schema::Block>)]
     content: Vec<Block>,
     /// Whether the tool failed.
     #[serde(default)]
@@ -515,7 +508,6 @@ fn queue_input(_: &Session, op: Operation<'_>, b: InputBody) -> Result<Queued, A
 #[serde(deny_unknown_fields)]
 struct FinishBody {
     /// How it ended.
-    #[schema(value_type = schema::Outcome)]
     outcome: Outcome,
     /// The error that ended it.
     error: Option<String>,
@@ -525,10 +517,8 @@ struct FinishBody {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Finished {
     /// The session's status now.
-    #[schema(value_type = schema::Status)]
     status: Status,
     /// The recovery verdict now.
-    #[schema(value_type = schema::Verdict)]
     verdict: Verdict,
 }
 
@@ -567,13 +557,11 @@ struct RecoverBody {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Recovered {
     /// The verdict before.
-    #[schema(value_type = schema::Verdict)]
     before: Verdict,
     /// What was recorded, in order.
     #[schema(value_type = Vec<Object>)]
     actions: Vec<cairn::Action>,
     /// The verdict after.
-    #[schema(value_type = schema::Verdict)]
     after: Verdict,
 }
 

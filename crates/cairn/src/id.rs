@@ -209,6 +209,58 @@ impl fmt::Debug for EntryId {
     }
 }
 
+/// The OpenAPI schemas of the ids: strings, with the rules `parse` checks
+/// as patterns.
+#[cfg(feature = "schema")]
+mod schema {
+    use std::borrow::Cow;
+
+    use utoipa::openapi::RefOr;
+    use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
+    use utoipa::{PartialSchema, ToSchema};
+
+    use super::{EntryId, SessionId};
+
+    /// A string schema that matches `pattern`.
+    fn string(pattern: &str, description: &str) -> RefOr<Schema> {
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .pattern(Some(pattern))
+            .description(Some(description))
+            .into()
+    }
+
+    impl PartialSchema for SessionId {
+        fn schema() -> RefOr<Schema> {
+            string(
+                "^[0-7][0-9a-hjkmnp-tv-z]{25}$",
+                "A session id: 26 characters of 0-9 and a-z without i, l, o, u.",
+            )
+        }
+    }
+
+    impl ToSchema for SessionId {
+        fn name() -> Cow<'static, str> {
+            Cow::Borrowed("SessionId")
+        }
+    }
+
+    impl PartialSchema for EntryId {
+        fn schema() -> RefOr<Schema> {
+            string(
+                "^[A-Za-z0-9._-]{1,64}$",
+                "An entry id or label name: 1 to 64 of A-Z, a-z, 0-9, '-', '_' and '.'.",
+            )
+        }
+    }
+
+    impl ToSchema for EntryId {
+        fn name() -> Cow<'static, str> {
+            Cow::Borrowed("EntryId")
+        }
+    }
+}
+
 /// An id or name that does not follow its rule.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid {what} {value:?}: expected {rule}")]

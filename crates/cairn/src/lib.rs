@@ -22,6 +22,12 @@
 //! assert_eq!(again.context().messages().len(), 1);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! Features: `schema` derives `utoipa::ToSchema` for the types the HTTP API
+//! carries (`Message`, `Block`, `Verdict`, `Status`, `SessionSummary`, the
+//! ids, …), so `cairn-view`'s OpenAPI shapes name the real types instead of
+//! copies; `testkit` is the backend conformance suite and the tests' toolkit.
+//! The default build has neither.
 
 // Exhaustive matches: a new record kind (or any new variant) must be
 // handled everywhere, never fall into a wildcard arm (ARCHITECTURE.md, invariant 12).

@@ -170,6 +170,7 @@ pub struct Unknown {
 /// Who speaks a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub enum Role {
     /// The person.
     User,
@@ -198,6 +199,7 @@ impl Role {
 
 /// A conversation message.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct Message {
     /// Who speaks.
     pub role: Role,
@@ -205,6 +207,9 @@ pub struct Message {
     pub content: Vec<Block>,
     /// Token usage of the model call that produced it (assistant messages).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    // Described as any value: serde also reads a struct from an array of its
+    // fields (`[1, 2]`), which the schema of an object would call invalid.
+    #[cfg_attr(feature = "schema", schema(value_type = Option<serde_json::Value>))]
     pub usage: Option<Usage>,
     /// The model that produced it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -297,6 +302,7 @@ pub struct ResultBlock<'a> {
 /// One block of message content.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub enum Block {
     /// Plain text.
     Text {
@@ -326,9 +332,11 @@ pub enum Block {
         call_id: String,
         /// The result's content (text, image or blob blocks).
         #[serde(deserialize_with = "result_content")]
+        #[cfg_attr(feature = "schema", schema(no_recursion))]
         content: Vec<Block>,
-        /// Whether the tool failed.
+        /// Whether the tool failed (null reads as false).
         #[serde(default, deserialize_with = "null_is_default")]
+        #[cfg_attr(feature = "schema", schema(value_type = Option<bool>))]
         is_error: bool,
         /// A machine-readable outcome code, e.g. `TOOL_OUTCOME_UNKNOWN`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -348,8 +356,9 @@ pub enum Block {
         /// MIME type.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         media_type: Option<String>,
-        /// Size in bytes.
+        /// Size in bytes (any 64-bit unsigned integer).
         #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(feature = "schema", schema(minimum = 0, format = "uint64"))]
         size: Option<u64>,
         /// SHA-256 of the content, hex.
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -645,6 +654,7 @@ pub struct ApprovalResolved {
 /// How a tool affects the world, declared per tool by the host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub enum EffectClass {
     /// No effect outside the process: safe to re-run.
     ReadOnly,
@@ -656,6 +666,7 @@ pub enum EffectClass {
 
 /// `tool_dispatched` (T1).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct ToolDispatched {
     /// The operation.
     pub op: String,
@@ -685,6 +696,7 @@ pub struct InputQueued {
 /// How an operation ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub enum Outcome {
     /// The loop finished normally.
     Completed,

@@ -13,6 +13,7 @@ use crate::record::{Body, EntryBody, Message, OpRecord, Outcome, Role};
 
 /// What a listing shows of a session.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct SessionSummary {
     /// The session.
     pub id: SessionId,

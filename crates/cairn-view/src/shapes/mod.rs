@@ -23,7 +23,6 @@ use utoipa::ToSchema;
 
 use crate::ViewError;
 use crate::describe::entry_line;
-use crate::schema;
 use crate::tree::TreeView;
 
 pub use stream::{ContextShape, ContextStreamShape, TreeShape};
@@ -66,7 +65,7 @@ pub struct ContextMessageJson<'a> {
     /// The namespace of a custom entry's message.
     pub namespace: Option<String>,
     /// The message.
-    #[schema(value_type = schema::Message)]
+    #[schema(value_type = cairn::Message)]
     pub message: Cow<'a, Message>,
 }
 

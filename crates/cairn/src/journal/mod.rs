@@ -30,6 +30,7 @@ pub const TOOL_NOT_STARTED: &str = "TOOL_NOT_STARTED";
 
 /// A tool call requested by the model that never started.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct NotStarted {
     /// The call.
     pub call_id: String,
@@ -43,6 +44,7 @@ pub struct NotStarted {
 
 /// An approval that was asked for and never answered.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct PendingApproval {
     /// The call awaiting approval.
     pub call_id: String,
@@ -55,6 +57,7 @@ pub struct PendingApproval {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "verdict", rename_all = "snake_case")]
 #[non_exhaustive]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub enum Verdict {
     /// Tools were dispatched and have no result on the branch: they may have
     /// run (or, while a writer holds the session, may still be running).
@@ -122,6 +125,7 @@ impl Verdict {
 /// The session's status, derived from the log and the writer lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub enum Status {
     /// No operation yet.
     Init,
@@ -154,6 +158,7 @@ impl Status {
 /// The log-derived part of the status (the lock decides Running vs Interrupted).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub enum OpPhase {
     /// No operation yet.
     None,
