@@ -168,17 +168,25 @@ fn append(session: &Session, phase: &str, data: &impl Serialize) -> Result<(), A
 }
 
 /// The processes recorded for `call_id` that no `ended` record closed, in
-/// the order they started. A record that cannot be read or decoded is
-/// skipped (it is ignorable).
-pub fn recorded(session: &Session, call_id: &str) -> Vec<Started> {
+/// the order they started.
+///
+/// # Errors
+///
+/// Why a process record could not be read, or a `started` record of the
+/// call could not be decoded: then whether a process of the call still
+/// runs cannot be known, and the caller must not take it for "none".
+pub fn recorded(session: &Session, call_id: &str) -> Result<Vec<Started>, String> {
     let mut open: Vec<Started> = Vec::new();
     for (seq, kind) in session.op_records() {
         if kind != KIND {
             continue;
         }
-        let Ok(record) = session.record(seq) else {
-            continue;
-        };
+        let record = session.record(seq).map_err(|e| {
+            format!(
+                "the process record at seq {seq} cannot be read: {}",
+                cairn::with_causes(&e)
+            )
+        })?;
         let cairn::Body::Op(OpRecord::Ignored(u)) = record.body else {
             continue;
         };
@@ -187,9 +195,9 @@ pub fn recorded(session: &Session, call_id: &str) -> Vec<Started> {
         }
         match u.data.get("phase").and_then(Value::as_str) {
             Some("started") => {
-                if let Ok(s) = serde_json::from_value::<Started>(u.data) {
-                    open.push(s);
-                }
+                open.push(serde_json::from_value::<Started>(u.data).map_err(|e| {
+                    format!("the process record at seq {seq} cannot be decoded: {e}")
+                })?)
             }
             Some("ended") => {
                 if let Some(pid) = u.data.get("pid").and_then(Value::as_u64) {
@@ -199,7 +207,7 @@ pub fn recorded(session: &Session, call_id: &str) -> Vec<Started> {
             _ => {}
         }
     }
-    open
+    Ok(open)
 }
 
 /// Whether the process `p` identifies (or its group) still runs.
@@ -357,6 +365,25 @@ fn parse_stat(text: &str) -> Option<Stat> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn regression_a_process_record_that_does_not_decode_was_taken_for_no_process() {
+        let store = cairn::Store::with_backend(std::sync::Arc::new(cairn::MemoryBackend::new()));
+        let session = store.create(cairn::NewSession::default()).unwrap();
+        // A `started` record of call c1 whose process identity is missing:
+        // whether it still runs cannot be known, so it is not "none".
+        let data = serde_json::json!({"phase": "started", "call_id": "c1", "tool": "bash"});
+        session
+            .append_op(OpRecord::Ignored(Unknown {
+                kind: KIND.to_owned(),
+                data,
+            }))
+            .unwrap();
+        let why = recorded(&session, "c1").unwrap_err();
+        assert!(why.contains("cannot be decoded"), "{why}");
+        // Another call's records are not read into it.
+        assert!(recorded(&session, "c2").unwrap().is_empty());
+    }
 
     #[test]
     fn a_stat_line_is_read_after_the_last_parenthesis() {

@@ -74,14 +74,15 @@ impl Found {
 
 /// The recorded processes of the verdict's calls that may have run, each
 /// with whether it runs now (what the person is shown before anything is
-/// decided).
+/// decided). A call whose records cannot be read shows none here; [`settle`]
+/// then refuses to take it for one with none.
 pub fn survey(session: &Session, verdict: &Verdict) -> Vec<Found> {
     let Verdict::IndeterminateTool { calls, .. } = verdict else {
         return Vec::new();
     };
     calls
         .iter()
-        .flat_map(|c| fence::recorded(session, &c.call_id))
+        .flat_map(|c| fence::recorded(session, &c.call_id).unwrap_or_default())
         .map(|started| Found {
             liveness: fence::liveness(&started.process),
             started,
@@ -118,8 +119,12 @@ pub fn settle(
     fencing: &Fencing,
     tell: &mut dyn FnMut(&str),
 ) -> Result<Settled, AppendError> {
+    let recorded = match fence::recorded(session, call_id) {
+        Ok(r) => r,
+        Err(why) => return Ok(Settled::Unverifiable(why)),
+    };
     let mut settled = Settled::NoneRunning;
-    for started in fence::recorded(session, call_id) {
+    for started in recorded {
         let found = Found {
             liveness: fence::liveness(&started.process),
             started,
